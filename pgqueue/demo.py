@@ -1,0 +1,124 @@
+"""`pgqueue demo`: transactional enqueue, shown on a small table.
+
+Enqueues `jobs` orders with their job in committed transactions and as many in transactions
+that roll back, then works the queue with a real Worker and checks that every committed job
+ran once and no rolled-back job ran at all. Uses its own schema, recreated on each run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pgqueue.migrate import apply
+from pgqueue.queue import Queue
+from pgqueue.worker import Worker
+
+
+def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
+    console = Console(stderr=False)
+    queue = Queue(dsn, schema=schema)
+    ran: list[int] = []
+
+    @queue.task(name="demo.process_order")
+    async def process_order(order_id: int) -> int:
+        ran.append(order_id)
+        return order_id
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        apply(conn, schema)
+        conn.execute(sql.SQL("CREATE TABLE {}.orders (id bigserial PRIMARY KEY, "
+                             "item text NOT NULL)").format(sql.Identifier(schema)))
+    version = _server_version(dsn)
+    console.print(f"[bold]pgqueue demo[/] on {version}, schema [cyan]{schema}[/]")
+
+    started = time.perf_counter()
+    committed, rolled_back = _enqueue(queue, process_order, dsn, schema, jobs, console)
+    enqueue_seconds = time.perf_counter() - started
+    console.print(
+        f"enqueued {jobs} jobs in committed transactions and {jobs} in rolled-back ones "
+        f"in {enqueue_seconds:.1f} s"
+    )
+
+    logging.getLogger("pgqueue.job").setLevel(logging.WARNING)
+    logging.getLogger("pgqueue.worker").setLevel(logging.WARNING)
+    worker = Worker(queue, dsn=dsn, concurrency=concurrency, burst=True)
+    with _progress(console) as progress:
+        bar = progress.add_task("working", total=jobs)
+        started = time.perf_counter()
+        asyncio.run(_work(worker, lambda: progress.update(bar, completed=len(ran))))
+        work_seconds = time.perf_counter() - started
+        progress.update(bar, completed=len(ran))
+
+    ran_set = set(ran)
+    ran_committed = len(ran_set & committed)
+    ran_rolled_back = len(ran_set & rolled_back)
+    twice = len(ran) - len(ran_set)
+    ok = ran_committed == jobs and ran_rolled_back == 0 and twice == 0
+    console.print(f"jobs that ran:                          {ran_committed} of {jobs}")
+    console.print(f"jobs from rolled-back transactions run: {ran_rolled_back} (must be 0)")
+    console.print(f"jobs that ran twice:                    {twice} (must be 0)")
+    console.print(
+        f"throughput: {len(ran) / work_seconds:,.0f} jobs/s "
+        f"({len(ran)} jobs in {work_seconds:.2f} s, concurrency {concurrency})"
+    )
+    console.print("[green]OK[/]" if ok else "[red]FAILED[/]")
+    queue.close()
+    return 0 if ok else 1
+
+
+def _enqueue(
+    queue: Queue, task: Any, dsn: str, schema: str, jobs: int, console: Console
+) -> tuple[set[int], set[int]]:
+    insert = sql.SQL("INSERT INTO {}.orders (item) VALUES (%s) RETURNING id").format(
+        sql.Identifier(schema)
+    )
+    committed: set[int] = set()
+    rolled_back: set[int] = set()
+    with psycopg.connect(dsn) as conn, _progress(console) as progress:
+        bar = progress.add_task("enqueueing", total=2 * jobs)
+        for i in range(2 * jobs):
+            keep = i % 2 == 0
+            row = conn.execute(insert, [f"order {i}"]).fetchone()
+            assert row is not None
+            queue.enqueue(task.job(row[0]), conn=conn)
+            if keep:
+                conn.commit()
+                committed.add(row[0])
+            else:
+                conn.rollback()
+                rolled_back.add(row[0])
+            if i % 100 == 0:
+                progress.update(bar, completed=i)
+        progress.update(bar, completed=2 * jobs)
+    return committed, rolled_back
+
+
+async def _work(worker: Worker, tick: Any) -> None:
+    runner = asyncio.create_task(worker.run_async())
+    while not runner.done():
+        tick()
+        await asyncio.wait([runner], timeout=0.1)
+    await runner
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console, transient=not sys.stdout.isatty(),
+    )
+
+
+def _server_version(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return f"PostgreSQL {row[0] if row else '?'}"

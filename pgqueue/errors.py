@@ -1,0 +1,47 @@
+"""The exception tree. Every error pgqueue raises on purpose derives from PgQueueError.
+
+    PgQueueError
+    ├── ConfigurationError      a setting or option is impossible (names the setting and range)
+    ├── DatabaseError           the database cannot be reached, or the schema is not migrated
+    ├── TaskError
+    │   ├── UnknownTaskError    no task is registered under that name
+    │   └── InvalidArgumentsError   arguments fail validation, or are not storable as JSON
+    ├── MigrationError          a migration failed; the transaction was rolled back
+    └── EmbeddedServerError     the throwaway local PostgreSQL could not start
+
+Messages say what was wrong, with the offending value, and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Root of every error pgqueue raises on purpose."""
+
+
+class ConfigurationError(PgQueueError, ValueError):
+    """A setting or option is impossible; nothing was started or stored."""
+
+
+class DatabaseError(PgQueueError):
+    """The database cannot be reached, or it lacks the pgqueue schema."""
+
+
+class TaskError(PgQueueError):
+    """A problem with a task or its arguments; nothing was stored."""
+
+
+class UnknownTaskError(TaskError, LookupError):
+    """No task is registered under the given name."""
+
+
+class InvalidArgumentsError(TaskError, ValueError):
+    """Arguments fail validation against the task's signature or cannot be stored as JSON."""
+
+
+class MigrationError(PgQueueError):
+    """A migration failed; its transaction was rolled back and nothing was applied."""
+
+
+class EmbeddedServerError(PgQueueError):
+    """The embedded PostgreSQL could not be started."""

@@ -1,0 +1,156 @@
+"""Runs one job and returns its outcome. No SQL.
+
+Owns: finding the handler, loading its arguments, calling it (`async def` on the event loop,
+`def` in the worker's thread pool), and turning whatever happens into an Outcome. Nothing a
+handler does escapes as an exception, not SystemExit, KeyboardInterrupt or an exception whose
+str() raises: the worker lives on and the job's failure is recorded. The one exception that
+does escape is asyncio.CancelledError, raised when the worker is stopping; the job is then
+put back rather than failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
+from pgqueue.models import ClaimedJob, RetryPolicy
+from pgqueue.registry import JobContext, Registry, to_json_result
+
+log = logging.getLogger("pgqueue.job")
+_TRACEBACK_LIMIT = 16_000
+_DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one attempt; `status` is succeeded, failed, retry or cancelled."""
+
+    job: ClaimedJob
+    status: str
+    duration: float
+    error: dict[str, Any] | None = None
+    result: Any = None
+    retry_in: float = 0.0
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "id": self.job.id,
+            "attempt": self.job.attempt,
+            "status": self.status,
+            "error": self.error,
+            "result": self.result,
+            "duration": self.duration,
+            "retry_in": self.retry_in,
+        }
+
+
+class Executor:
+    """Runs jobs of the tasks in `registry`; sync handlers use `threads`."""
+
+    def __init__(self, registry: Registry, threads: ThreadPoolExecutor) -> None:
+        self.registry = registry
+        self.threads = threads
+
+    async def run(self, job: ClaimedJob) -> Outcome:
+        started = time.monotonic()
+        retry = _DEFAULT_RETRY
+        try:
+            task = self.registry.get(job.task)
+            retry = task.retry
+            if task.fn is None:
+                raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
+            context = JobContext(job.id, job.task, job.queue, job.attempt, job.max_attempts)
+            args, kwargs = task.load_args(job.args, context)
+            if task.is_async:
+                value = await task.fn(*args, **kwargs)
+            else:
+                call = functools.partial(task.fn, *args, **kwargs)
+                value = await asyncio.get_running_loop().run_in_executor(self.threads, call)
+        except asyncio.CancelledError:
+            raise
+        except InvalidArgumentsError as exc:
+            # Retrying cannot make stored arguments valid for this code; fail now.
+            return self._failed(job, exc, started, retry, retryable=False)
+        except BaseException as exc:
+            return self._failed(job, exc, started, retry, retryable=True)
+        return self._succeeded(job, value, started)
+
+    def _succeeded(self, job: ClaimedJob, value: Any, started: float) -> Outcome:
+        duration = time.monotonic() - started
+        outcome = Outcome(job, "succeeded", duration)
+        try:
+            outcome.result = to_json_result(value)
+        except Exception as exc:
+            outcome.error = _error_record(job, exc, kind="result")
+            log.warning(
+                "job %s %s attempt %s succeeded but its result is not JSON and was not stored: %s",
+                job.id, job.task, job.attempt, outcome.error["error"],
+            )
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "job %s %s attempt %s succeeded in %.1f ms",
+                job.id, job.task, job.attempt, duration * 1000,
+            )
+        return outcome
+
+    def _failed(
+        self,
+        job: ClaimedJob,
+        exc: BaseException,
+        started: float,
+        retry: RetryPolicy,
+        *,
+        retryable: bool,
+    ) -> Outcome:
+        duration = time.monotonic() - started
+        error = _error_record(job, exc)
+        if retryable and job.attempt < job.max_attempts:
+            retry_in = retry.delay(job.attempt).total_seconds()
+            log.warning(
+                "job %s %s attempt %s/%s failed in %.1f ms, retrying in %.1f s: %s",
+                job.id, job.task, job.attempt, job.max_attempts, duration * 1000, retry_in,
+                error["error"],
+            )
+            return Outcome(job, "retry", duration, error=error, retry_in=retry_in)
+        log.error(
+            "job %s %s attempt %s/%s failed in %.1f ms, giving up: %s",
+            job.id, job.task, job.attempt, job.max_attempts, duration * 1000, error["error"],
+        )
+        return Outcome(job, "failed", duration, error=error)
+
+
+def _error_record(job: ClaimedJob, exc: BaseException, kind: str = "error") -> dict[str, Any]:
+    return {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": kind,
+        "error": describe(exc),
+        "traceback": _traceback(exc),
+    }
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message`, even when the exception's own str() raises."""
+    name = type(exc).__qualname__
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<str() of this exception raised>"
+    text = text.replace("\x00", "\\x00")
+    return f"{name}: {text}" if text else name
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        text = describe(exc)
+    return text.replace("\x00", "\\x00")[-_TRACEBACK_LIMIT:]

@@ -1,0 +1,98 @@
+"""A worker's database connection that comes back after faults.
+
+Owns: one autocommit AsyncConnection, reopened with capped exponential backoff when the server
+restarts or the backend is terminated. An outage is logged once when it starts and once when
+it ends, never once per job. A bad DSN at start raises DatabaseError at once instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from pgqueue.errors import DatabaseError
+
+log = logging.getLogger("pgqueue.worker")
+T = TypeVar("T")
+_BACKOFF_MAX = 5.0
+
+
+async def connect(dsn: str, *, prepare: bool = True) -> psycopg.AsyncConnection[Any]:
+    """Open an autocommit connection; a bad DSN or unreachable server is a DatabaseError."""
+    try:
+        return await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, prepare_threshold=5 if prepare else None
+        )
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot connect to the database ({_redact(dsn)}): {exc}") from exc
+
+
+class Link:
+    """Runs operations on a connection, reconnecting while the database is away."""
+
+    def __init__(self, dsn: str, name: str, *, prepare: bool = True) -> None:
+        self.dsn = dsn
+        self.name = name
+        self.prepare = prepare
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self._outage = False
+
+    async def open(self) -> None:
+        self.conn = await connect(self.dsn, prepare=self.prepare)
+
+    async def run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run op until it succeeds, reconnecting between tries. Errors from SQL itself
+        (not from the connection) are raised to the caller."""
+        delay = 0.05
+        while True:
+            try:
+                if self.conn is None or self.conn.closed:
+                    self.conn = await connect(self.dsn, prepare=self.prepare)
+                result = await op(self.conn)
+            except (psycopg.OperationalError, DatabaseError) as exc:
+                if self.conn is not None and not self.conn.closed and not _is_connection_fault(
+                    self.conn
+                ):
+                    raise
+                self._enter_outage(exc)
+                await self._discard()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_MAX)
+                continue
+            if self._outage:
+                self._outage = False
+                log.warning("%s connection is back", self.name)
+            return result
+
+    async def close(self) -> None:
+        await self._discard()
+
+    def _enter_outage(self, exc: BaseException) -> None:
+        if not self._outage:
+            self._outage = True
+            log.error("%s connection lost, reconnecting with backoff: %s", self.name, exc)
+
+    async def _discard(self) -> None:
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+
+def _is_connection_fault(conn: psycopg.AsyncConnection[Any]) -> bool:
+    return conn.broken or conn.closed
+
+
+def _redact(dsn: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an invalid DSN"
+    if "password" in info:
+        info["password"] = "***"
+    return psycopg.conninfo.make_conninfo("", **info)

@@ -1,0 +1,68 @@
+"""Apply, list and print the numbered, up-only migrations in sql/migrations.
+
+Owns: the schema's `migrations` table. All pending migrations apply in one transaction under
+an advisory lock, so applying twice is a no-op and two processes migrating at once are safe
+(the second waits, then finds nothing to do). A failing migration rolls everything back and
+raises MigrationError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from pgqueue.errors import MigrationError
+from pgqueue.queries import Migration, migrations, query
+
+
+def pending(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
+    """Migrations not yet applied to `schema` (all of them if the schema does not exist)."""
+    exists = conn.execute(query("migration_table_exists", schema), {"schema": schema}).fetchone()
+    if not exists or not exists[0]:
+        return list(migrations())
+    applied = {row[0] for row in conn.execute(query("migration_applied", schema))}
+    return [m for m in migrations() if m.version not in applied]
+
+
+def apply(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
+    """Apply pending migrations in one transaction; returns those applied (maybe none).
+
+    `conn` must not be inside a transaction: this commits.
+    """
+    done: list[Migration] = []
+    with conn.transaction():
+        conn.execute(query("migration_lock", schema), {"schema": schema})
+        conn.execute(query("migration_table_create", schema))
+        applied = {row[0] for row in conn.execute(query("migration_applied", schema))}
+        for migration in migrations():
+            if migration.version in applied:
+                continue
+            try:
+                with conn.transaction():
+                    conn.execute(migration.render(schema))
+            except psycopg.Error as exc:
+                raise MigrationError(
+                    f"migration {migration.version:04d}_{migration.name} failed on schema "
+                    f"{schema!r}: {exc}"
+                ) from exc
+            conn.execute(
+                query("migration_record", schema),
+                {"version": migration.version, "name": migration.name},
+            )
+            done.append(migration)
+    return done
+
+
+def render(schema: str, selected: list[Migration] | None = None) -> str:
+    """The SQL of the given migrations (default: all) for `schema`, as text to review."""
+    parts = []
+    for migration in selected if selected is not None else migrations():
+        text = migration.render(schema).as_string(None)
+        parts.append(f"-- migration {migration.version:04d}_{migration.name}\n{text.strip()}\n")
+    return "\n".join(parts)
+
+
+def is_migrated(conn: psycopg.Connection[Any], schema: str) -> bool:
+    return not pending(conn, schema)
+

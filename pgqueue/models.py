@@ -1,0 +1,242 @@
+"""Settings, options and records, as pydantic models and enums. No I/O here.
+
+Settings are validated once, at construction: an impossible value raises ConfigurationError
+naming the setting and its allowed range, before anything starts.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pgqueue.errors import ConfigurationError
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,254}$")
+SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
+MAX_ATTEMPTS_LIMIT = 1000
+
+
+def check_name(kind: str, value: str, pattern: re.Pattern[str]) -> str:
+    """Return value if it matches pattern, else raise ConfigurationError naming the rule."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ConfigurationError(
+            f"invalid {kind} name {value!r}: it must match {pattern.pattern} "
+            "(letters, digits and _ . : -, starting with a letter or digit)"
+        )
+    return value
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Settings(BaseModel):
+    """Base for settings: frozen, no unknown keys, errors turned into ConfigurationError."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(_describe(type(self).__name__, exc)) from None
+
+
+def _describe(model: str, exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or model
+        parts.append(f"{field}={err.get('input')!r}: {err['msg']}")
+    return f"invalid {model}: " + "; ".join(parts)
+
+
+def _positive(value: timedelta, name: str) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"{name} must be greater than 0 seconds")
+    return value
+
+
+class RetryPolicy(Settings):
+    """Exponential backoff with jitter: base * 2**(attempt-1), capped, times 1 ± jitter."""
+
+    base: timedelta = timedelta(seconds=1)
+    cap: timedelta = timedelta(hours=1)
+    jitter: float = Field(default=0.25, ge=0.0, le=1.0)
+
+    @field_validator("cap")
+    @classmethod
+    def _cap_not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError("cap must be 0 seconds or more")
+        return value
+
+    @field_validator("base")
+    @classmethod
+    def _base_not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError("base must be 0 seconds or more")
+        return value
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> timedelta:
+        """Delay before the retry that follows failed attempt number `attempt` (1-based)."""
+        exponent = min(max(attempt - 1, 0), 40)
+        raw: timedelta = min(self.base * (2**exponent), self.cap)
+        spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
+        return raw * spread
+
+
+class JobOptions(Settings):
+    """Per-job options; a task's defaults, overridden per enqueue."""
+
+    queue: str = "default"
+    priority: int = Field(default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX)
+    max_attempts: int = Field(default=25, ge=1, le=MAX_ATTEMPTS_LIMIT)
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+
+    @field_validator("queue")
+    @classmethod
+    def _queue_name(cls, value: str) -> str:
+        if not QUEUE_NAME.fullmatch(value):
+            raise ValueError(f"queue names must match {QUEUE_NAME.pattern}")
+        return value
+
+    @field_validator("delay")
+    @classmethod
+    def _delay_not_negative(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(0):
+            raise ValueError("delay must be 0 seconds or more; use run_at for a fixed time")
+        return value
+
+    @field_validator("run_at")
+    @classmethod
+    def _run_at_aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return value
+
+
+class QueueSettings(Settings):
+    """Settings shared by the enqueueing side and workers."""
+
+    schema_name: str = Field(default="pgqueue", alias="schema")
+    keep_history: bool = True
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema_name(cls, value: str) -> str:
+        if not SCHEMA_NAME.fullmatch(value):
+            raise ValueError(f"schema names must match {SCHEMA_NAME.pattern}")
+        return value
+
+
+class WorkerSettings(Settings):
+    """How a worker claims, runs and stops. Durations accept seconds or timedeltas."""
+
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = Field(default=10, ge=1, le=10_000)
+    batch_size: int = Field(default=100, ge=1, le=10_000)
+    poll_interval: timedelta = timedelta(seconds=1)
+    poll_only: bool = False
+    hint_reset_interval: timedelta = timedelta(seconds=2)
+    hint_reset_jitter: float = Field(default=0.5, ge=0.0, le=1.0)
+    shutdown_grace: timedelta = timedelta(seconds=30)
+    heartbeat_interval: timedelta = timedelta(seconds=5)
+    promote_batch: int = Field(default=1000, ge=1, le=100_000)
+    burst: bool = False
+    name: str | None = None
+
+    @field_validator("queues")
+    @classmethod
+    def _queue_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one queue is needed")
+        for name in value:
+            if not QUEUE_NAME.fullmatch(name):
+                raise ValueError(f"queue name {name!r} must match {QUEUE_NAME.pattern}")
+        if len(set(value)) != len(value):
+            raise ValueError("queue names must be distinct")
+        return value
+
+    @field_validator("poll_interval", "hint_reset_interval", "heartbeat_interval")
+    @classmethod
+    def _interval_positive(cls, value: timedelta) -> timedelta:
+        return _positive(value, "interval")
+
+    @field_validator("shutdown_grace")
+    @classmethod
+    def _grace_not_negative(cls, value: timedelta) -> timedelta:
+        if value < timedelta(0):
+            raise ValueError("shutdown_grace must be 0 seconds or more")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job as a worker holds it while running it. Plain data: built once per job."""
+
+    id: int
+    task: str
+    args: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    queue: str
+
+
+class Job(BaseModel):
+    """A job's record, from the hot table or history (see Queue.get_job).
+
+    status is one of JobStatus; `scheduled` means queued with run_at in the future.
+    errors lists each failed attempt: {"attempt", "error", "traceback", "at"}.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, Any]
+    status: JobStatus
+    priority: int
+    attempt: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: int | None
+    errors: list[dict[str, Any]]
+    result: Any = None
+
+    @property
+    def last_error(self) -> str | None:
+        return str(self.errors[-1].get("error")) if self.errors else None
+
+    @property
+    def wait_time(self) -> timedelta | None:
+        """From creation (or run_at, if later) to the start of the last attempt."""
+        if self.started_at is None:
+            return None
+        return self.started_at - max(self.created_at, self.run_at)
+
+    @property
+    def run_time(self) -> timedelta | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.started_at

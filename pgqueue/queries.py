@@ -1,0 +1,89 @@
+"""The one loader for the SQL in sql/: named queries and numbered migrations.
+
+Owns: reading each file once, splitting queries on their `-- name:` headers, and rendering the
+schema name into them as a quoted identifier (never by string formatting). Full-line comments
+are dropped from query bodies, so a comment may mention %(param)s without becoming one.
+Fails with a clear error if the sql/ folder is missing from the installation.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from psycopg import sql
+
+from pgqueue.errors import PgQueueError
+
+_HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+def sql_root() -> Path:
+    """The sql/ folder: inside the package when installed from a wheel, else the checkout's."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sql", here.parent / "sql"):
+        if (candidate / "queries").is_dir():
+            return candidate
+    raise PgQueueError(f"pgqueue's sql/ folder is missing next to {here}; reinstall pgqueue")
+
+
+@functools.cache
+def _raw_queries() -> dict[str, str]:
+    queries: dict[str, str] = {}
+    for path in sorted((sql_root() / "queries").glob("*.sql")):
+        chunks = _HEADER.split(path.read_text())
+        for name, body in zip(chunks[1::2], chunks[2::2], strict=False):
+            if name in queries:
+                raise PgQueueError(f"query {name!r} is defined twice (second in {path.name})")
+            lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
+            queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+@functools.cache
+def query(name: str, schema: str) -> sql.Composed:
+    """The named query with its schema rendered as an identifier. Cached per (name, schema)."""
+    try:
+        text = _raw_queries()[name]
+    except KeyError:
+        raise PgQueueError(f"no query named {name!r} in sql/queries") from None
+    return _render(text, schema)
+
+
+def channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel that wakes the workers of `schema`."""
+    return f"{schema}_jobs"
+
+
+def _render(text: str, schema: str) -> sql.Composed:
+    return sql.SQL(text).format(
+        schema=sql.Identifier(schema), channel=sql.Identifier(channel(schema))
+    )
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+
+    def render(self, schema: str) -> sql.Composed:
+        return _render(self.text, schema)
+
+
+@functools.cache
+def migrations() -> tuple[Migration, ...]:
+    """All migrations in version order; versions must be 1, 2, 3, ... without gaps."""
+    found = []
+    for path in sorted((sql_root() / "migrations").glob("*.sql")):
+        match = _MIGRATION_FILE.match(path.name)
+        if match is None:
+            raise PgQueueError(f"migration file {path.name!r} is not named NNNN_name.sql")
+        found.append(Migration(int(match[1]), match[2], path.read_text()))
+    for expected, migration in enumerate(found, start=1):
+        if migration.version != expected:
+            raise PgQueueError(f"migration {expected:04d} is missing (found {migration.version})")
+    return tuple(found)

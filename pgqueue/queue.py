@@ -1,0 +1,337 @@
+"""Enqueue and read jobs: `Queue` (sync) and `AsyncQueue`, twins with the same method names.
+
+Owns: the task decorator and registry of one application, and the statements an application
+runs. Every call takes an optional psycopg connection; given one, it runs inside whatever
+transaction the caller has open and never commits or rolls back, so the job becomes visible to
+workers exactly when the caller's data does, and vanishes with it on rollback. Without one,
+the queue uses its own pooled connection and commits.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar, overload
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgqueue import migrate
+from pgqueue.errors import ConfigurationError, DatabaseError
+from pgqueue.models import Job, JobOptions, QueueSettings, RetryPolicy
+from pgqueue.queries import channel, query
+from pgqueue.registry import NewJob, Registry, Task, derived_name
+
+R = TypeVar("R")
+JobRef = NewJob | str | Task[Any]
+
+
+class _Base(abc.ABC):
+    """What the twins share: settings, registry, statement building and row decoding."""
+
+    def __init__(self, dsn: str | None, *, schema: str, keep_history: bool) -> None:
+        self.dsn = dsn
+        self.settings = QueueSettings(schema=schema, keep_history=keep_history)
+        self.registry = Registry()
+
+    @property
+    def schema(self) -> str:
+        return self.settings.schema_name
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel workers of this schema wake on."""
+        return channel(self.schema)
+
+    @overload
+    def task(self, fn: Callable[..., R], /) -> Task[R]: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 25,
+        delay: timedelta | float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[Callable[..., R]], Task[R]]: ...
+
+    def task(  # type: ignore[misc]  # R is bound by the decorated function
+        self,
+        fn: Callable[..., R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 25,
+        delay: timedelta | float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
+        """Register a handler, `def` or `async def`, as a task.
+
+        The options are the defaults of its jobs; each enqueue may override them. The name
+        defaults to module.qualname: give one explicitly if the function may move, because
+        stored jobs refer to tasks by name.
+        """
+        if isinstance(delay, (int, float)):
+            delay = timedelta(seconds=delay)
+        options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts,
+                             delay=delay)
+
+        def register(func: Callable[..., R]) -> Task[R]:
+            task = Task(
+                func,
+                name=name or derived_name(func),
+                options=options,
+                retry=retry or RetryPolicy(),
+            )
+            task.enqueuer = self._enqueue_task(task)
+            self.registry.add(task)
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def declare(self, name: str, **options: Any) -> Task[Any]:
+        """Declare a task another service defines, so this one can enqueue it by name."""
+        task: Task[Any] = Task(None, name=name, options=JobOptions(**options), retry=RetryPolicy())
+        self.registry.add(task)
+        return task
+
+    @abc.abstractmethod
+    def _enqueue_task(self, task: Task[Any]) -> Callable[..., Any]:
+        """The twin's enqueue for `task.enqueue(...)`: sync for Queue, async for AsyncQueue."""
+
+    def _new_job(self, job: JobRef, args: dict[str, Any] | None, options: dict[str, Any]) -> NewJob:
+        if isinstance(job, NewJob):
+            if args is not None or options:
+                raise ConfigurationError("pass args and options to task.job(), not with a job")
+            return job
+        task = job if isinstance(job, Task) else self.registry.get(job)
+        base = task.with_options(**options) if options else task
+        return base.job(**(args or {}))
+
+    def _insert(self, jobs: Sequence[NewJob]) -> tuple[Any, dict[str, Any]]:
+        rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
+        params = {"jobs": rows, "now": None, "channel": self.channel}
+        return query("job_insert", self.schema), params
+
+    def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
+        return query("job_get", self.schema), {"id": job_id}
+
+
+_JOB_FIELDS = (
+    "id", "queue", "task", "args", "status", "priority", "attempt", "max_attempts", "run_at",
+    "created_at", "started_at", "finished_at", "worker_id", "errors", "result",
+)
+
+
+def decode_job(row: Sequence[Any] | None) -> Job | None:
+    return None if row is None else Job(**dict(zip(_JOB_FIELDS, row, strict=False)))
+
+
+def _require(conn: object, kind: type, method: str) -> None:
+    if not isinstance(conn, kind):
+        raise TypeError(
+            f"{method} needs a {kind.__module__}.{kind.__name__}, got {type(conn).__name__}"
+        )
+
+
+class Queue(_Base):
+    """The sync client. `conn` arguments are psycopg `Connection`s."""
+
+    def __init__(
+        self, dsn: str | None = None, *, schema: str = "pgqueue", keep_history: bool = True
+    ) -> None:
+        super().__init__(dsn, schema=schema, keep_history=keep_history)
+        self._pool: ConnectionPool | None = None
+
+    def _enqueue_task(self, task: Task[Any]) -> Callable[..., int]:
+        def enqueue(*args: Any, **kwargs: Any) -> int:
+            return self.enqueue(task.job(*args, **kwargs))
+
+        return enqueue
+
+    def enqueue(
+        self,
+        job: JobRef,
+        args: dict[str, Any] | None = None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        **options: Any,
+    ) -> int:
+        """Store one job and return its id. `job` is task.job(...), a task, or a task name."""
+        return self.enqueue_many([self._new_job(job, args, options)], conn=conn)[0]
+
+    def enqueue_many(
+        self, jobs: Iterable[NewJob], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[int]:
+        """Store many jobs in one round trip; ids come back in the order given."""
+        batch = list(jobs)
+        if not batch:
+            return []
+        statement, params = self._insert(batch)
+        with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            cur.execute(statement, params)
+            return [row[0] for row in cur.fetchall()]
+
+    def migrate(self, *, conn: psycopg.Connection[Any] | None = None) -> list[str]:
+        """Apply pending migrations to this queue's schema; returns their names.
+
+        With `conn`, it must not be inside a transaction: migrations commit.
+        """
+        if conn is not None:
+            return [f"{m.version:04d}_{m.name}" for m in migrate.apply(conn, self.schema)]
+        if self.dsn is None:
+            raise ConfigurationError("pass conn= or create the Queue with a dsn to migrate")
+        with psycopg.connect(self.dsn, autocommit=True) as own:
+            return self.migrate(conn=own)
+
+    def get_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Job | None:
+        """The job's record from the hot table or history, or None if there is none."""
+        statement, params = self._get(job_id)
+        with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            cur.execute(statement, params)
+            return decode_job(cur.fetchone())
+
+    def _connection(self, conn: psycopg.Connection[Any] | None) -> Any:
+        if conn is not None:
+            _require(conn, psycopg.Connection, "Queue")
+            return _Borrowed(conn)
+        return self.pool().connection()
+
+    def pool(self) -> ConnectionPool:
+        """The queue's own pool, opened on first use. Needs `dsn`."""
+        if self._pool is None:
+            if self.dsn is None:
+                raise ConfigurationError(
+                    "this Queue has no dsn: pass conn= to use your connection, "
+                    "or create it with Queue(dsn=...)"
+                )
+            self._pool = ConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
+            try:
+                self._pool.open(wait=True, timeout=10)
+            except Exception as exc:
+                self._pool = None
+                raise DatabaseError(f"cannot connect to {self.dsn!r}: {exc}") from exc
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+class AsyncQueue(_Base):
+    """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
+
+    def __init__(
+        self, dsn: str | None = None, *, schema: str = "pgqueue", keep_history: bool = True
+    ) -> None:
+        super().__init__(dsn, schema=schema, keep_history=keep_history)
+        self._pool: AsyncConnectionPool | None = None
+
+    def _enqueue_task(self, task: Task[Any]) -> Callable[..., Any]:
+        async def enqueue(*args: Any, **kwargs: Any) -> int:
+            return await self.enqueue(task.job(*args, **kwargs))
+
+        return enqueue
+
+    async def enqueue(
+        self,
+        job: JobRef,
+        args: dict[str, Any] | None = None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+        **options: Any,
+    ) -> int:
+        return (await self.enqueue_many([self._new_job(job, args, options)], conn=conn))[0]
+
+    async def enqueue_many(
+        self, jobs: Iterable[NewJob], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[int]:
+        batch = list(jobs)
+        if not batch:
+            return []
+        statement, params = self._insert(batch)
+        async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(statement, params)
+            return [row[0] for row in await cur.fetchall()]
+
+    async def get_job(
+        self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> Job | None:
+        statement, params = self._get(job_id)
+        async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(statement, params)
+            return decode_job(await cur.fetchone())
+
+    def _connection(self, conn: psycopg.AsyncConnection[Any] | None) -> Any:
+        if conn is not None:
+            _require(conn, psycopg.AsyncConnection, "AsyncQueue")
+            return _AsyncBorrowed(conn)
+        return _AsyncPooled(self)
+
+    async def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            if self.dsn is None:
+                raise ConfigurationError(
+                    "this AsyncQueue has no dsn: pass conn= to use your connection, "
+                    "or create it with AsyncQueue(dsn=...)"
+                )
+            pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
+            try:
+                await pool.open(wait=True, timeout=10)
+            except Exception as exc:
+                raise DatabaseError(f"cannot connect to {self.dsn!r}: {exc}") from exc
+            self._pool = pool
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+class _Borrowed:
+    """The caller's connection as a context manager that leaves its transaction alone."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _AsyncBorrowed:
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        return self.conn
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class _AsyncPooled:
+    """A pooled connection that commits on success, like ConnectionPool.connection()."""
+
+    def __init__(self, queue: AsyncQueue) -> None:
+        self.queue = queue
+        self._cm: Any = None
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        self._cm = (await self.queue.pool()).connection()
+        conn: psycopg.AsyncConnection[Any] = await self._cm.__aenter__()
+        return conn
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._cm.__aexit__(*exc)

@@ -1,0 +1,273 @@
+"""Tasks: name -> handler, its argument model and its job defaults.
+
+Owns: turning call arguments into a JSON object that validates against the handler's signature
+(at enqueue), and turning a stored JSON object back into typed call arguments (in the worker).
+Only registered tasks run; nothing in a job row names code to import.
+Fails with InvalidArgumentsError (bad arguments, not JSON, NUL characters) or UnknownTaskError.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTaskError
+from pgqueue.models import TASK_NAME, JobOptions, RetryPolicy, check_name
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """Injected into a handler parameter annotated `JobContext`; never stored in args."""
+
+    job_id: int
+    task: str
+    queue: str
+    attempt: int
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job, ready to insert: its args are a JSON-ready object."""
+
+    task: str
+    args: dict[str, Any]
+    options: JobOptions
+
+    def as_row(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "queue": opts.queue,
+            "task": self.task,
+            "args": self.args,
+            "priority": opts.priority,
+            "max_attempts": opts.max_attempts,
+            "run_at": opts.run_at.isoformat() if opts.run_at else None,
+            "delay": opts.delay.total_seconds() if opts.delay else None,
+        }
+
+
+class Task(Generic[R]):
+    """A registered handler. Calling it runs the function now; `job()` builds a job for later.
+
+    Tasks come from `Queue.task` / `AsyncQueue.task`, which also give them `enqueue`.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., R] | None,
+        *,
+        name: str,
+        options: JobOptions,
+        retry: RetryPolicy,
+    ) -> None:
+        self.fn = fn
+        self.name = check_name("task", name, TASK_NAME)
+        self.options = options
+        self.retry = retry
+        self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
+        self._signature = inspect.signature(fn) if fn is not None else None
+        self._context_param: str | None = None
+        self._model = _argument_model(self) if fn is not None else None
+        self.enqueuer: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if self.fn is None:
+            raise UnknownTaskError(f"task {self.name!r} is declared here but defined elsewhere")
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.options.queue}>"
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue on the owning queue's own connection and commit; returns the job id.
+
+        For an AsyncQueue's task this returns an awaitable. Inside your own transaction use
+        `queue.enqueue(task.job(...), conn=conn)` instead.
+        """
+        if self.enqueuer is None:
+            raise ConfigurationError(f"task {self.name!r} is not registered on a queue")
+        return self.enqueuer(*args, **kwargs)
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob:
+        """Validate arguments as a call would and return a job carrying them as JSON."""
+        return NewJob(self.name, self.dump_args(args, kwargs), self.options)
+
+    def with_options(self, **options: Any) -> NewJobFactory:
+        """Same task, other job options (queue, priority, delay, run_at, max_attempts)."""
+        merged = self.options.model_dump(exclude_none=True) | options
+        return NewJobFactory(self, JobOptions(**merged))
+
+    def dump_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._signature is None or self._model is None:
+            if args or not _is_json_object(kwargs):
+                raise InvalidArgumentsError(
+                    f"task {self.name!r} is declared without a function: pass its arguments "
+                    "as keywords with JSON values"
+                )
+            return _checked_json(self.name, kwargs)
+        try:
+            bound = self._signature.bind(*args, **_with_context_placeholder(self, kwargs))
+        except TypeError as exc:
+            raise InvalidArgumentsError(f"task {self.name!r}: {exc}") from None
+        values = {k: v for k, v in bound.arguments.items() if k != self._context_param}
+        try:
+            model = self._model.model_validate(values)
+            dumped = model.model_dump(mode="json", exclude_unset=True)
+        except ValidationError as exc:
+            raise InvalidArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from None
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise InvalidArgumentsError(
+                f"task {self.name!r}: arguments are not JSON-serialisable: {exc}"
+            ) from None
+        return _checked_json(self.name, dumped)
+
+    def load_args(
+        self, stored: dict[str, Any], context: JobContext
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Stored JSON args -> (positional, keyword) call arguments of the declared types."""
+        assert self._signature is not None and self._model is not None
+        try:
+            model = self._model.model_validate(stored)
+        except ValidationError as exc:
+            raise InvalidArgumentsError(
+                f"task {self.name!r}: stored arguments no longer validate: {exc}"
+            ) from None
+        positional: list[Any] = []
+        keyword: dict[str, Any] = {}
+        for param in self._signature.parameters.values():
+            if param.name == self._context_param:
+                value: Any = context
+            elif param.name in model.model_fields_set or param.default is param.empty:
+                value = getattr(model, param.name)
+            else:
+                continue
+            if param.kind is param.POSITIONAL_ONLY:
+                positional.append(value)
+            else:
+                keyword[param.name] = value
+        return positional, keyword
+
+
+@dataclass(frozen=True)
+class NewJobFactory:
+    """A task with overridden job options; `job()` validates as Task.job does."""
+
+    task: Task[Any]
+    options: JobOptions
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob:
+        return NewJob(self.task.name, self.task.dump_args(args, kwargs), self.options)
+
+
+class Registry:
+    """The tasks a process knows. A worker runs only these."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task[Any]] = {}
+
+    def add(self, task: Task[Any]) -> None:
+        if task.name in self._tasks:
+            raise ConfigurationError(
+                f"task name {task.name!r} is registered twice; pass name= to tell them apart"
+            )
+        self._tasks[task.name] = task
+
+    def get(self, name: str) -> Task[Any]:
+        try:
+            return self._tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self._tasks)) or "none"
+            raise UnknownTaskError(
+                f"no task is registered under {name!r} (registered: {known})"
+            ) from None
+
+    def __iter__(self) -> Iterator[Task[Any]]:
+        return iter(self._tasks.values())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+
+def derived_name(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}".replace("<locals>.", "")
+
+
+def _argument_model(task: Task[Any]) -> type[BaseModel]:
+    assert task.fn is not None and task._signature is not None
+    try:
+        hints = typing.get_type_hints(task.fn)
+    except Exception as exc:
+        raise ConfigurationError(f"task {task.name!r}: cannot resolve annotations: {exc}") from exc
+    fields: dict[str, Any] = {}
+    for param in task._signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"task {task.name!r}: *args and **kwargs cannot be stored; name each parameter"
+            )
+        annotation = hints.get(param.name, Any)
+        if annotation is JobContext:
+            task._context_param = param.name
+            continue
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    return create_model(f"{task.name}:args", __config__=config, **fields)
+
+
+def _with_context_placeholder(task: Task[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    if task._context_param is None or task._context_param in kwargs:
+        return kwargs
+    return kwargs | {task._context_param: None}
+
+
+def _checked_json(task: str, value: dict[str, Any]) -> dict[str, Any]:
+    for text in _strings(value):
+        if "\x00" in text:
+            raise InvalidArgumentsError(
+                f"task {task!r}: arguments contain a NUL character (\\x00), which PostgreSQL "
+                f"cannot store in jsonb: {text[:40]!r}"
+            )
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentsError(f"task {task!r}: arguments are not JSON: {exc}") from None
+    return value
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _is_json_object(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
+def to_json_result(value: Any) -> Any:
+    """A handler's return value as JSON-ready data; raises ValueError if it cannot be stored."""
+    if value is None or isinstance(value, (bool, int, float)):
+        data = value
+    else:
+        data = to_jsonable_python(value)
+        if any("\x00" in text for text in _strings(data)):
+            raise ValueError("the result contains a NUL character (\\x00), which jsonb rejects")
+    json.dumps(data, allow_nan=False)
+    return data
+
