@@ -35,6 +35,7 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self.written = 0
+        self.retried = 0
         self.discarded = 0
 
     def add(self, outcome: Outcome) -> None:
@@ -79,10 +80,12 @@ class Completer:
         finished, retried, _archived = await self.link.run(write)
         moved = finished + retried
         self.written += moved
+        self.retried += retried
         if moved < len(batch):
             self.discarded += len(batch) - moved
             log.warning(
                 "%d of %d outcomes were not written: those jobs were moved by another actor "
                 "(put back, rescued or finished elsewhere)",
-                len(batch) - moved, len(batch),
+                len(batch) - moved,
+                len(batch),
             )

@@ -36,8 +36,11 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         apply(conn, schema)
-        conn.execute(sql.SQL("CREATE TABLE {}.orders (id bigserial PRIMARY KEY, "
-                             "item text NOT NULL)").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL("CREATE TABLE {}.orders (id bigserial PRIMARY KEY, item text NOT NULL)").format(
+                sql.Identifier(schema)
+            )
+        )
     version = _server_version(dsn)
     console.print(f"[bold]pgqueue demo[/] on {version}, schema [cyan]{schema}[/]")
 
@@ -113,8 +116,12 @@ async def _work(worker: Worker, tick: Any) -> None:
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console, transient=not sys.stdout.isatty(),
+        TextColumn("{task.description:>10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not sys.stdout.isatty(),
     )
 
 

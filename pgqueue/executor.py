@@ -92,12 +92,18 @@ class Executor:
             outcome.error = _error_record(job, exc, kind="result")
             log.warning(
                 "job %s %s attempt %s succeeded but its result is not JSON and was not stored: %s",
-                job.id, job.task, job.attempt, outcome.error["error"],
+                job.id,
+                job.task,
+                job.attempt,
+                outcome.error["error"],
             )
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "job %s %s attempt %s succeeded in %.1f ms",
-                job.id, job.task, job.attempt, duration * 1000,
+                job.id,
+                job.task,
+                job.attempt,
+                duration * 1000,
             )
         return outcome
 
@@ -116,13 +122,23 @@ class Executor:
             retry_in = retry.delay(job.attempt).total_seconds()
             log.warning(
                 "job %s %s attempt %s/%s failed in %.1f ms, retrying in %.1f s: %s",
-                job.id, job.task, job.attempt, job.max_attempts, duration * 1000, retry_in,
+                job.id,
+                job.task,
+                job.attempt,
+                job.max_attempts,
+                duration * 1000,
+                retry_in,
                 error["error"],
             )
             return Outcome(job, "retry", duration, error=error, retry_in=retry_in)
         log.error(
             "job %s %s attempt %s/%s failed in %.1f ms, giving up: %s",
-            job.id, job.task, job.attempt, job.max_attempts, duration * 1000, error["error"],
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            duration * 1000,
+            error["error"],
         )
         return Outcome(job, "failed", duration, error=error)
 

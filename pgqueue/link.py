@@ -22,11 +22,19 @@ T = TypeVar("T")
 _BACKOFF_MAX = 5.0
 
 
-async def connect(dsn: str, *, prepare: bool = True) -> psycopg.AsyncConnection[Any]:
-    """Open an autocommit connection; a bad DSN or unreachable server is a DatabaseError."""
+async def connect(
+    dsn: str, *, prepare: bool = True, name: str = "pgqueue"
+) -> psycopg.AsyncConnection[Any]:
+    """Open an autocommit connection; a bad DSN or unreachable server is a DatabaseError.
+
+    `name` becomes application_name, so operators can tell pgqueue's sessions apart.
+    """
     try:
         return await psycopg.AsyncConnection.connect(
-            dsn, autocommit=True, prepare_threshold=5 if prepare else None
+            dsn,
+            autocommit=True,
+            prepare_threshold=5 if prepare else None,
+            application_name=name,
         )
     except psycopg.Error as exc:
         raise DatabaseError(f"cannot connect to the database ({_redact(dsn)}): {exc}") from exc
@@ -42,8 +50,12 @@ class Link:
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self._outage = False
 
+    @property
+    def app_name(self) -> str:
+        return f"pgqueue:{self.name}"
+
     async def open(self) -> None:
-        self.conn = await connect(self.dsn, prepare=self.prepare)
+        self.conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
 
     async def run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Run op until it succeeds, reconnecting between tries. Errors from SQL itself
@@ -52,11 +64,13 @@ class Link:
         while True:
             try:
                 if self.conn is None or self.conn.closed:
-                    self.conn = await connect(self.dsn, prepare=self.prepare)
+                    self.conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
                 result = await op(self.conn)
             except (psycopg.OperationalError, DatabaseError) as exc:
-                if self.conn is not None and not self.conn.closed and not _is_connection_fault(
-                    self.conn
+                if (
+                    self.conn is not None
+                    and not self.conn.closed
+                    and not _is_connection_fault(self.conn)
                 ):
                     raise
                 self._enter_outage(exc)

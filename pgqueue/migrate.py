@@ -65,4 +65,3 @@ def render(schema: str, selected: list[Migration] | None = None) -> str:
 
 def is_migrated(conn: psycopg.Connection[Any], schema: str) -> bool:
     return not pending(conn, schema)
-

@@ -80,8 +80,7 @@ class _Base(abc.ABC):
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)
-        options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts,
-                             delay=delay)
+        options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, delay=delay)
 
         def register(func: Callable[..., R]) -> Task[R]:
             task = Task(
@@ -108,9 +107,12 @@ class _Base(abc.ABC):
 
     def _new_job(self, job: JobRef, args: dict[str, Any] | None, options: dict[str, Any]) -> NewJob:
         if isinstance(job, NewJob):
-            if args is not None or options:
-                raise ConfigurationError("pass args and options to task.job(), not with a job")
-            return job
+            if args is not None:
+                raise ConfigurationError("pass args to task.job(...), not beside the job")
+            if not options:
+                return job
+            merged = job.options.model_dump(exclude_none=True) | options
+            return NewJob(job.task, job.args, JobOptions(**merged))
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))
@@ -125,8 +127,21 @@ class _Base(abc.ABC):
 
 
 _JOB_FIELDS = (
-    "id", "queue", "task", "args", "status", "priority", "attempt", "max_attempts", "run_at",
-    "created_at", "started_at", "finished_at", "worker_id", "errors", "result",
+    "id",
+    "queue",
+    "task",
+    "args",
+    "status",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "worker_id",
+    "errors",
+    "result",
 )
 
 

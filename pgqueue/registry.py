@@ -270,4 +270,3 @@ def to_json_result(value: Any) -> Any:
             raise ValueError("the result contains a NUL character (\\x00), which jsonb rejects")
     json.dumps(data, allow_nan=False)
     return data
-

@@ -86,6 +86,7 @@ class Worker:
         self._maybe_more = True
         self._next_promote = 0.0
         self._next_due: float | None = None
+        self._retried_seen = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
@@ -144,7 +145,10 @@ class Worker:
             helpers.append(asyncio.create_task(notifier.run(), name="pgqueue-listen"))
         log.info(
             "worker %s started: queues=%s concurrency=%s schema=%s%s",
-            self.id, ",".join(s.queues), s.concurrency, self.schema,
+            self.id,
+            ",".join(s.queues),
+            s.concurrency,
+            self.schema,
             " (poll only)" if s.poll_only else "",
         )
         try:
@@ -165,7 +169,9 @@ class Worker:
             threads.shutdown(wait=False, cancel_futures=True)
             log.info(
                 "worker %s stopped: %s jobs claimed, %s put back",
-                self.id, self.stats.claimed, len(self._unfinished),
+                self.id,
+                self.stats.claimed,
+                len(self._unfinished),
             )
 
     async def _check_schema(self) -> None:
@@ -228,12 +234,12 @@ class Worker:
                 await self._promote()
             full = False
             if free > 0 and self._maybe_more:
-                claimed, full = await self._claim_round(free)
+                _, full = await self._claim_round(free)
                 self._maybe_more = full
                 next_poll = time.monotonic() + poll
-                if s.burst and claimed == 0 and await self._burst_done():
-                    break
-            if full and len(self._running) < s.concurrency:
+            if s.burst and not full and not self._running and await self._burst_done():
+                break
+            if self._maybe_more and len(self._running) < s.concurrency:
                 continue
             await self._sleep(min(next_poll, self._next_wake()) - time.monotonic())
 
@@ -335,9 +341,13 @@ class Worker:
         if self._running:
             return False
         await self.completer.flushed()
-        before = self.stats.promoted
+        retried_before, self._retried_seen = self._retried_seen, self.completer.retried
+        promoted_before = self.stats.promoted
         await self._promote()
-        return self.stats.promoted == before
+        if self._retried_seen != retried_before or self.stats.promoted != promoted_before:
+            self._maybe_more = True  # retried or promoted jobs may be claimable now
+            return False
+        return True
 
     # -- running ----------------------------------------------------------------------------
 
@@ -376,8 +386,10 @@ class Worker:
     def _on_signal(self, sig: signal.Signals) -> None:
         force = self._stopping
         log.warning(
-            "received %s: %s", sig.name,
-            "stopping now, putting running jobs back" if force
+            "received %s: %s",
+            sig.name,
+            "stopping now, putting running jobs back"
+            if force
             else f"stopping, giving running jobs {self.settings.shutdown_grace} to finish "
             "(signal again to stop now)",
         )
@@ -403,7 +415,8 @@ class Worker:
                 if remaining <= 0:
                     break
                 await asyncio.wait(
-                    [*self._running, forced], timeout=remaining,
+                    [*self._running, forced],
+                    timeout=remaining,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
             forced.cancel()

@@ -39,3 +39,11 @@ SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, c
        started_at, finished_at, worker_id, errors, result
 FROM {schema}.job_history WHERE id = %(id)s
 LIMIT 1;
+
+-- name: job_list_live
+-- Jobs still in the hot table (queued, scheduled, running), oldest first; for tests.
+SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
+       started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result
+FROM {schema}.jobs
+WHERE %(task)s::text IS NULL OR task = %(task)s
+ORDER BY id;

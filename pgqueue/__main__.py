@@ -1,0 +1,7 @@
+"""`python -m pgqueue` is the `pgqueue` command."""
+
+import sys
+
+from pgqueue.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""Tasks for tests that run workers as real processes (`python -m pgqueue worker tests.apps:queue`).
+
+Each handler records its run by appending a line to a file in $PGQUEUE_TEST_RUNS, one file
+per process, so a test can count exactly how many times each job ran without extra queries.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from pgqueue import JobContext, Queue
+
+queue = Queue()
+
+
+def _record(line: str) -> None:
+    folder = os.environ.get("PGQUEUE_TEST_RUNS")
+    if folder:
+        with open(Path(folder) / f"runs-{os.getpid()}.txt", "a") as out:
+            out.write(line + "\n")
+
+
+@queue.task(name="record")
+def record(i: int, ctx: JobContext) -> None:
+    _record(f"{ctx.job_id} {i}")
+
+
+@queue.task(name="arecord")
+async def arecord(i: int, ctx: JobContext) -> None:
+    _record(f"{ctx.job_id} {i}")
+
+
+@queue.task(name="sleepy")
+def sleepy(seconds: float, ctx: JobContext) -> None:
+    _record(f"{ctx.job_id} start")
+    time.sleep(seconds)
+    _record(f"{ctx.job_id} done")
+
+
+def read_runs(folder: Path) -> list[tuple[int, str]]:
+    """(job id, rest of line) for every recorded run, across all processes."""
+    runs = []
+    for path in sorted(folder.glob("runs-*.txt")):
+        for line in path.read_text().splitlines():
+            job_id, _, rest = line.partition(" ")
+            runs.append((int(job_id), rest))
+    return runs
+
+
+@queue.task(name="asleepy")
+async def asleepy(seconds: float, ctx: JobContext) -> None:
+    import asyncio
+
+    _record(f"{ctx.job_id} start")
+    await asyncio.sleep(seconds)
+    _record(f"{ctx.job_id} done")

@@ -1,0 +1,128 @@
+"""Fixtures: one real PostgreSQL per session, a fresh schema per test.
+
+PGQUEUE_TEST_DSN selects a server; without it the embedded PostgreSQL starts in a temporary
+directory. Nothing here mocks the database.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import Queue
+from pgqueue.migrate import apply
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    given = os.environ.get("PGQUEUE_TEST_DSN")
+    if given:
+        yield given
+        return
+    from pgqueue import embedded
+
+    server = embedded.start(tmp_path_factory.mktemp("pg") / "data")
+    yield server.dsn
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def server_version(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return conn.info.server_version
+
+
+def new_schema(dsn: str) -> str:
+    name = f"pgq_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply(conn, name)
+    return name
+
+
+def drop_schema(dsn: str, name: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def schema(dsn: str) -> Iterator[str]:
+    name = new_schema(dsn)
+    yield name
+    drop_schema(dsn, name)
+
+
+@pytest.fixture
+def queue(dsn: str, schema: str) -> Iterator[Queue]:
+    q = Queue(dsn, schema=schema)
+    yield q
+    q.close()
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(dsn) as c:
+        yield c
+
+
+def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "true") -> int:
+    """Rows in schema.table matching a literal condition written by the test itself."""
+    query = sql.SQL("SELECT count(*) FROM {}.{} WHERE " + where).format(
+        sql.Identifier(schema), sql.Identifier(table)
+    )
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def wait_until(predicate: Any, timeout: float = 60.0, what: str = "condition") -> None:
+    """Wait for a state the test can observe (a row count, a file), up to `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def worker_process(
+    dsn: str, schema: str, *args: str, log: Path, env: dict[str, str] | None = None
+) -> Any:
+    """`python -m pgqueue worker tests.apps:queue` as a real process, its output in `log`.
+
+    Output goes to a file, not a pipe: a pipe nobody reads fills up and blocks the worker.
+    """
+    import subprocess
+    import sys
+
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    full_env.update(env or {})
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pgqueue",
+                "worker",
+                "tests.apps:queue",
+                "--dsn",
+                dsn,
+                "--schema",
+                schema,
+                *args,
+            ],
+            cwd=ROOT,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )

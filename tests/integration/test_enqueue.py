@@ -1,0 +1,193 @@
+"""Enqueue on the caller's connection: visibility follows the caller's transaction."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import AsyncQueue, InvalidArgumentsError, Queue, UnknownTaskError
+from pgqueue.queries import query
+from pgqueue.testing import drain, enqueued_jobs
+from tests.conftest import count
+
+
+def _claim_one(dsn: str, schema: str) -> list[Any]:
+    """Claim from a second connection, as a worker would."""
+    with psycopg.connect(dsn, autocommit=True) as other:
+        params = {
+            "queue": "default",
+            "after_priority": -32768,
+            "after_id": 0,
+            "limit": 10,
+            "worker_id": 999,
+            "now": None,
+        }
+        return other.execute(query("job_claim", schema), params).fetchall()
+
+
+def test_enqueue_rolled_back_job_never_runs(queue: Queue, dsn: str, schema: str) -> None:
+    ran: list[int] = []
+
+    @queue.task(name="t")
+    def t(i: int) -> None:
+        ran.append(i)
+
+    with psycopg.connect(dsn) as conn:
+        queue.enqueue(t.job(1), conn=conn)
+        conn.rollback()
+        queue.enqueue(t.job(2), conn=conn)
+        conn.commit()
+    drain(queue, concurrency=4)
+    assert ran == [2]
+    with psycopg.connect(dsn) as conn:
+        assert count(conn, schema, "jobs") == 0
+        assert count(conn, schema, "job_history") == 1
+
+
+def test_enqueue_in_open_transaction_is_invisible_until_commit(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    t = queue.task(name="t")(lambda: None)
+    with psycopg.connect(dsn) as conn:
+        job_id = queue.enqueue(t.job(), conn=conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert _claim_one(dsn, schema) == []
+        conn.commit()
+    claimed = _claim_one(dsn, schema)
+    assert [row[0] for row in claimed] == [job_id]
+
+
+def test_enqueue_leaves_the_callers_transaction_open_and_uncommitted(
+    queue: Queue, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    t = queue.task(name="t")(lambda x: None)
+    conn.execute("CREATE TEMP TABLE mine (x int)")
+    conn.execute("INSERT INTO mine VALUES (1)")
+    queue.enqueue(t.job(1), conn=conn)
+    queue.enqueue_many([t.job(2), t.job(3)], conn=conn)
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    assert len(enqueued_jobs(conn, queue)) == 3
+    conn.rollback()
+    assert enqueued_jobs(conn, queue) == []
+
+
+def test_enqueue_without_connection_commits_on_its_own(queue: Queue, dsn: str) -> None:
+    @queue.task(name="t")
+    def t(x: int) -> None: ...
+
+    job_id = t.enqueue(5)
+    with psycopg.connect(dsn) as other:
+        (job,) = enqueued_jobs(other, queue)
+    assert job.id == job_id and job.args == {"x": 5} and job.status == "queued"
+
+
+def test_enqueue_many_returns_ids_in_order_in_one_statement(
+    queue: Queue, conn: psycopg.Connection[Any]
+) -> None:
+    t = queue.task(name="t")(lambda i: None)
+    executed: list[str] = []
+
+    class Counting(psycopg.Cursor[Any]):
+        def execute(self, *args: Any, **kwargs: Any) -> Any:
+            executed.append("x")
+            return super().execute(*args, **kwargs)
+
+    conn.cursor_factory = Counting
+    ids = queue.enqueue_many([t.job(i) for i in range(500)], conn=conn)
+    conn.commit()
+    assert len(executed) == 1
+    assert ids == sorted(ids) and len(set(ids)) == 500
+    jobs = enqueued_jobs(conn, queue)
+    assert [j.args["i"] for j in jobs] == list(range(500))
+
+
+def test_enqueue_sends_one_notification_per_transaction_per_queue(queue: Queue, dsn: str) -> None:
+    t = queue.task(name="t")(lambda i: None)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        with psycopg.connect(dsn) as conn:
+            for i in range(20):
+                queue.enqueue(t.job(i), conn=conn)
+                queue.enqueue(t.job(i), conn=conn, queue="other")
+            queue.enqueue_many([t.job(i) for i in range(50)], conn=conn)
+            conn.commit()
+        notes = list(listener.notifies(timeout=0.5))
+    assert sorted(n.payload for n in notes) == ["default", "other"]
+
+
+def test_enqueue_options_are_stored(queue: Queue, conn: psycopg.Connection[Any]) -> None:
+    @queue.task(name="t", queue="mail", priority=5, max_attempts=3)
+    def t(x: int) -> None: ...
+
+    queue.enqueue(t.job(1), conn=conn)
+    queue.enqueue(t.job(2), conn=conn, priority=-3, max_attempts=7, queue="urgent")
+    queue.enqueue(t.job(3), conn=conn, delay=3600)
+    first, second, third = enqueued_jobs(conn, queue)
+    assert (first.queue, first.priority, first.max_attempts) == ("mail", 5, 3)
+    assert (second.queue, second.priority, second.max_attempts) == ("urgent", -3, 7)
+    assert third.status == "scheduled" and first.status == "queued"
+
+
+def test_enqueue_unregistered_task_name_raises_and_stores_nothing(
+    queue: Queue, conn: psycopg.Connection[Any]
+) -> None:
+    with pytest.raises(UnknownTaskError, match="no_such_task"):
+        queue.enqueue("no_such_task", {"x": 1}, conn=conn)
+    assert enqueued_jobs(conn, queue) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"x": "not a number"}, "invalid arguments"),
+        ({"y": 1}, "missing a required argument|unexpected keyword"),
+        ({"x": 1, "note": "nul \x00 inside"}, "NUL character"),
+        ({"x": 1, "note": object()}, "not JSON"),
+    ],
+)
+def test_enqueue_bad_arguments_raise_clear_error_and_store_nothing(
+    queue: Queue, conn: psycopg.Connection[Any], args: dict[str, Any], message: str
+) -> None:
+    @queue.task(name="t")
+    def t(x: int, note: Any = None) -> None: ...
+
+    with pytest.raises(InvalidArgumentsError, match=message):
+        queue.enqueue("t", args, conn=conn)
+    with pytest.raises(InvalidArgumentsError):
+        queue.enqueue_many([t.job(1), t.job(**args)], conn=conn)
+    assert enqueued_jobs(conn, queue) == []
+
+
+def test_task_called_directly_runs_now_as_a_plain_function(queue: Queue) -> None:
+    @queue.task
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    assert add(2, 3) == 5
+    assert add.name.endswith("add")
+
+
+def test_async_queue_enqueues_on_the_callers_async_connection(dsn: str, schema: str) -> None:
+    aqueue = AsyncQueue(dsn, schema=schema)
+
+    @aqueue.task(name="t")
+    async def t(x: int) -> int:
+        return x
+
+    async def scenario() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            kept = await aqueue.enqueue(t.job(1), conn=aconn)
+            await aconn.commit()
+            await aqueue.enqueue(t.job(2), conn=aconn)
+            await aconn.rollback()
+        pooled = await t.enqueue(3)
+        await aqueue.close()
+        return kept, pooled
+
+    kept, pooled = asyncio.run(scenario())
+    with psycopg.connect(dsn) as conn:
+        assert [j.id for j in enqueued_jobs(conn, aqueue)] == [kept, pooled]

@@ -1,0 +1,37 @@
+"""The public API is what __init__ exports; changing it is a decision, so it is pinned."""
+
+import pgqueue
+
+EXPECTED = [
+    "AsyncQueue",
+    "ConfigurationError",
+    "DatabaseError",
+    "EmbeddedServerError",
+    "InvalidArgumentsError",
+    "Job",
+    "JobContext",
+    "JobOptions",
+    "JobStatus",
+    "MigrationError",
+    "NewJob",
+    "PgQueueError",
+    "Queue",
+    "RetryPolicy",
+    "Task",
+    "TaskError",
+    "UnknownTaskError",
+    "Worker",
+    "WorkerSettings",
+]
+
+
+def test_all_is_sorted_and_pinned() -> None:
+    assert pgqueue.__all__ == sorted(pgqueue.__all__)
+    assert pgqueue.__all__ == EXPECTED
+    for name in pgqueue.__all__:
+        assert getattr(pgqueue, name) is not None
+
+
+def test_every_error_derives_from_pgqueue_error() -> None:
+    errors = [getattr(pgqueue, n) for n in pgqueue.__all__ if n.endswith("Error")]
+    assert all(issubclass(e, pgqueue.PgQueueError) for e in errors)

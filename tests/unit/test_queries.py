@@ -1,0 +1,31 @@
+"""Every statement lives in sql/, is named, documented and renders for any valid schema."""
+
+from __future__ import annotations
+
+import re
+
+from pgqueue.queries import _raw_queries, migrations, query, sql_root
+
+
+def test_every_query_has_a_snake_case_entity_verb_name_and_a_description() -> None:
+    for path in (sql_root() / "queries").glob("*.sql"):
+        text = path.read_text()
+        for match in re.finditer(r"^-- name: (\S+)\n(-- .+)?", text, re.MULTILINE):
+            assert re.fullmatch(r"[a-z]+_[a-z_]+", match[1]), match[1]
+            assert match[2], f"query {match[1]} in {path.name} has no description line"
+
+
+def test_queries_render_schema_as_a_quoted_identifier() -> None:
+    rendered = query("job_claim", "Odd_Schema").as_string(None)
+    assert '"Odd_Schema".jobs' in rendered
+    assert "{schema}" not in rendered
+
+
+def test_comments_never_reach_the_server_as_placeholders() -> None:
+    for name, body in _raw_queries().items():
+        assert not any(line.lstrip().startswith("--") for line in body.splitlines()), name
+
+
+def test_migrations_are_numbered_without_gaps() -> None:
+    versions = [m.version for m in migrations()]
+    assert versions == list(range(1, len(versions) + 1))

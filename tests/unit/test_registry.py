@@ -1,0 +1,96 @@
+"""Task registration and argument validation, without a database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pgqueue import (
+    ConfigurationError,
+    InvalidArgumentsError,
+    JobContext,
+    Queue,
+    UnknownTaskError,
+)
+
+
+def test_task_with_star_args_is_refused_at_registration() -> None:
+    queue = Queue()
+    with pytest.raises(ConfigurationError, match=r"\*args and \*\*kwargs"):
+        queue.task(name="t")(lambda *xs: None)
+
+
+def test_two_tasks_under_one_name_are_refused() -> None:
+    queue = Queue()
+    queue.task(name="same")(lambda: None)
+    with pytest.raises(ConfigurationError, match="registered twice"):
+        queue.task(name="same")(lambda: None)
+
+
+def test_unknown_task_name_lists_the_registered_ones() -> None:
+    queue = Queue()
+    queue.task(name="known")(lambda: None)
+    with pytest.raises(UnknownTaskError, match=r"'missing'.*known"):
+        queue.enqueue("missing", {})
+
+
+def test_job_context_is_injected_not_stored() -> None:
+    queue = Queue()
+
+    @queue.task(name="t")
+    def t(x: int, ctx: JobContext) -> None: ...
+
+    assert t.job(3).args == {"x": 3}
+
+
+def test_defaults_are_not_stored_so_code_can_change_them() -> None:
+    queue = Queue()
+
+    @queue.task(name="t")
+    def t(x: int, limit: int = 10) -> None: ...
+
+    assert t.job(1).args == {"x": 1}
+    assert t.job(1, limit=2).args == {"x": 1, "limit": 2}
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((), {}, "missing a required argument"),
+        ((1, 2), {}, "too many positional"),
+        (("x",), {}, "invalid arguments"),
+        ((1,), {"nope": 1}, "unexpected keyword"),
+        ((float("nan"),), {}, "invalid arguments|not JSON"),
+    ],
+)
+def test_bad_call_arguments_raise_invalid_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any], message: str
+) -> None:
+    queue = Queue()
+
+    @queue.task(name="t")
+    def t(x: int) -> None: ...
+
+    with pytest.raises(InvalidArgumentsError, match=message):
+        t.job(*args, **kwargs)
+
+
+def test_declared_remote_task_takes_json_keywords_only() -> None:
+    queue = Queue()
+    remote = queue.declare("billing.charge", queue="billing")
+    job = remote.job(customer=7, amount="12.50")
+    assert job.args == {"customer": 7, "amount": "12.50"} and job.options.queue == "billing"
+    with pytest.raises(InvalidArgumentsError):
+        remote.job(1)
+    with pytest.raises(InvalidArgumentsError, match="NUL"):
+        remote.job(note="a\x00b")
+    with pytest.raises(UnknownTaskError):
+        remote()
+
+
+def test_pooled_enqueue_without_dsn_says_what_to_do() -> None:
+    queue = Queue()
+    t = queue.task(name="t")(lambda: None)
+    with pytest.raises(ConfigurationError, match="no dsn"):
+        t.enqueue()
