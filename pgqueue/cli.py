@@ -47,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PgQueueError as exc:
         print(f"pgqueue: error: {exc}", file=sys.stderr)
         return 1
+    except psycopg.Error as exc:
+        print(f"pgqueue: database error: {type(exc).__name__}: {exc}".strip(), file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -18,13 +18,14 @@ from psycopg import sql
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pgqueue.errors import ConfigurationError as UsageError
 from pgqueue.migrate import apply
 from pgqueue.queue import Queue
 from pgqueue.worker import Worker
 
 
 def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
-    console = Console(stderr=False)
+    console = Console(soft_wrap=True)
     queue = Queue(dsn, schema=schema)
     ran: list[int] = []
 
@@ -34,6 +35,7 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
         return order_id
 
     with psycopg.connect(dsn, autocommit=True) as conn:
+        _refuse_foreign_schema(conn, schema)
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         apply(conn, schema)
         conn.execute(
@@ -77,6 +79,21 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     console.print("[green]OK[/]" if ok else "[red]FAILED[/]")
     queue.close()
     return 0 if ok else 1
+
+
+def _refuse_foreign_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """The demo recreates its schema; never drop one that is not a demo's own."""
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE true), count(*) FILTER (WHERE table_name = 'orders') "
+        "FROM information_schema.tables WHERE table_schema = %s",
+        [schema],
+    ).fetchone()
+    tables, orders = row if row else (0, 0)
+    if tables and not orders:
+        raise UsageError(
+            f"schema {schema!r} exists and is not a pgqueue demo schema (it has no orders "
+            "table); the demo drops and recreates its schema, so pick another --schema"
+        )
 
 
 def _enqueue(

@@ -37,7 +37,7 @@ async def connect(
             application_name=name,
         )
     except psycopg.Error as exc:
-        raise DatabaseError(f"cannot connect to the database ({_redact(dsn)}): {exc}") from exc
+        raise DatabaseError(f"cannot connect to the database ({redact(dsn)}): {exc}") from exc
 
 
 class Link:
@@ -102,7 +102,8 @@ def _is_connection_fault(conn: psycopg.AsyncConnection[Any]) -> bool:
     return conn.broken or conn.closed
 
 
-def _redact(dsn: str) -> str:
+def redact(dsn: str) -> str:
+    """The DSN with any password masked, for error messages."""
     try:
         info = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:

@@ -24,13 +24,18 @@ PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_LIMIT = 1000
 
 
+_NAME_RULES = {
+    QUEUE_NAME.pattern: "1-128 letters, digits and _ . : -, starting with a letter or digit",
+    TASK_NAME.pattern: "1-255 letters, digits and _ . : -, starting with a letter or _",
+    SCHEMA_NAME.pattern: "1-63 letters, digits and _, starting with a letter or _",
+}
+
+
 def check_name(kind: str, value: str, pattern: re.Pattern[str]) -> str:
     """Return value if it matches pattern, else raise ConfigurationError naming the rule."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise ConfigurationError(
-            f"invalid {kind} name {value!r}: it must match {pattern.pattern} "
-            "(letters, digits and _ . : -, starting with a letter or digit)"
-        )
+        rule = _NAME_RULES.get(pattern.pattern, f"it must match {pattern.pattern}")
+        raise ConfigurationError(f"invalid {kind} name {value!r}: {rule}")
     return value
 
 

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import migrate
 from pgqueue.errors import ConfigurationError, DatabaseError
+from pgqueue.link import redact
 from pgqueue.models import Job, JobOptions, QueueSettings, RetryPolicy
 from pgqueue.queries import channel, query
 from pgqueue.registry import NewJob, Registry, Task, derived_name
@@ -232,7 +233,7 @@ class Queue(_Base):
                 self._pool.open(wait=True, timeout=10)
             except Exception as exc:
                 self._pool = None
-                raise DatabaseError(f"cannot connect to {self.dsn!r}: {exc}") from exc
+                raise DatabaseError(f"cannot connect to {redact(self.dsn)}: {exc}") from exc
         return self._pool
 
     def close(self) -> None:
@@ -302,7 +303,7 @@ class AsyncQueue(_Base):
             try:
                 await pool.open(wait=True, timeout=10)
             except Exception as exc:
-                raise DatabaseError(f"cannot connect to {self.dsn!r}: {exc}") from exc
+                raise DatabaseError(f"cannot connect to {redact(self.dsn)}: {exc}") from exc
             self._pool = pool
         return self._pool
 

@@ -1,0 +1,215 @@
+"""The `pgqueue` command as a user meets it: a real process, a real PostgreSQL.
+
+A wrong command line or configuration exits 2 with one line on stderr that names the problem;
+an unreachable database exits 1 without a traceback; `worker --burst` and `demo` do their work
+and exit 0.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import Queue
+from tests import apps
+from tests.conftest import ROOT, count, drop_schema
+
+UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/x"
+
+
+def run_pgqueue(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m pgqueue ARGS` from the checkout, with no DSN inherited from the environment."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "pgqueue", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit 2, nothing on stdout, and a stderr that names the problem without a traceback."""
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+@pytest.fixture
+def fresh_schema_name(dsn: str) -> Iterator[str]:
+    """A schema name nobody has created yet; dropped after the test whatever created it."""
+    name = f"pgq_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    drop_schema(dsn, name)
+
+
+# -- the DSN -----------------------------------------------------------------------------------
+
+
+def test_migrate_rejects_malformed_dsn_with_exit_2() -> None:
+    result = run_pgqueue("migrate", "--dsn", "not a dsn==")
+    assert_usage_error(result, "pgqueue: error: invalid DSN")
+
+
+def test_migrate_on_unreachable_server_exits_1_saying_cannot_connect_without_traceback() -> None:
+    result = run_pgqueue("migrate", "--dsn", UNREACHABLE_DSN)
+    assert result.returncode == 1, result.stderr
+    assert "cannot connect" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+# -- the MODULE:ATTR argument of `worker` ---------------------------------------------------
+
+
+def test_worker_rejects_app_whose_module_does_not_import_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "no_such_module:queue", "--dsn", dsn)
+    assert_usage_error(result, "cannot import 'no_such_module'", "ModuleNotFoundError")
+
+
+def test_worker_rejects_app_without_colon_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps", "--dsn", dsn)
+    assert_usage_error(result, "'tests.apps' is not MODULE:ATTR")
+
+
+def test_worker_rejects_app_with_missing_attribute_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps:nope", "--dsn", dsn)
+    assert_usage_error(result, "module 'tests.apps' has no attribute 'nope'")
+
+
+def test_worker_rejects_app_that_is_a_task_not_a_queue_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps:record", "--dsn", dsn)
+    assert_usage_error(result, "tests.apps:record is a Task, not a pgqueue Queue")
+
+
+# -- option values, checked by argparse before anything connects ------------------------------
+
+
+def test_worker_rejects_concurrency_zero_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps:queue", "--concurrency", "0", "--dsn", dsn)
+    assert_usage_error(result, "usage:", "argument --concurrency", "0 is not 1 or more")
+
+
+def test_worker_rejects_concurrency_that_is_not_a_number_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps:queue", "--concurrency", "abc", "--dsn", dsn)
+    assert_usage_error(result, "usage:", "argument --concurrency", "'abc' is not a whole number")
+
+
+def test_worker_rejects_negative_poll_interval_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps:queue", "--poll-interval", "-1", "--dsn", dsn)
+    assert_usage_error(result, "usage:", "argument --poll-interval", "-1")
+
+
+def test_worker_rejects_queue_name_with_space_and_bang_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue("worker", "tests.apps:queue", "--queues", "bad name!", "--dsn", dsn)
+    assert_usage_error(result, "usage:", "argument --queues", "invalid queue name 'bad name!'")
+
+
+def test_migrate_rejects_schema_name_with_sql_in_it_and_creates_nothing(dsn: str) -> None:
+    bad = "x; drop table y"
+    result = run_pgqueue("migrate", "--schema", bad, "--dsn", dsn)
+    assert_usage_error(result, "usage:", "argument --schema", f"invalid schema name {bad!r}")
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname IN (%s, 'x')", [bad]
+        ).fetchone()
+    assert found == (0,)
+
+
+# -- commands that do their work ---------------------------------------------------------------
+
+
+def test_worker_burst_runs_every_queued_job_once_then_exits_0(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    try:
+        ids = queue.enqueue_many([apps.record.job(i) for i in range(20)])
+    finally:
+        queue.close()
+
+    result = run_pgqueue(
+        "worker",
+        "tests.apps:queue",
+        "--burst",
+        "--schema",
+        schema,
+        "--dsn",
+        dsn,
+        env={"PGQUEUE_TEST_RUNS": str(tmp_path)},
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and " ERROR " not in result.stderr, result.stderr
+    assert sorted(apps.read_runs(tmp_path)) == sorted(zip(ids, map(str, range(20)), strict=True))
+    with psycopg.connect(dsn) as conn:
+        assert count(conn, schema, "jobs") == 0
+        history = conn.execute(
+            sql.SQL("SELECT id, status FROM {}.job_history ORDER BY id").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    assert history == [(job_id, "succeeded") for job_id in sorted(ids)]
+
+
+def test_demo_runs_committed_jobs_only_and_reports_throughput(
+    dsn: str, fresh_schema_name: str
+) -> None:
+    result = run_pgqueue("demo", "--jobs", "50", "--dsn", dsn, "--schema", fresh_schema_name)
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("jobs that ran:") and "50 of 50" in line for line in lines)
+    must_be_zero = [line for line in lines if line.endswith("(must be 0)")]
+    assert len(must_be_zero) == 2, result.stdout
+    assert all(line.endswith(" 0 (must be 0)") for line in must_be_zero), result.stdout
+    assert any(line.startswith("throughput:") and "jobs/s" in line for line in lines)
+    assert "OK" in lines
+
+
+def test_schema_error_states_the_schema_rule() -> None:
+    result = run_pgqueue("migrate", "--schema", "has-dash", "--dsn", UNREACHABLE_DSN)
+    assert_usage_error(result, "letters, digits and _, starting with a letter or _")
+
+
+def test_demo_refuses_to_drop_a_schema_that_is_not_its_own(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    queue.enqueue(queue.declare("some.task").job(x=1))
+    queue.close()
+    result = run_pgqueue("demo", "--jobs", "5", "--dsn", dsn, "--schema", schema)
+    assert result.returncode == 2, result.stderr
+    assert "is not a pgqueue demo schema" in result.stderr
+    with psycopg.connect(dsn) as conn:
+        assert count(conn, schema, "jobs") == 1
+
+
+def test_database_errors_exit_1_with_a_message_not_a_traceback(
+    dsn: str, fresh_schema_name: str
+) -> None:
+    role = f"pgq_noperm_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # A plain login role has no CREATE on the database, so CREATE SCHEMA fails.
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        info["user"] = role
+        weak_dsn = psycopg.conninfo.make_conninfo("", **info)
+        result = run_pgqueue("migrate", "--dsn", weak_dsn, "--schema", fresh_schema_name)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "InsufficientPrivilege" in result.stderr or "permission denied" in result.stderr
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
