@@ -228,12 +228,9 @@ class Queue(_Base):
                     "this Queue has no dsn: pass conn= to use your connection, "
                     "or create it with Queue(dsn=...)"
                 )
+            _probe(self.dsn)
             self._pool = ConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
-            try:
-                self._pool.open(wait=True, timeout=10)
-            except Exception as exc:
-                self._pool = None
-                raise DatabaseError(f"cannot connect to {redact(self.dsn)}: {exc}") from exc
+            self._pool.open(wait=True, timeout=10)
         return self._pool
 
     def close(self) -> None:
@@ -299,11 +296,9 @@ class AsyncQueue(_Base):
                     "this AsyncQueue has no dsn: pass conn= to use your connection, "
                     "or create it with AsyncQueue(dsn=...)"
                 )
+            _probe(self.dsn)
             pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
-            try:
-                await pool.open(wait=True, timeout=10)
-            except Exception as exc:
-                raise DatabaseError(f"cannot connect to {redact(self.dsn)}: {exc}") from exc
+            await pool.open(wait=True, timeout=10)
             self._pool = pool
         return self._pool
 
@@ -311,6 +306,19 @@ class AsyncQueue(_Base):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+def _probe(dsn: str) -> None:
+    """Fail fast and clearly on a malformed DSN or an unreachable server, before a pool
+    would retry in the background until its timeout."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid DSN: {exc}") from None
+    try:
+        psycopg.connect(dsn, connect_timeout=10).close()
+    except psycopg.Error as exc:
+        raise DatabaseError(f"cannot connect to {redact(dsn)}: {exc}".strip()) from None
 
 
 class _Borrowed:

@@ -7,6 +7,7 @@ directory. Nothing here mocks the database.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,11 @@ from pgqueue.migrate import apply
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_report_header() -> str:
+    given = os.environ.get("PGQUEUE_TEST_DSN")
+    return f"database: {given}" if given else "database: embedded PostgreSQL (temporary)"
+
+
 @pytest.fixture(scope="session")
 def dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     given = os.environ.get("PGQUEUE_TEST_DSN")
@@ -31,6 +37,10 @@ def dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from pgqueue import embedded
 
     server = embedded.start(tmp_path_factory.mktemp("pg") / "data")
+    print(
+        f"\ntests: PGQUEUE_TEST_DSN not set; started the embedded PostgreSQL in {server.data_dir}",
+        file=sys.__stderr__,
+    )
     yield server.dsn
     server.stop()
 

@@ -9,7 +9,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import AsyncQueue, InvalidArgumentsError, Queue, UnknownTaskError
+from pgqueue import (
+    AsyncQueue,
+    ConfigurationError,
+    DatabaseError,
+    InvalidArgumentsError,
+    Queue,
+    UnknownTaskError,
+)
 from pgqueue.queries import query
 from pgqueue.testing import drain, enqueued_jobs
 from tests.conftest import count
@@ -191,3 +198,20 @@ def test_async_queue_enqueues_on_the_callers_async_connection(dsn: str, schema: 
     kept, pooled = asyncio.run(scenario())
     with psycopg.connect(dsn) as conn:
         assert [j.id for j in enqueued_jobs(conn, aqueue)] == [kept, pooled]
+
+
+@pytest.mark.parametrize(
+    ("bad_dsn", "error", "message"),
+    [
+        ("host=127.0.0.1 port=1 user=nobody password=s3cret", DatabaseError, "cannot connect"),
+        ("this is not = a dsn ==", ConfigurationError, "invalid DSN"),
+    ],
+)
+def test_pooled_enqueue_with_a_bad_dsn_raises_a_clear_error_at_once(
+    bad_dsn: str, error: type[Exception], message: str
+) -> None:
+    queue = Queue(bad_dsn)
+    t = queue.task(name="t")(lambda: None)
+    with pytest.raises(error, match=message) as caught:
+        t.enqueue()
+    assert "s3cret" not in str(caught.value)
