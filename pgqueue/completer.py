@@ -28,7 +28,6 @@ class Completer:
         self.schema = schema
         self.keep_history = keep_history
         self.max_batch = max_batch
-        self.worker_id = 0
         self._pending: list[Outcome] = []
         self._ready = asyncio.Event()
         self._closing = False
@@ -67,7 +66,6 @@ class Completer:
     async def _write(self, batch: list[Outcome]) -> None:
         params = {
             "outcomes": json.dumps([o.as_row() for o in batch]),
-            "worker_id": self.worker_id,
             "keep_history": self.keep_history,
             "now": None,
         }

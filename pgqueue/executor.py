@@ -17,7 +17,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
@@ -31,11 +31,14 @@ _DEFAULT_RETRY = RetryPolicy()
 
 @dataclass(slots=True)
 class Outcome:
-    """What happened to one attempt; `status` is succeeded, failed, retry or cancelled."""
+    """What happened to one attempt; `status` is succeeded, failed, retry or cancelled.
+
+    `duration` is None when nobody saw the attempt end (a rescued job): history then records
+    the rescue time as its finish."""
 
     job: ClaimedJob
     status: str
-    duration: float
+    duration: float | None
     error: dict[str, Any] | None = None
     result: Any = None
     retry_in: float = 0.0
@@ -44,6 +47,7 @@ class Outcome:
         return {
             "id": self.job.id,
             "attempt": self.job.attempt,
+            "worker_id": self.job.worker_id,
             "status": self.status,
             "error": self.error,
             "result": self.result,
@@ -64,16 +68,17 @@ class Executor:
         retry = _DEFAULT_RETRY
         try:
             task = self.registry.get(job.task)
-            retry = task.retry
+            retry = task.policy.retry
             if task.fn is None:
                 raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
             context = JobContext(job.id, job.task, job.queue, job.attempt, job.max_attempts)
             args, kwargs = task.load_args(job.args, context)
             if task.is_async:
-                value = await task.fn(*args, **kwargs)
+                running = task.fn(*args, **kwargs)
             else:
                 call = functools.partial(task.fn, *args, **kwargs)
-                value = await asyncio.get_running_loop().run_in_executor(self.threads, call)
+                running = asyncio.get_running_loop().run_in_executor(self.threads, call)
+            value = await _within(running, task.policy.timeout)
         except asyncio.CancelledError:
             raise
         except InvalidArgumentsError as exc:
@@ -141,6 +146,23 @@ class Executor:
             error["error"],
         )
         return Outcome(job, "failed", duration, error=error)
+
+
+class JobTimeoutError(Exception):
+    """The handler ran longer than its task's timeout."""
+
+
+async def _within(running: Any, timeout: timedelta | None) -> Any:
+    """Await a handler, stopping it at its timeout: an async handler is cancelled; a sync one
+    cannot be interrupted, so its thread runs on and its result is discarded."""
+    if timeout is None:
+        return await running
+    try:
+        return await asyncio.wait_for(running, timeout.total_seconds())
+    except asyncio.TimeoutError:
+        raise JobTimeoutError(
+            f"the job ran longer than its timeout of {timeout.total_seconds():g} s"
+        ) from None
 
 
 def _error_record(job: ClaimedJob, exc: BaseException, kind: str = "error") -> dict[str, Any]:

@@ -41,7 +41,13 @@ async def connect(
 
 
 class Link:
-    """Runs operations on a connection, reconnecting while the database is away."""
+    """Runs operations on a connection, reconnecting while the database is away.
+
+    Operations run one at a time, each to its end: an operation may open a transaction and
+    issue several statements without another coroutine's statement landing inside it
+    (tests/integration/test_rescue.py::test_a_slow_but_alive_worker_keeps_its_jobs_past_the_lease
+    caught a claim committed late inside the rescuer's transaction before this lock existed).
+    """
 
     def __init__(self, dsn: str, name: str, *, prepare: bool = True) -> None:
         self.dsn = dsn
@@ -49,6 +55,7 @@ class Link:
         self.prepare = prepare
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self._outage = False
+        self._lock = asyncio.Lock()
 
     @property
     def app_name(self) -> str:
@@ -58,8 +65,12 @@ class Link:
         self.conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
 
     async def run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        """Run op until it succeeds, reconnecting between tries. Errors from SQL itself
-        (not from the connection) are raised to the caller."""
+        """Run op alone on the connection until it succeeds, reconnecting between tries.
+        Errors from SQL itself (not from the connection) are raised to the caller."""
+        async with self._lock:
+            return await self._run(op)
+
+    async def _run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         delay = 0.05
         while True:
             try:

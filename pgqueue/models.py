@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pgqueue.errors import ConfigurationError
 
@@ -103,6 +110,41 @@ class RetryPolicy(Settings):
         return raw * spread
 
 
+LOST_POLICIES = ("retry", "fail", "abandon", "compensate")
+
+
+class TaskPolicy(Settings):
+    """What happens to a task's jobs when they fail, run too long, or lose their worker.
+
+    on_lost applies when the worker running a job stops heartbeating (crash, kill -9, lost
+    host): `retry` (counts the attempt, backoff as for failures), `fail`, `abandon` (fail and
+    notify the dead-job channel), or `compensate` (fail and enqueue `compensate_with`).
+    """
+
+    retry: RetryPolicy = RetryPolicy()
+    timeout: timedelta | None = None
+    on_lost: str = "retry"
+    compensate_with: str | None = None
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_positive(cls, value: timedelta | None) -> timedelta | None:
+        return None if value is None else _positive(value, "timeout")
+
+    @field_validator("on_lost")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in LOST_POLICIES:
+            raise ValueError(f"on_lost must be one of {', '.join(LOST_POLICIES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _compensation_named(self) -> TaskPolicy:
+        if (self.on_lost == "compensate") != (self.compensate_with is not None):
+            raise ValueError("compensate_with names the task to enqueue iff on_lost='compensate'")
+        return self
+
+
 class JobOptions(Settings):
     """Per-job options; a task's defaults, overridden per enqueue."""
 
@@ -162,6 +204,8 @@ class WorkerSettings(Settings):
     hint_reset_jitter: float = Field(default=0.5, ge=0.0, le=1.0)
     shutdown_grace: timedelta = timedelta(seconds=30)
     heartbeat_interval: timedelta = timedelta(seconds=5)
+    lease_timeout: timedelta = timedelta(seconds=30)
+    rescue_interval: timedelta = timedelta(seconds=10)
     promote_batch: int = Field(default=1000, ge=1, le=100_000)
     burst: bool = False
     name: str | None = None
@@ -178,7 +222,22 @@ class WorkerSettings(Settings):
             raise ValueError("queue names must be distinct")
         return value
 
-    @field_validator("poll_interval", "hint_reset_interval", "heartbeat_interval")
+    @model_validator(mode="after")
+    def _lease_outlasts_heartbeats(self) -> WorkerSettings:
+        if self.lease_timeout < 2 * self.heartbeat_interval:
+            raise ValueError(
+                "lease_timeout must be at least 2 x heartbeat_interval, or live workers "
+                "would lose their jobs between two heartbeats"
+            )
+        return self
+
+    @field_validator(
+        "poll_interval",
+        "hint_reset_interval",
+        "heartbeat_interval",
+        "lease_timeout",
+        "rescue_interval",
+    )
     @classmethod
     def _interval_positive(cls, value: timedelta) -> timedelta:
         return _positive(value, "interval")
@@ -202,6 +261,7 @@ class ClaimedJob:
     attempt: int
     max_attempts: int
     queue: str
+    worker_id: int
 
 
 class Job(BaseModel):

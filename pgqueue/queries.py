@@ -58,6 +58,11 @@ def channel(schema: str) -> str:
     return f"{schema}_jobs"
 
 
+def dead_channel(schema: str) -> str:
+    """The channel that hears about jobs the rescuer abandoned (payload: JSON id/task/queue)."""
+    return f"{schema}_dead"
+
+
 def _render(text: str, schema: str) -> sql.Composed:
     return sql.SQL(text).format(
         schema=sql.Identifier(schema), channel=sql.Identifier(channel(schema))

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pgqueue import migrate
 from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.link import redact
-from pgqueue.models import Job, JobOptions, QueueSettings, RetryPolicy
+from pgqueue.models import Job, JobOptions, QueueSettings, RetryPolicy, TaskPolicy
 from pgqueue.queries import channel, query
 from pgqueue.registry import NewJob, Registry, Task, derived_name
 
@@ -59,6 +59,9 @@ class _Base(abc.ABC):
         max_attempts: int = 25,
         delay: timedelta | float | None = None,
         retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        on_lost: str = "retry",
+        compensate_with: str | None = None,
     ) -> Callable[[Callable[..., R]], Task[R]]: ...
 
     def task(  # type: ignore[misc]  # R is bound by the decorated function
@@ -72,23 +75,35 @@ class _Base(abc.ABC):
         max_attempts: int = 25,
         delay: timedelta | float | None = None,
         retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        on_lost: str = "retry",
+        compensate_with: str | None = None,
     ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
         """Register a handler, `def` or `async def`, as a task.
 
         The options are the defaults of its jobs; each enqueue may override them. The name
         defaults to module.qualname: give one explicitly if the function may move, because
-        stored jobs refer to tasks by name.
+        stored jobs refer to tasks by name. `timeout` stops a job that runs longer (see
+        README, "Timeouts"); `on_lost` says what happens to a job whose worker died.
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)
         options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, delay=delay)
+        if isinstance(timeout, (int, float)):
+            timeout = timedelta(seconds=timeout)
+        policy = TaskPolicy(
+            retry=retry or RetryPolicy(),
+            timeout=timeout,
+            on_lost=on_lost,
+            compensate_with=compensate_with,
+        )
 
         def register(func: Callable[..., R]) -> Task[R]:
             task = Task(
                 func,
                 name=name or derived_name(func),
                 options=options,
-                retry=retry or RetryPolicy(),
+                policy=policy,
             )
             task.enqueuer = self._enqueue_task(task)
             self.registry.add(task)
@@ -98,7 +113,7 @@ class _Base(abc.ABC):
 
     def declare(self, name: str, **options: Any) -> Task[Any]:
         """Declare a task another service defines, so this one can enqueue it by name."""
-        task: Task[Any] = Task(None, name=name, options=JobOptions(**options), retry=RetryPolicy())
+        task: Task[Any] = Task(None, name=name, options=JobOptions(**options), policy=TaskPolicy())
         self.registry.add(task)
         return task
 
@@ -119,12 +134,16 @@ class _Base(abc.ABC):
         return base.job(**(args or {}))
 
     def _insert(self, jobs: Sequence[NewJob]) -> tuple[Any, dict[str, Any]]:
-        rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
-        params = {"jobs": rows, "now": None, "channel": self.channel}
-        return query("job_insert", self.schema), params
+        return insert_statement(jobs, self.schema)
 
     def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
         return query("job_get", self.schema), {"id": job_id}
+
+
+def insert_statement(jobs: Sequence[NewJob], schema: str) -> tuple[Any, dict[str, Any]]:
+    """The job_insert statement and its parameters for a batch of validated jobs."""
+    rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
+    return query("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
 
 
 _JOB_FIELDS = (

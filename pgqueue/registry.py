@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTaskError
-from pgqueue.models import TASK_NAME, JobOptions, RetryPolicy, check_name
+from pgqueue.models import TASK_NAME, JobOptions, TaskPolicy, check_name
 
 R = TypeVar("R")
 
@@ -68,12 +68,12 @@ class Task(Generic[R]):
         *,
         name: str,
         options: JobOptions,
-        retry: RetryPolicy,
+        policy: TaskPolicy,
     ) -> None:
         self.fn = fn
         self.name = check_name("task", name, TASK_NAME)
         self.options = options
-        self.retry = retry
+        self.policy = policy
         self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
         self._signature = inspect.signature(fn) if fn is not None else None
         self._context_param: str | None = None

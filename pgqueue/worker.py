@@ -33,14 +33,17 @@ from typing import Any
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor
+from pgqueue.heartbeat import Heartbeat
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
 from pgqueue.queries import query
 from pgqueue.registry import Registry
+from pgqueue.rescuer import Rescuer
 
 log = logging.getLogger("pgqueue.worker")
 FLOOR = (-32768, 0)  # below every (priority, id): an unhinted claim
+STRAGGLER_THREADS = 64
 
 
 @dataclass
@@ -132,12 +135,22 @@ class Worker:
         self.completer = Completer(
             finish_link, self.schema, self.queue_settings.keep_history, s.batch_size
         )
-        self.completer.worker_id = self.id
-        threads = ThreadPoolExecutor(s.concurrency, thread_name_prefix="pgqueue-job")
+        # Threads start lazily. The headroom beyond `concurrency` is for sync jobs that ran past
+        # their timeout: they keep their thread, but their slot is free for the next job.
+        threads = ThreadPoolExecutor(
+            s.concurrency + STRAGGLER_THREADS, thread_name_prefix="pgqueue-job"
+        )
         self.executor = Executor(self.registry, threads)
+        self.rescuer = Rescuer(
+            self.registry, self.schema, s.lease_timeout, self.queue_settings.keep_history
+        )
+        heartbeat = Heartbeat(
+            self.dsn, self.schema, self._identity() | {"worker_id": self.id}, s.heartbeat_interval
+        )
+        heartbeat.start()
         helpers = [
             asyncio.create_task(self.completer.run(), name="pgqueue-complete"),
-            asyncio.create_task(self._heartbeat_loop(), name="pgqueue-heartbeat"),
+            asyncio.create_task(self._rescue_loop(), name="pgqueue-rescue"),
         ]
         notifier = None
         if not s.poll_only:
@@ -161,6 +174,7 @@ class Worker:
                 helper.cancel()
             await asyncio.gather(*helpers[1:], return_exceptions=True)
             await self._release_unfinished()
+            heartbeat.stop()
             await self._claims.run(self._deregister)
             if notifier is not None:
                 await notifier.close()
@@ -187,20 +201,19 @@ class Worker:
                 f"schema {self.schema!r} has no pgqueue tables: run `pgqueue migrate` first"
             )
 
-    async def _register(self) -> int:
+    def _identity(self) -> dict[str, Any]:
         s = self.settings
+        return {
+            "name": s.name or f"{socket.gethostname()}:{os.getpid()}",
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(s.queues),
+            "concurrency": s.concurrency,
+        }
 
+    async def _register(self) -> int:
         async def register(conn: Any) -> int:
-            cur = await conn.execute(
-                query("worker_register", self.schema),
-                {
-                    "name": s.name or f"{socket.gethostname()}:{os.getpid()}",
-                    "hostname": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "queues": list(s.queues),
-                    "concurrency": s.concurrency,
-                },
-            )
+            cur = await conn.execute(query("worker_register", self.schema), self._identity())
             row = await cur.fetchone()
             return int(row[0])
 
@@ -209,15 +222,13 @@ class Worker:
     async def _deregister(self, conn: Any) -> None:
         await conn.execute(query("worker_deregister", self.schema), {"worker_id": self.id})
 
-    async def _heartbeat_loop(self) -> None:
-        interval = self.settings.heartbeat_interval.total_seconds()
-
-        async def beat(conn: Any) -> None:
-            await conn.execute(query("worker_heartbeat", self.schema), {"worker_id": self.id})
-
+    async def _rescue_loop(self) -> None:
+        """Every rescue_interval (± 50%), look for jobs of dead workers."""
+        interval = self.settings.rescue_interval.total_seconds()
         while True:
-            await asyncio.sleep(interval)
-            await self._claims.run(beat)
+            await asyncio.sleep(interval * self._rng.uniform(0.5, 1.5))
+            if await self._claims.run(self.rescuer.rescue):
+                self._notified()  # rescued jobs may be claimable now
 
     # -- claiming ---------------------------------------------------------------------------
 

@@ -56,3 +56,22 @@ async def asleepy(seconds: float, ctx: JobContext) -> None:
     _record(f"{ctx.job_id} start")
     await asyncio.sleep(seconds)
     _record(f"{ctx.job_id} done")
+
+
+@queue.task(name="stall_once", max_attempts=3)
+async def stall_once(ctx: JobContext) -> int:
+    """Hangs on its first attempt (so its worker can be killed mid-job), returns at once after."""
+    import asyncio
+
+    _record(f"{ctx.job_id} attempt {ctx.attempt}")
+    if ctx.attempt == 1:
+        await asyncio.sleep(3600)
+    return ctx.attempt
+
+
+@queue.task(name="hog", max_attempts=1)
+async def hog(seconds: float, ctx: JobContext) -> None:
+    """Blocks its worker's event loop: a slow job in a live worker."""
+    _record(f"{ctx.job_id} start")
+    time.sleep(seconds)
+    _record(f"{ctx.job_id} done")

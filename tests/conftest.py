@@ -136,3 +136,23 @@ def worker_process(
             stderr=subprocess.STDOUT,
             text=True,
         )
+
+
+def settings_worker_process(
+    dsn: str, schema: str, settings: dict[str, Any], *, log: Path, env: dict[str, str] | None = None
+) -> Any:
+    """tests/run_worker.py as a real process: a Worker with any settings, output in `log`."""
+    import json
+    import subprocess
+
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    full_env.update(env or {})
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.run_worker", dsn, schema, json.dumps(settings)],
+            cwd=ROOT,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )

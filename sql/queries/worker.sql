@@ -7,8 +7,14 @@ VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
 RETURNING id;
 
 -- name: worker_heartbeat
--- Proves the worker alive. One row per worker, never one per job.
-UPDATE {schema}.workers SET heartbeat_at = now() WHERE id = %(worker_id)s;
+-- Proves the worker alive: one row per worker, never one per job. If the rescuer removed the
+-- row (the worker was presumed dead), it is put back under the same id and `revived` is true:
+-- the jobs it held were rescued, and their late outcomes are refused by the completion guard.
+INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency)
+OVERRIDING SYSTEM VALUE
+VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+RETURNING (xmax = 0) AS revived;
 
 -- name: worker_deregister
 -- Removes a worker that stopped cleanly, after its jobs were finished or put back.
@@ -37,7 +43,7 @@ SET status = 'running',
     worker_id = %(worker_id)s
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue;
+RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id;
 
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and
@@ -66,22 +72,24 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- Writes a batch of outcomes in one statement. Finished jobs (succeeded, failed, cancelled)
 -- leave the hot table and, unless history is off, land in job_history in the same statement;
 -- retried jobs go back to scheduled (or queued when due now) with the error appended.
--- Guard: a row moves only while it is still running this attempt for this worker, so a late or
+-- Guard: a row moves only while it is still running this attempt for the worker that claimed it
+-- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
 WITH outcome AS (
     SELECT *
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
-         AS o(id bigint, attempt integer, status text, error jsonb, result jsonb,
-              duration double precision, retry_in double precision)
+         AS o(id bigint, attempt integer, worker_id bigint, status text, error jsonb,
+              result jsonb, duration double precision, retry_in double precision)
 ), finished AS (
     DELETE FROM {schema}.jobs AS j
     USING outcome AS o
     WHERE j.id = o.id AND j.attempt = o.attempt
-      AND j.status = 'running' AND j.worker_id = %(worker_id)s
+      AND j.status = 'running' AND j.worker_id = o.worker_id
       AND o.status IN ('succeeded', 'failed', 'cancelled')
     RETURNING j.id, j.queue, j.task, j.args, o.status, j.priority, j.attempt, j.max_attempts,
               j.run_at, j.created_at, j.started_at,
-              j.started_at + make_interval(secs => o.duration) AS finished_at, j.worker_id,
+              coalesce(j.started_at + make_interval(secs => o.duration),
+                       coalesce(%(now)s::timestamptz, now())) AS finished_at, j.worker_id,
               CASE WHEN o.error IS NULL THEN j.errors
                    ELSE j.errors || jsonb_build_array(o.error) END AS errors,
               o.result
@@ -100,7 +108,7 @@ WITH outcome AS (
         errors = j.errors || jsonb_build_array(o.error)
     FROM outcome AS o
     WHERE j.id = o.id AND j.attempt = o.attempt
-      AND j.status = 'running' AND j.worker_id = %(worker_id)s
+      AND j.status = 'running' AND j.worker_id = o.worker_id
       AND o.status = 'retry'
     RETURNING j.id
 )
@@ -118,3 +126,34 @@ WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND worker_id = %(worke
 -- name: worker_listen
 -- Subscribes to the schema's wake-up channel; the payload of each notification is a queue name.
 LISTEN {channel};
+
+-- name: worker_rescue_lock
+-- Lets one rescuer act at a time across all workers of the schema; released at commit.
+SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.rescue'), hashtext(%(schema)s));
+
+-- name: job_find_stranded
+-- Running jobs whose worker missed its heartbeats for longer than the lease, or whose worker
+-- row is gone. Locks them (skipping rows a live completion holds) for the rescuing
+-- transaction. A worker that heartbeats is never matched, however long its jobs run.
+SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+FROM {schema}.jobs AS j
+LEFT JOIN {schema}.workers AS w ON w.id = j.worker_id
+WHERE j.status = 'running'
+  AND (w.id IS NULL
+       OR w.heartbeat_at < coalesce(%(now)s::timestamptz, now())
+                           - make_interval(secs => %(lease)s))
+ORDER BY j.id
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: worker_delete_dead
+-- Removes workers silent for longer than the lease once none of their jobs is still running.
+DELETE FROM {schema}.workers AS w
+WHERE w.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.jobs AS j WHERE j.worker_id = w.id AND j.status = 'running'
+  );
+
+-- name: job_notify_dead
+-- Tells listeners on the schema's dead-job channel that a job was abandoned; sent at commit.
+SELECT pg_notify(%(channel)s, %(payload)s);

@@ -1,0 +1,136 @@
+"""Finds running jobs whose worker died and applies each task's on_lost policy.
+
+Owns: one rescue pass, run by every worker every rescue_interval (± jitter) inside a
+transaction that first takes a try-advisory lock, so only one rescuer acts at a time. A job is
+stranded when its worker has not heartbeated for longer than lease_timeout (or its worker row
+is gone): a dead worker's jobs are back within about lease + one rescue interval, never
+sooner, and a worker that keeps heartbeating never loses a job however long it runs.
+
+Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed
+once attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and
+compensate (failed, and the named compensating task enqueued in the same transaction with
+job_id, task and args). Outcomes go through job_finish_many, guarded on the dead worker's id
+and the attempt, so a worker that comes back late cannot overwrite the rescue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pgqueue.errors import PgQueueError
+from pgqueue.executor import Outcome
+from pgqueue.models import ClaimedJob, TaskPolicy
+from pgqueue.queries import dead_channel, query
+from pgqueue.queue import insert_statement
+from pgqueue.registry import NewJob, Registry
+
+log = logging.getLogger("pgqueue.rescuer")
+_DEFAULT = TaskPolicy()
+
+
+class Rescuer:
+    def __init__(
+        self, registry: Registry, schema: str, lease: timedelta, keep_history: bool
+    ) -> None:
+        self.registry = registry
+        self.schema = schema
+        self.lease = lease
+        self.keep_history = keep_history
+        self.rescued = 0
+
+    async def rescue(self, conn: Any, limit: int = 1000) -> int:
+        """One pass on `conn` (autocommit). Returns how many jobs it rescued."""
+        params = {"lease": self.lease.total_seconds(), "now": None}
+        async with conn.transaction():
+            cur = await conn.execute(
+                query("worker_rescue_lock", self.schema), {"schema": self.schema}
+            )
+            locked = await cur.fetchone()
+            if not locked or not locked[0]:
+                return 0  # another worker is rescuing right now
+            cur = await conn.execute(
+                query("job_find_stranded", self.schema), params | {"limit": limit}
+            )
+            jobs = [ClaimedJob(*row) for row in await cur.fetchall()]
+            if jobs:
+                await self._apply(conn, jobs)
+            await conn.execute(query("worker_delete_dead", self.schema), params)
+        self.rescued += len(jobs)
+        return len(jobs)
+
+    async def _apply(self, conn: Any, jobs: list[ClaimedJob]) -> None:
+        outcomes: list[Outcome] = []
+        follow_ups: list[NewJob] = []
+        dead: list[ClaimedJob] = []
+        for job in jobs:
+            outcome, follow_up = self._decide(job)
+            outcomes.append(outcome)
+            if follow_up is not None:
+                follow_ups.append(follow_up)
+            elif outcome.error and outcome.error["kind"] == "abandoned":
+                dead.append(job)
+        await conn.execute(
+            query("job_finish_many", self.schema),
+            {
+                "outcomes": json.dumps([o.as_row() for o in outcomes]),
+                "keep_history": self.keep_history,
+                "now": None,
+            },
+        )
+        if follow_ups:
+            statement, insert_params = insert_statement(follow_ups, self.schema)
+            await conn.execute(statement, insert_params)
+        for job in dead:
+            payload = json.dumps({"id": job.id, "task": job.task, "queue": job.queue})
+            await conn.execute(
+                query("job_notify_dead", self.schema),
+                {"channel": dead_channel(self.schema), "payload": payload},
+            )
+        log.warning(
+            "rescued %d jobs from dead workers %s: %s",
+            len(jobs),
+            sorted({j.worker_id for j in jobs}),
+            ", ".join(f"{o.job.id}->{o.status}" for o in outcomes[:20]),
+        )
+
+    def _decide(self, job: ClaimedJob) -> tuple[Outcome, NewJob | None]:
+        try:
+            policy = self.registry.get(job.task).policy
+        except PgQueueError:
+            policy = _DEFAULT
+        reason = (
+            f"worker {job.worker_id} stopped heartbeating for over "
+            f"{self.lease.total_seconds():g} s; the job was presumed lost"
+        )
+        if policy.on_lost == "retry" and job.attempt < job.max_attempts:
+            retry_in = policy.retry.delay(job.attempt).total_seconds()
+            return Outcome(
+                job, "retry", None, error=_error(job, "lost", reason), retry_in=retry_in
+            ), None
+        if policy.on_lost == "compensate" and policy.compensate_with:
+            try:
+                follow_up = self.registry.get(policy.compensate_with).job(
+                    job_id=job.id, task=job.task, args=job.args
+                )
+            except PgQueueError as exc:
+                reason += f"; compensation {policy.compensate_with!r} could not be enqueued: {exc}"
+                return Outcome(job, "failed", None, error=_error(job, "abandoned", reason)), None
+            reason += f"; compensating task {policy.compensate_with!r} enqueued"
+            return Outcome(job, "failed", None, error=_error(job, "compensated", reason)), (
+                follow_up
+            )
+        kind = "abandoned" if policy.on_lost == "abandon" else "lost"
+        return Outcome(job, "failed", None, error=_error(job, kind, reason)), None
+
+
+def _error(job: ClaimedJob, kind: str, reason: str) -> dict[str, Any]:
+    return {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": kind,
+        "error": reason,
+        "traceback": "",
+    }
