@@ -59,9 +59,12 @@ class Outcome:
 class Executor:
     """Runs jobs of the tasks in `registry`; sync handlers use `threads`."""
 
-    def __init__(self, registry: Registry, threads: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, registry: Registry, threads: ThreadPoolExecutor, max_result_bytes: int
+    ) -> None:
         self.registry = registry
         self.threads = threads
+        self.max_result_bytes = max_result_bytes
 
     async def run(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
@@ -92,11 +95,11 @@ class Executor:
         duration = time.monotonic() - started
         outcome = Outcome(job, "succeeded", duration)
         try:
-            outcome.result = to_json_result(value)
+            outcome.result = to_json_result(value, self.max_result_bytes)
         except Exception as exc:
             outcome.error = _error_record(job, exc, kind="result")
             log.warning(
-                "job %s %s attempt %s succeeded but its result is not JSON and was not stored: %s",
+                "job %s %s attempt %s succeeded but its result cannot be stored: %s",
                 job.id,
                 job.task,
                 job.attempt,

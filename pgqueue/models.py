@@ -181,6 +181,7 @@ class QueueSettings(Settings):
 
     schema_name: str = Field(default="pgqueue", alias="schema")
     keep_history: bool = True
+    max_payload_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

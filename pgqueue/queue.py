@@ -20,7 +20,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import migrate
-from pgqueue.errors import ConfigurationError, DatabaseError
+from pgqueue.errors import ConfigurationError, DatabaseError, InvalidArgumentsError
 from pgqueue.link import redact
 from pgqueue.models import Job, JobOptions, QueueSettings, RetryPolicy, TaskPolicy
 from pgqueue.queries import channel, query
@@ -33,9 +33,13 @@ JobRef = NewJob | str | Task[Any]
 class _Base(abc.ABC):
     """What the twins share: settings, registry, statement building and row decoding."""
 
-    def __init__(self, dsn: str | None, *, schema: str, keep_history: bool) -> None:
+    def __init__(
+        self, dsn: str | None, *, schema: str, keep_history: bool, max_payload_bytes: int
+    ) -> None:
         self.dsn = dsn
-        self.settings = QueueSettings(schema=schema, keep_history=keep_history)
+        self.settings = QueueSettings(
+            schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
+        )
         self.registry = Registry()
 
     @property
@@ -134,16 +138,44 @@ class _Base(abc.ABC):
         return base.job(**(args or {}))
 
     def _insert(self, jobs: Sequence[NewJob]) -> tuple[Any, dict[str, Any]]:
-        return insert_statement(jobs, self.schema)
+        return insert_statement(jobs, self.schema, self.settings.max_payload_bytes)
 
     def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
         return query("job_get", self.schema), {"id": job_id}
 
 
-def insert_statement(jobs: Sequence[NewJob], schema: str) -> tuple[Any, dict[str, Any]]:
-    """The job_insert statement and its parameters for a batch of validated jobs."""
+def insert_statement(
+    jobs: Sequence[NewJob], schema: str, max_payload_bytes: int | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The job_insert statement and its parameters for a batch of validated jobs.
+
+    Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
+    larger than max_payload_bytes; nothing is stored.
+    """
     rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
+    if max_payload_bytes is not None and len(rows) > max_payload_bytes:
+        _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
     return query("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
+
+
+def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
+    batch = list(jobs)
+    for item in batch:
+        if not isinstance(item, NewJob):
+            raise TypeError(
+                f"enqueue_many takes jobs built with task.job(...), got {type(item).__name__}"
+            )
+    return batch
+
+
+def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
+    for index, job in enumerate(jobs):
+        size = len(json.dumps(job.args))
+        if size > limit:
+            raise InvalidArgumentsError(
+                f"job {index} ({job.task}) has {size:,} bytes of arguments, over "
+                f"max_payload_bytes={limit:,}: store large data elsewhere and pass a reference"
+            )
 
 
 _JOB_FIELDS = (
@@ -180,9 +212,16 @@ class Queue(_Base):
     """The sync client. `conn` arguments are psycopg `Connection`s."""
 
     def __init__(
-        self, dsn: str | None = None, *, schema: str = "pgqueue", keep_history: bool = True
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgqueue",
+        keep_history: bool = True,
+        max_payload_bytes: int = 10 * 1024 * 1024,
     ) -> None:
-        super().__init__(dsn, schema=schema, keep_history=keep_history)
+        super().__init__(
+            dsn, schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
+        )
         self._pool: ConnectionPool | None = None
 
     def _enqueue_task(self, task: Task[Any]) -> Callable[..., int]:
@@ -206,7 +245,7 @@ class Queue(_Base):
         self, jobs: Iterable[NewJob], *, conn: psycopg.Connection[Any] | None = None
     ) -> list[int]:
         """Store many jobs in one round trip; ids come back in the order given."""
-        batch = list(jobs)
+        batch = _jobs_only(jobs)
         if not batch:
             return []
         statement, params = self._insert(batch)
@@ -262,9 +301,16 @@ class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
 
     def __init__(
-        self, dsn: str | None = None, *, schema: str = "pgqueue", keep_history: bool = True
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgqueue",
+        keep_history: bool = True,
+        max_payload_bytes: int = 10 * 1024 * 1024,
     ) -> None:
-        super().__init__(dsn, schema=schema, keep_history=keep_history)
+        super().__init__(
+            dsn, schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
+        )
         self._pool: AsyncConnectionPool | None = None
 
     def _enqueue_task(self, task: Task[Any]) -> Callable[..., Any]:
@@ -286,7 +332,7 @@ class AsyncQueue(_Base):
     async def enqueue_many(
         self, jobs: Iterable[NewJob], *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> list[int]:
-        batch = list(jobs)
+        batch = _jobs_only(jobs)
         if not batch:
             return []
         statement, params = self._insert(batch)

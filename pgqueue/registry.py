@@ -220,7 +220,9 @@ def _argument_model(task: Task[Any]) -> type[BaseModel]:
             continue
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
-    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    # Non-finite floats stay floats when dumped, so the strict JSON check refuses them: the
+    # default would store them as null without a word.
+    config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, ser_json_inf_nan="constants")
     return create_model(f"{task.name}:args", __config__=config, **fields)
 
 
@@ -260,7 +262,7 @@ def _is_json_object(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) for k in value)
 
 
-def to_json_result(value: Any) -> Any:
+def to_json_result(value: Any, max_bytes: int | None = None) -> Any:
     """A handler's return value as JSON-ready data; raises ValueError if it cannot be stored."""
     if value is None or isinstance(value, (bool, int, float)):
         data = value
@@ -268,5 +270,7 @@ def to_json_result(value: Any) -> Any:
         data = to_jsonable_python(value)
         if any("\x00" in text for text in _strings(data)):
             raise ValueError("the result contains a NUL character (\\x00), which jsonb rejects")
-    json.dumps(data, allow_nan=False)
+    size = len(json.dumps(data, allow_nan=False))
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"the result is {size:,} bytes, over max_payload_bytes={max_bytes:,}")
     return data

@@ -140,7 +140,9 @@ class Worker:
         threads = ThreadPoolExecutor(
             s.concurrency + STRAGGLER_THREADS, thread_name_prefix="pgqueue-job"
         )
-        self.executor = Executor(self.registry, threads)
+        self.executor = Executor(
+            self.registry, threads, self.queue_settings.max_payload_bytes
+        )
         self.rescuer = Rescuer(
             self.registry, self.schema, s.lease_timeout, self.queue_settings.keep_history
         )
