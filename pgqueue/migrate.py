@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
-from pgqueue.errors import MigrationError
-from pgqueue.queries import Migration, migrations, query
+from pgqueue.errors import ConfigurationError, MigrationError
+from pgqueue.queries import Migration, grant, migrations, query
 
 
 def pending(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
@@ -65,3 +66,19 @@ def render(schema: str, selected: list[Migration] | None = None) -> str:
 
 def is_migrated(conn: psycopg.Connection[Any], schema: str) -> bool:
     return not pending(conn, schema)
+
+
+ROLE_KINDS = ("worker", "app")
+
+
+def grant_role(conn: psycopg.Connection[Any], schema: str, role: str, kind: str) -> None:
+    """Grant `role` what a worker (`kind="worker"`) or an enqueueing app (`"app"`) needs on
+    `schema`, and nothing else. The role must exist; run after migrating. Commits."""
+    with conn.transaction():
+        conn.execute(grant_sql(schema, role, kind))
+
+
+def grant_sql(schema: str, role: str, kind: str) -> sql.Composed:
+    if kind not in ROLE_KINDS:
+        raise ConfigurationError(f"role kind must be one of {', '.join(ROLE_KINDS)}, not {kind!r}")
+    return grant(f"grant_{kind}", schema, role)

@@ -53,6 +53,15 @@ def query(name: str, schema: str) -> sql.Composed:
     return _render(text, schema)
 
 
+def grant(name: str, schema: str, role: str) -> sql.Composed:
+    """A grant_* statement for `role` on `schema`, both rendered as identifiers."""
+    try:
+        text = _raw_queries()[name]
+    except KeyError:
+        raise PgQueueError(f"no query named {name!r} in sql/queries") from None
+    return sql.SQL(text).format(schema=sql.Identifier(schema), role=sql.Identifier(role))
+
+
 def channel(schema: str) -> str:
     """The LISTEN/NOTIFY channel that wakes the workers of `schema`."""
     return f"{schema}_jobs"

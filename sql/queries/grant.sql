@@ -1,0 +1,17 @@
+-- Least-privilege roles. {role} is rendered as an identifier like {schema}.
+
+-- name: grant_worker
+-- What a worker needs on the schema and nothing else: read and move jobs, write history,
+-- keep its own row. Advisory locks and LISTEN/NOTIFY need no grant. No DDL, no other schema.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history, {schema}.workers
+    TO {role};
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.migrations TO {role};
+
+-- name: grant_app
+-- What an application that only enqueues and reads its jobs back needs.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT INSERT, SELECT ON {schema}.jobs TO {role};
+GRANT SELECT ON {schema}.job_history TO {role};
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};

@@ -1,0 +1,77 @@
+"""A worker and an enqueueing app run under the documented least-privilege roles."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import Queue, RetryPolicy
+from pgqueue.migrate import grant_role
+from pgqueue.testing import drain
+
+
+def _role_dsn(dsn: str, role: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["user"] = role
+    return psycopg.conninfo.make_conninfo("", **info)
+
+
+@pytest.fixture
+def roles(dsn: str, schema: str) -> Iterator[tuple[str, str]]:
+    worker, app = f"pgq_w_{uuid.uuid4().hex[:8]}", f"pgq_a_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for role in (worker, app):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        grant_role(conn, schema, worker, "worker")
+        grant_role(conn, schema, app, "app")
+    yield _role_dsn(dsn, worker), _role_dsn(dsn, app)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for role in (worker, app):
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
+    schema: str, roles: tuple[str, str]
+) -> None:
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+    seen: list[int] = []
+
+    @app.task(name="t", max_attempts=2, retry=RetryPolicy(base=0, jitter=0))
+    def t(i: int) -> int:
+        if i == 0 and not seen:
+            seen.append(-1)
+            raise RuntimeError("first attempt fails")  # exercises the retry path
+        seen.append(i)
+        return i
+
+    with psycopg.connect(app_dsn) as conn:
+        ids = app.enqueue_many([t.job(i) for i in range(5)], conn=conn)
+        conn.commit()
+    stats = drain(app, dsn=worker_dsn, concurrency=2)
+    assert stats.claimed == 6
+    job = app.get_job(ids[0])  # the app reads history back under its own role
+    assert job is not None and job.status == "succeeded" and job.attempt == 2
+    app.close()
+
+
+def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(
+    dsn: str, schema: str, roles: tuple[str, str]
+) -> None:
+    worker_dsn, app_dsn = roles
+    forbidden = [
+        (worker_dsn, "CREATE TABLE {}.mine (x int)"),
+        (worker_dsn, "DROP TABLE {}.jobs"),
+        (worker_dsn, "DELETE FROM {}.migrations"),
+        (app_dsn, "DELETE FROM {}.jobs"),
+        (app_dsn, "UPDATE {}.jobs SET status = 'running'"),
+        (app_dsn, "SELECT * FROM {}.workers"),
+    ]
+    for role_dsn, statement in forbidden:
+        with psycopg.connect(role_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(sql.SQL(statement).format(sql.Identifier(schema)))
