@@ -66,7 +66,8 @@ class Executor:
         self.threads = threads
         self.max_result_bytes = max_result_bytes
 
-    async def run(self, job: ClaimedJob) -> Outcome:
+    async def run(self, job: ClaimedJob, connection: Any = None) -> Outcome:
+        """Run one attempt; `connection` is handed to an atomic task's JobContext."""
         started = time.monotonic()
         retry = _DEFAULT_RETRY
         try:
@@ -74,7 +75,9 @@ class Executor:
             retry = task.policy.retry
             if task.fn is None:
                 raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
-            context = JobContext(job.id, job.task, job.queue, job.attempt, job.max_attempts)
+            context = JobContext(
+                job.id, job.task, job.queue, job.attempt, job.max_attempts, connection
+            )
             args, kwargs = task.load_args(job.args, context)
             if task.is_async:
                 running = task.fn(*args, **kwargs)

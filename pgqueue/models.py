@@ -208,6 +208,7 @@ class WorkerSettings(Settings):
     lease_timeout: timedelta = timedelta(seconds=30)
     rescue_interval: timedelta = timedelta(seconds=10)
     promote_batch: int = Field(default=1000, ge=1, le=100_000)
+    atomic_concurrency: int = Field(default=2, ge=0, le=100)
     burst: bool = False
     name: str | None = None
 

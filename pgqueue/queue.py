@@ -66,6 +66,7 @@ class _Base(abc.ABC):
         timeout: timedelta | float | None = None,
         on_lost: str = "retry",
         compensate_with: str | None = None,
+        atomic: bool = False,
     ) -> Callable[[Callable[..., R]], Task[R]]: ...
 
     def task(  # type: ignore[misc]  # R is bound by the decorated function
@@ -82,6 +83,7 @@ class _Base(abc.ABC):
         timeout: timedelta | float | None = None,
         on_lost: str = "retry",
         compensate_with: str | None = None,
+        atomic: bool = False,
     ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
         """Register a handler, `def` or `async def`, as a task.
 
@@ -89,12 +91,16 @@ class _Base(abc.ABC):
         defaults to module.qualname: give one explicitly if the function may move, because
         stored jobs refer to tasks by name. `timeout` stops a job that runs longer (see
         README, "Timeouts"); `on_lost` says what happens to a job whose worker died.
+        `atomic=True` runs claim, handler and completion in one transaction (README, "Atomic
+        tasks"); it needs an `async def` handler and bounds the job's time (default 60 s).
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)
         options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, delay=delay)
         if isinstance(timeout, (int, float)):
             timeout = timedelta(seconds=timeout)
+        if atomic:
+            timeout = _atomic_timeout(timeout)
         policy = TaskPolicy(
             retry=retry or RetryPolicy(),
             timeout=timeout,
@@ -108,6 +114,7 @@ class _Base(abc.ABC):
                 name=name or derived_name(func),
                 options=options,
                 policy=policy,
+                atomic=atomic,
             )
             task.enqueuer = self._enqueue_task(task)
             self.registry.add(task)
@@ -142,6 +149,23 @@ class _Base(abc.ABC):
 
     def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
         return query("job_get", self.schema), {"id": job_id}
+
+
+ATOMIC_DEFAULT_TIMEOUT = timedelta(seconds=60)
+ATOMIC_MAX_TIMEOUT = timedelta(minutes=15)
+
+
+def _atomic_timeout(timeout: timedelta | None) -> timedelta:
+    """An atomic job holds a transaction for its whole run, which holds back VACUUM (seed
+    002): its time is always bounded."""
+    if timeout is None:
+        return ATOMIC_DEFAULT_TIMEOUT
+    if timeout > ATOMIC_MAX_TIMEOUT:
+        raise ConfigurationError(
+            f"atomic tasks hold a transaction open for their whole run; timeout={timeout} is "
+            f"over the {ATOMIC_MAX_TIMEOUT} limit: use a lease (non-atomic) task instead"
+        )
+    return timeout
 
 
 def insert_statement(

@@ -33,6 +33,9 @@ class JobContext:
     queue: str
     attempt: int
     max_attempts: int
+    connection: Any = None
+    """For atomic tasks: the AsyncConnection whose transaction claims and completes the job.
+    Writes made on it commit together with the job's completion, or not at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +45,12 @@ class NewJob:
     task: str
     args: dict[str, Any]
     options: JobOptions
+    atomic: bool = False
 
     def as_row(self) -> dict[str, Any]:
         opts = self.options
         return {
+            "atomic": self.atomic,
             "queue": opts.queue,
             "task": self.task,
             "args": self.args,
@@ -69,12 +74,19 @@ class Task(Generic[R]):
         name: str,
         options: JobOptions,
         policy: TaskPolicy,
+        atomic: bool = False,
     ) -> None:
         self.fn = fn
         self.name = check_name("task", name, TASK_NAME)
         self.options = options
         self.policy = policy
+        self.atomic = atomic
         self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
+        if atomic and fn is not None and not self.is_async:
+            raise ConfigurationError(
+                f"task {name!r}: atomic=True needs an `async def` handler: a sync handler "
+                "that outlives its timeout could not be stopped from writing in the transaction"
+            )
         self._signature = inspect.signature(fn) if fn is not None else None
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
@@ -100,7 +112,7 @@ class Task(Generic[R]):
 
     def job(self, *args: Any, **kwargs: Any) -> NewJob:
         """Validate arguments as a call would and return a job carrying them as JSON."""
-        return NewJob(self.name, self.dump_args(args, kwargs), self.options)
+        return NewJob(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
     def with_options(self, **options: Any) -> NewJobFactory:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts)."""
@@ -166,7 +178,9 @@ class NewJobFactory:
     options: JobOptions
 
     def job(self, *args: Any, **kwargs: Any) -> NewJob:
-        return NewJob(self.task.name, self.task.dump_args(args, kwargs), self.options)
+        return NewJob(
+            self.task.name, self.task.dump_args(args, kwargs), self.options, self.task.atomic
+        )
 
 
 class Registry:

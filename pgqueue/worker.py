@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from pgqueue.atomic import AtomicLane
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor
@@ -38,6 +39,7 @@ from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
 from pgqueue.queries import query
+from pgqueue.queue import ATOMIC_MAX_TIMEOUT
 from pgqueue.registry import Registry
 from pgqueue.rescuer import Rescuer
 
@@ -93,6 +95,9 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
+        self._atomic_wake = asyncio.Event()
+        self._lanes: list[asyncio.Task[None]] = []
+        self.lanes: list[AtomicLane] = []
 
     # -- public -----------------------------------------------------------------------------
 
@@ -140,9 +145,7 @@ class Worker:
         threads = ThreadPoolExecutor(
             s.concurrency + STRAGGLER_THREADS, thread_name_prefix="pgqueue-job"
         )
-        self.executor = Executor(
-            self.registry, threads, self.queue_settings.max_payload_bytes
-        )
+        self.executor = Executor(self.registry, threads, self.queue_settings.max_payload_bytes)
         self.rescuer = Rescuer(
             self.registry, self.schema, s.lease_timeout, self.queue_settings.keep_history
         )
@@ -153,6 +156,11 @@ class Worker:
         helpers = [
             asyncio.create_task(self.completer.run(), name="pgqueue-complete"),
             asyncio.create_task(self._rescue_loop(), name="pgqueue-rescue"),
+        ]
+        self.lanes = self._atomic_lanes()
+        self._lanes = [
+            asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
+            for n, lane in enumerate(self.lanes)
         ]
         notifier = None
         if not s.poll_only:
@@ -169,7 +177,8 @@ class Worker:
         try:
             await self._fetch_loop()
         finally:
-            await self._drain(threads)
+            self._stopping = True  # also after a burst ends: atomic lanes stop with it
+            await self._drain(threads, self._lanes)
             self.completer.close()
             await helpers[0]
             for helper in helpers[1:]:
@@ -351,7 +360,7 @@ class Worker:
 
     async def _burst_done(self) -> bool:
         """In burst mode: nothing running, nothing claimable, nothing due to promote."""
-        if self._running:
+        if self._running or not all(lane.idle for lane in self.lanes):
             return False
         await self.completer.flushed()
         retried_before, self._retried_seen = self._retried_seen, self.completer.retried
@@ -386,8 +395,40 @@ class Worker:
 
     def _notified(self) -> None:
         self._maybe_more = True
+        self._atomic_wake.set()
         if self._wake is not None:
             self._wake.set()
+
+    def _atomic_lanes(self) -> list[AtomicLane]:
+        tasks = sorted(t.name for t in self.registry if t.atomic and t.fn is not None)
+        if not tasks or self.settings.atomic_concurrency == 0:
+            return []
+        timeout = max(t.policy.timeout or ATOMIC_MAX_TIMEOUT for t in self.registry if t.atomic)
+        return [
+            AtomicLane(
+                dsn=self.dsn,
+                schema=self.schema,
+                queues=list(self.settings.queues),
+                tasks=tasks,
+                timeout_ms=int(timeout.total_seconds() * 1000),
+                executor=self.executor,
+                keep_history=self.queue_settings.keep_history,
+                worker_id=self.id,
+                stopping=lambda: self._stopping,
+                wait=self._atomic_idle,
+                done=self._notified,
+            )
+            for _ in range(self.settings.atomic_concurrency)
+        ]
+
+    async def _atomic_idle(self) -> None:
+        """An atomic lane found nothing: wait for a notification or the next poll."""
+        if not self._atomic_wake.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._atomic_wake.wait(), self.settings.poll_interval.total_seconds()
+                )
+        self._atomic_wake.clear()
 
     async def _sleep(self, timeout: float) -> None:
         assert self._wake is not None
@@ -417,23 +458,25 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    async def _drain(self, threads: ThreadPoolExecutor) -> None:
-        """Give running jobs the grace period, then cancel what is left (it is put back)."""
+    async def _drain(self, threads: ThreadPoolExecutor, lanes: list[asyncio.Task[None]]) -> None:
+        """Give running jobs the grace period, then cancel what is left: lease jobs are put
+        back, atomic jobs roll back."""
         assert self._forced is not None
-        if self._running and not self._force:
+        self._atomic_wake.set()  # idle lanes see the stop at once
+        if (self._running or lanes) and not self._force:
             forced = asyncio.create_task(self._forced.wait())
             deadline = time.monotonic() + self.settings.shutdown_grace.total_seconds()
-            while self._running and not self._force:
+            while (self._running or any(not lane.done() for lane in lanes)) and not self._force:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 await asyncio.wait(
-                    [*self._running, forced],
+                    [*self._running, *(lane for lane in lanes if not lane.done()), forced],
                     timeout=remaining,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
             forced.cancel()
-        leftover = list(self._running)
+        leftover = list(self._running) + [lane for lane in lanes if not lane.done()]
         for task in leftover:
             task.cancel()
         await asyncio.gather(*leftover, return_exceptions=True)

@@ -75,3 +75,22 @@ async def hog(seconds: float, ctx: JobContext) -> None:
     _record(f"{ctx.job_id} start")
     time.sleep(seconds)
     _record(f"{ctx.job_id} done")
+
+
+@queue.task(name="atomic_effect", atomic=True, max_attempts=3)
+async def atomic_effect(table: str, marker: str, ctx: JobContext) -> int:
+    """Writes a row in its own transaction; hangs on the first run while `marker` is absent,
+    so a test can kill its worker mid-job."""
+    import asyncio
+
+    from psycopg import sql
+
+    await ctx.connection.execute(
+        sql.SQL("INSERT INTO {} (job_id, pid) VALUES (%s, %s)").format(sql.Identifier(table)),
+        [ctx.job_id, os.getpid()],
+    )
+    _record(f"{ctx.job_id} wrote")
+    if not Path(marker).exists():
+        Path(marker).touch()
+        await asyncio.sleep(3600)
+    return ctx.attempt

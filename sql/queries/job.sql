@@ -7,15 +7,15 @@
 -- pg_notify is called once per distinct queue, and PostgreSQL collapses identical notifications
 -- within a transaction, so listeners get at most one wake-up per transaction per queue.
 WITH input AS (
-    SELECT j.queue, j.task, j.args, j.priority, j.max_attempts,
+    SELECT j.queue, j.task, j.args, j.priority, j.max_attempts, coalesce(j.atomic, false) AS atomic,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(queue text, task text, args jsonb, priority smallint, max_attempts integer,
-              run_at timestamptz, delay double precision)
+              run_at timestamptz, delay double precision, atomic boolean)
 ), inserted AS (
-    INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, status)
-    SELECT queue, task, args, priority, max_attempts, run_at,
+    INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, atomic, status)
+    SELECT queue, task, args, priority, max_attempts, run_at, atomic,
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input

@@ -31,6 +31,7 @@ WITH picked AS (
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'
+      AND NOT atomic
       AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
     ORDER BY priority, id
     LIMIT %(limit)s
@@ -157,3 +158,32 @@ WHERE w.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(sec
 -- name: job_notify_dead
 -- Tells listeners on the schema's dead-job channel that a job was abandoned; sent at commit.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: job_claim_atomic
+-- Claims one atomic job of the given tasks inside the caller's open transaction. Other workers
+-- still see it queued but locked, so SKIP LOCKED passes over it and the rescuer ignores it; a
+-- crash or rollback releases it at once, with its attempt uncounted.
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE queue = ANY(%(queues)s::text[])
+      AND status = 'queued'
+      AND atomic
+      AND task = ANY(%(tasks)s::text[])
+    ORDER BY priority, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempt = j.attempt + 1,
+    started_at = coalesce(%(now)s::timestamptz, now()),
+    worker_id = %(worker_id)s
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id;
+
+-- name: transaction_bound_idle
+-- Server-side backstop for an atomic job's transaction: if its worker hangs while idle in the
+-- transaction past this many milliseconds, PostgreSQL ends the session and the job is freed.
+SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);

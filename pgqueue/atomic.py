@@ -1,0 +1,135 @@
+"""Atomic jobs: claim, handler and completion in one transaction.
+
+Owns: the worker's atomic lanes. Each lane has its own connection and runs one atomic job at
+a time: BEGIN; claim one job with a row lock (job_claim_atomic); run the handler with that
+connection in JobContext.connection, inside a savepoint; write the outcome (job_finish_many);
+COMMIT. The handler's writes commit together with the job's completion, or not at all: a
+failed attempt rolls them back to the savepoint and records the failure; a crash, a lost
+connection or a forced stop rolls back everything and the job is claimable again at once,
+without the rescuer (its attempt is not counted then).
+
+The transaction is bounded: the task's timeout (default 60 s, at most 15 min) cancels the
+handler, and idle_in_transaction_session_timeout is set a little past it as a server-side
+backstop, because a long transaction is what holds back VACUUM (seed 002).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pgqueue.executor import Executor, Outcome
+from pgqueue.link import connect
+from pgqueue.models import ClaimedJob
+from pgqueue.queries import query
+
+log = logging.getLogger("pgqueue.worker")
+_BACKSTOP_MARGIN_MS = 30_000
+
+
+class _RollBack(Exception):
+    """Leaves the handler's savepoint, rolling back its writes, carrying the outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+
+class AtomicLane:
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        schema: str,
+        queues: list[str],
+        tasks: list[str],
+        timeout_ms: int,
+        executor: Executor,
+        keep_history: bool,
+        worker_id: int,
+        stopping: Callable[[], bool],
+        wait: Callable[[], Any],
+        done: Callable[[], None],
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.executor = executor
+        self.keep_history = keep_history
+        self.stopping = stopping
+        self.wait = wait
+        self.done = done
+        self.idle = False  # True once the lane's last look found no atomic job
+        self.backstop_ms = timeout_ms + _BACKSTOP_MARGIN_MS
+        self.claim_params = {
+            "queues": queues,
+            "tasks": tasks,
+            "worker_id": worker_id,
+            "now": None,
+        }
+        self.ran = 0
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def run(self) -> None:
+        """Work atomic jobs until the worker stops; survives connection faults."""
+        conn: psycopg.AsyncConnection[Any] | None = None
+        try:
+            await self._loop(conn)
+        finally:
+            if self._conn is not None:
+                await self._conn.close()
+
+    async def _loop(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        delay, outage = 0.05, False
+        while not self.stopping():
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._conn = await connect(self.dsn, name="pgqueue:atomic")
+                worked = await self._one(conn)
+                delay, outage = 0.05, False
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if not outage:
+                    log.error("atomic lane lost its connection, reconnecting: %s", exc)
+                outage = True
+                if conn is not None:
+                    await conn.close()
+                conn = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self.idle = not worked
+            if worked:
+                self.done()
+            else:
+                await self.wait()
+
+    async def _one(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        async with conn.transaction():
+            await conn.execute(
+                query("transaction_bound_idle", self.schema), {"ms": str(self.backstop_ms)}
+            )
+            cur = await conn.execute(query("job_claim_atomic", self.schema), self.claim_params)
+            row = await cur.fetchone()
+            if row is None:
+                return False
+            job = ClaimedJob(*row)
+            try:
+                async with conn.transaction():  # a savepoint around the handler's writes
+                    outcome = await self.executor.run(job, connection=conn)
+                    if outcome.status != "succeeded":
+                        raise _RollBack(outcome)
+            except _RollBack as rollback:
+                outcome = rollback.outcome
+            await conn.execute(
+                query("job_finish_many", self.schema),
+                {
+                    "outcomes": json.dumps([outcome.as_row()]),
+                    "keep_history": self.keep_history,
+                    "now": None,
+                },
+            )
+        self.ran += 1
+        return True
