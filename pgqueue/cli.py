@@ -11,13 +11,18 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from rich.console import Console
+from rich.table import Table
 
+from pgqueue import health
 from pgqueue import migrate as migrations
 from pgqueue.errors import ConfigurationError, PgQueueError
 from pgqueue.models import QUEUE_NAME, SCHEMA_NAME, WorkerSettings, check_name
@@ -52,6 +57,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+WATCHDOG_HELP = """\
+Report sessions, replication slots and prepared transactions that have held back the
+xmin horizon for at least --max-age: while they do, VACUUM cannot remove the jobs table's
+dead rows and claims slow down. A dry run by default: it prints what it would terminate.
+With --terminate it ends those sessions with pg_terminate_backend, never this connection,
+pgqueue's own connections (application_name pgqueue:...) or non-client backends. Prepared
+transactions and replication slots are only reported (slots have no start time, so they
+are never over --max-age: see `pgqueue status`).
+
+exit status:
+  0  nothing held the horizon for --max-age, or --terminate ended all that did
+  1  database error
+  2  bad command line
+  3  holders over the limit found (dry run), or some could not be terminated
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +117,42 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_positive_int, default=2000)
     p.add_argument("--concurrency", type=_positive_int, default=50)
     p.set_defaults(handler=_demo)
+
+    p = sub.add_parser(
+        "status",
+        help="queue counts and what holds back VACUUM",
+        description="Per-queue counts, the oldest sessions, replication slots and prepared "
+        "transactions holding back the xmin horizon, and the jobs table's dead rows.",
+    )
+    common(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_status)
+
+    p = sub.add_parser(
+        "watchdog",
+        help="report (and optionally end) transactions holding the xmin horizon too long",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=WATCHDOG_HELP,
+    )
+    p.add_argument(
+        "--dsn",
+        help="PostgreSQL DSN (default: PGQUEUE_DSN, DATABASE_URL, "
+        "else the embedded server in ./.pgqueue/)",
+    )
+    p.add_argument(
+        "--max-age",
+        type=_duration,
+        required=True,
+        metavar="DURATION",
+        help="report holders at least this old: 90s, 10m, 1h, 1h30m or plain seconds",
+    )
+    p.add_argument(
+        "--terminate",
+        action="store_true",
+        help="pg_terminate_backend the reported sessions (default: dry run)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_watchdog)
     return parser
 
 
@@ -126,6 +184,26 @@ def _positive_float(text: str) -> float:
     if value == 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
     return value
+
+
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _duration(text: str) -> timedelta:
+    """90s, 10m, 1h, 1h30m, 1h30m15s, or plain seconds (90, 2.5)."""
+    try:
+        if _SECONDS.fullmatch(text):
+            return timedelta(seconds=float(text))
+        match = _DURATION.fullmatch(text)
+        if match and any(match.groups()):
+            hours, minutes, seconds = (float(part or 0) for part in match.groups())
+            return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m or a number of seconds"
+    )
 
 
 def _queues(text: str) -> tuple[str, ...]:
@@ -242,3 +320,129 @@ def _demo(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         schema=args.schema or "pgqueue_demo",
     )
+
+
+def _status(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = health.status(conn, args.schema or "pgqueue")
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        _print_status(_console(), report)
+    return 0
+
+
+def _watchdog(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = health.watch(conn, args.max_age, act=args.terminate)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        _print_watchdog(_console(), report)
+    return 0 if report.clear else 3
+
+
+# -- how status and watchdog look in a terminal ----------------------------------------------
+
+
+def _console() -> Console:
+    # Query texts and application names are anyone's: print them as they are, not as markup.
+    return Console(markup=False, emoji=False)
+
+
+def _print_status(console: Console, report: health.Status) -> None:
+    if report.queues:
+        table = Table(title=f"queues in schema {report.schema_name}", title_justify="left")
+        table.add_column("queue", no_wrap=True)
+        for name in ("queued", "scheduled", "running", "failed 1h", "done/min", "oldest queued"):
+            table.add_column(name, justify="right")
+        for q in report.queues:
+            counts = (q.queued, q.scheduled, q.running, q.failed_last_hour)
+            table.add_row(
+                q.queue,
+                *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),
+                _human(q.oldest_queued_age),
+            )
+        console.print(table)
+    else:
+        console.print(f"schema {report.schema_name}: no live jobs, none finished in the last hour")
+    t = report.jobs_table
+    console.print("\ndatabase health", style="bold")
+    console.print(
+        f"{t.schema_name}.{t.table_name}: {t.n_dead_tup:,} dead rows, {t.n_live_tup:,} live; "
+        f"last autovacuum {_when(t.last_autovacuum)}, last vacuum {_when(t.last_vacuum)}"
+    )
+    if not any(h.kind == "session" for h in report.holders):
+        console.print("no session holds back the xmin horizon")
+    for kind, title in (
+        ("session", "oldest sessions holding back the xmin horizon"),
+        ("replication_slot", "replication slots holding back the xmin horizon"),
+        ("prepared_xact", "prepared transactions holding back the xmin horizon"),
+    ):
+        holders = [h for h in report.holders if h.kind == kind]
+        if holders:
+            console.print(_holder_table(console, title, holders[:10]))
+        if len(holders) > 10:
+            console.print(f"... and {len(holders) - 10} more (see --json)")
+
+
+def _print_watchdog(console: Console, report: health.WatchdogReport) -> None:
+    limit = _human(report.max_age)
+    if not report.holders:
+        console.print(f"nothing has held back the xmin horizon for {limit} or more")
+        return
+    title = f"holding back the xmin horizon for {limit} or more"
+    console.print(_holder_table(console, title, report.holders))
+    if not report.acted:
+        pids = [h.pid for h in report.holders if h.terminable]
+        console.print(f"dry run: would terminate {_pids(pids)}; --terminate does it")
+        return
+    console.print(f"terminated {_pids(report.terminated)}")
+    for h in report.remaining:
+        what = f"pid {h.pid}" if h.pid is not None else f"{h.kind} {h.name}"
+        console.print(f"still holding back the horizon: {what} ({h.application_name or h.kind})")
+
+
+def _holder_table(console: Console, title: str, holders: Sequence[health.HorizonHolder]) -> Table:
+    """Age (or, for a slot, the xids it holds), pid, state, application and query."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("age", justify="right", no_wrap=True)
+    table.add_column("pid", justify="right", no_wrap=True)
+    table.add_column("state", min_width=7)
+    table.add_column("application", overflow="fold", min_width=11)
+    # A no_wrap column without max_width squeezes the others to nothing in rich.
+    query_width = max(16, console.width - 56)
+    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=query_width)
+    for h in holders:
+        xids = h.xmin_age if h.xmin_age is not None else h.catalog_xmin_age
+        table.add_row(
+            _human(h.age) if h.age is not None or xids is None else f"{xids:,} xids",
+            "-" if h.pid is None else str(h.pid),
+            h.state or "-",
+            (h.application_name if h.kind == "session" else h.name) or "-",
+            " ".join((h.query or "").split()) or "-",
+        )
+    return table
+
+
+def _pids(pids: Sequence[int | None]) -> str:
+    return "pid " + ", ".join(map(str, pids)) if pids else "nothing"
+
+
+def _human(age: timedelta | None) -> str:
+    """A duration for people: 4.2s, 3m12s, 2h05m, 3d04h."""
+    if age is None:
+        return "-"
+    seconds = age.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def _when(moment: datetime | None) -> str:
+    return "never" if moment is None else moment.isoformat(timespec="seconds")
