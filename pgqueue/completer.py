@@ -33,6 +33,7 @@ class Completer:
         self._closing = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._writing: list[Outcome] = []
         self.written = 0
         self.retried = 0
         self.discarded = 0
@@ -41,6 +42,10 @@ class Completer:
         self._pending.append(outcome)
         self._idle.clear()
         self._ready.set()
+
+    def job_ids(self) -> list[int]:
+        """Jobs whose outcome is known here but not yet written: still ours in the table."""
+        return [o.job.id for o in self._pending] + [o.job.id for o in self._writing]
 
     async def flushed(self) -> None:
         """Return once every outcome added so far is written."""
@@ -54,7 +59,9 @@ class Completer:
             while self._pending:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
+                self._writing = batch
                 await self._write(batch)
+                self._writing = []
             self._idle.set()
             if self._closing:
                 return

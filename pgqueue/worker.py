@@ -131,7 +131,7 @@ class Worker:
     async def _serve(self) -> None:
         s = self.settings
         prepare = not s.poll_only
-        self._claims = Link(self.dsn, "claim", prepare=prepare)
+        self._claims = Link(self.dsn, "claim", prepare=prepare, on_reconnect=self._release_orphans)
         await self._claims.open()
         await self._check_schema()
         finish_link = Link(self.dsn, "complete", prepare=prepare)
@@ -485,6 +485,18 @@ class Worker:
         self.abandoned_threads = sum(
             1 for job in self._unfinished if not _is_async(self.registry, job.task)
         )
+
+    async def _release_orphans(self, conn: Any) -> None:
+        """Put back jobs a claim took for us but whose reply the broken connection lost."""
+        if not self.id:
+            return
+        known = [job.id for job in self._running.values()] + self.completer.job_ids()
+        cur = await conn.execute(
+            query("job_release_orphans", self.schema), {"worker_id": self.id, "known": known}
+        )
+        orphans = await cur.fetchall()
+        if orphans:
+            log.warning("put back %d jobs claimed while the connection broke", len(orphans))
 
     async def _release_unfinished(self) -> None:
         if not self._unfinished:

@@ -71,6 +71,22 @@ def schema(dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def own_database(dsn: str) -> Iterator[str]:
+    """The DSN of a database made for this test alone, for tests that terminate sessions
+    (their reach is one database, and the server may be shared with other work)."""
+    name = f"pgq_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = name
+    yield psycopg.conninfo.make_conninfo("", **info)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture
 def queue(dsn: str, schema: str) -> Iterator[Queue]:
     q = Queue(dsn, schema=schema)
     yield q

@@ -187,3 +187,13 @@ RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, 
 -- Server-side backstop for an atomic job's transaction: if its worker hangs while idle in the
 -- transaction past this many milliseconds, PostgreSQL ends the session and the job is freed.
 SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
+
+-- name: job_release_orphans
+-- After the claim connection broke, puts back running jobs this worker holds but never
+-- received (the claim committed, its reply was lost). Claims only run on that connection, one
+-- at a time, so every job of ours not in `known` is such an orphan; its attempt is returned.
+UPDATE {schema}.jobs
+SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
+WHERE worker_id = %(worker_id)s AND status = 'running'
+  AND NOT (id = ANY(%(known)s::bigint[]))
+RETURNING id;

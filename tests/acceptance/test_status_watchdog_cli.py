@@ -60,21 +60,6 @@ def live_pids(dsn: str, pids: list[int]) -> set[int]:
         return {row[0] for row in rows.fetchall()}
 
 
-@pytest.fixture
-def own_database(dsn: str) -> Iterator[str]:
-    """The DSN of a database made for this test alone: the watchdog's reach is one database."""
-    name = f"pgq_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = name
-    yield psycopg.conninfo.make_conninfo("", **info)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-
-
 # -- status ------------------------------------------------------------------------------------
 
 

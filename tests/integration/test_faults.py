@@ -1,0 +1,138 @@
+"""Connection faults: workers ride out terminated backends and server restarts, lose no job,
+never crash-loop, log once per outage, and listen again after reconnecting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue import Queue, Worker
+from pgqueue.migrate import apply
+from tests.conftest import count, wait_until
+
+
+@contextmanager
+def _in_thread(worker: Worker) -> Iterator[Worker]:
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()))
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+def _terminate(conn: psycopg.Connection[Any], application: str) -> int:
+    rows = conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name LIKE %s AND datname = current_database()",  # this test's own
+        [application],
+    ).fetchall()
+    return len(rows)
+
+
+def _finished(conn: psycopg.Connection[Any], schema: str) -> int:
+    return count(conn, schema, "job_history")
+
+
+def _pids(conn: psycopg.Connection[Any], application: str) -> set[int]:
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+        "AND datname = current_database()",
+        [application],
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def test_worker_rides_out_terminated_backends_without_losing_or_repeating_a_job(
+    own_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    dsn, schema = own_database, "pgqueue"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply(conn, schema)
+    queue = Queue(dsn, schema=schema)
+    runs: Counter[int] = Counter()
+
+    @queue.task(name="t")
+    async def t(i: int) -> None:
+        runs[i] += 1
+        await asyncio.sleep(0.001)
+
+    jobs = 3000
+    queue.enqueue_many([t.job(i) for i in range(jobs)])
+    caplog.set_level(logging.WARNING, logger="pgqueue")
+    worker = Worker(queue, dsn=dsn, concurrency=8, heartbeat_interval=0.2)
+    with _in_thread(worker), psycopg.connect(dsn, autocommit=True) as admin:
+        for round_ in range(1, 6):
+            wait_until(lambda r=round_: _finished(admin, schema) >= r * 300, what="progress")
+            assert _terminate(admin, "pgqueue:%") >= 2
+        wait_until(lambda: _finished(admin, schema) == jobs, what="all jobs", timeout=120)
+        assert count(admin, schema, "job_history", "status <> 'succeeded'") == 0
+        assert count(admin, schema, "jobs") == 0
+    queue.close()
+    assert sorted(runs) == list(range(jobs)) and max(runs.values()) == 1
+    lost = [r for r in caplog.records if "connection lost" in r.getMessage()]
+    assert 1 <= len(lost) <= 5 * 4, len(lost)  # once per outage per connection, not per job
+
+
+def test_worker_listens_again_after_its_listener_backend_is_terminated(
+    own_database: str,
+) -> None:
+    dsn = own_database
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply(conn, "pgqueue")
+    queue = Queue(dsn)
+    ran = threading.Event()
+
+    @queue.task(name="t")
+    def t() -> None:
+        ran.set()
+
+    worker = Worker(queue, dsn=dsn, poll_interval=60)
+    with _in_thread(worker), psycopg.connect(dsn, autocommit=True) as admin:
+        wait_until(lambda: len(_pids(admin, "pgqueue:listen")) == 1, what="the listener")
+        (old,) = _pids(admin, "pgqueue:listen")
+        _terminate(admin, "pgqueue:listen")
+        wait_until(lambda: _pids(admin, "pgqueue:listen") - {old}, what="a new listener")
+        wait_until(lambda: worker.stats.claims >= 2, what="the wake-up claim after relisten")
+        queue.enqueue(t.job())
+        assert ran.wait(20)  # the next poll is a minute away: only NOTIFY can do this
+    queue.close()
+
+
+def test_worker_rides_out_a_server_restart(tmp_path: Path) -> None:
+    from pgqueue import embedded
+
+    server = embedded.start(tmp_path / "restarting")  # its own server: others are unaffected
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            apply(conn, "pgqueue")
+        queue = Queue(server.dsn)
+        done: Counter[int] = Counter()
+
+        @queue.task(name="t")
+        async def t(i: int) -> None:
+            done[i] += 1
+
+        queue.enqueue_many([t.job(i) for i in range(500)])
+        worker = Worker(queue, dsn=server.dsn, concurrency=4, heartbeat_interval=0.2)
+        with _in_thread(worker):
+            wait_until(lambda: len(done) >= 100, what="some progress")
+            server.restart()
+            queue.close()  # its pooled connections died with the server
+            queue.enqueue_many([t.job(i) for i in range(500, 600)])
+            wait_until(lambda: len(done) == 600, what="every job, old and new", timeout=120)
+        queue.close()
+        assert max(done.values()) == 1
+    finally:
+        server.stop()
