@@ -110,7 +110,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--poll-interval", type=_positive_float, default=1.0, metavar="SECONDS")
     p.add_argument("--shutdown-grace", type=_non_negative_float, default=30.0, metavar="SECONDS")
+    p.add_argument(
+        "--heartbeat-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="how often the worker proves itself alive (default 5)",
+    )
+    p.add_argument(
+        "--lease-timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="silence after which a worker's jobs are rescued (default 30)",
+    )
+    p.add_argument(
+        "--rescue-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="how often to look for dead workers' jobs (default 10)",
+    )
+    p.add_argument(
+        "--atomic-concurrency",
+        type=_non_negative_int,
+        metavar="N",
+        help="atomic jobs run at once, each holding a transaction (default 2)",
+    )
+
     p.set_defaults(handler=_worker)
+
+    p = sub.add_parser("grant", help="grant a role what a worker or an app needs, nothing more")
+    common(p)
+    p.add_argument("role", type=_role_name, help="an existing role")
+    p.add_argument("--kind", choices=["worker", "app"], required=True)
+    p.add_argument("--sql", action="store_true", help="print the GRANT statements only")
+    p.set_defaults(handler=_grant)
 
     p = sub.add_parser("demo", help="show transactional enqueue on a small table")
     common(p)
@@ -157,6 +189,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # -- argument types: a malformed value is an argparse error (exit 2) naming the option ------
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not 0 or more")
+    return value
+
+
+def _role_name(text: str) -> str:
+    if not 1 <= len(text) <= 63 or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a role name (1-63 characters)")
+    return text  # quoted as an identifier by psycopg.sql, whatever it contains
 
 
 def _positive_int(text: str) -> int:
@@ -296,10 +344,15 @@ def _worker(args: argparse.Namespace) -> int:
         "poll_interval": args.poll_interval,
         "shutdown_grace": args.shutdown_grace,
     }
-    if args.queues:
-        options["queues"] = args.queues
-    if args.batch_size:
-        options["batch_size"] = args.batch_size
+    optional = {
+        "queues": args.queues,
+        "batch_size": args.batch_size,
+        "heartbeat_interval": args.heartbeat_interval,
+        "lease_timeout": args.lease_timeout,
+        "rescue_interval": args.rescue_interval,
+        "atomic_concurrency": args.atomic_concurrency,
+    }
+    options.update({name: value for name, value in optional.items() if value is not None})
     settings = WorkerSettings(**options)
     worker = Worker(app, dsn=resolve_dsn(args.dsn), settings=settings, schema=args.schema)
     worker.run()
@@ -308,6 +361,17 @@ def _worker(args: argparse.Namespace) -> int:
         # designed, hence 0). Waiting for their threads could take forever: leave now.
         logging.shutdown()
         os._exit(0)
+    return 0
+
+
+def _grant(args: argparse.Namespace) -> int:
+    schema = args.schema or "pgqueue"
+    if args.sql:
+        print(migrations.grant_sql(schema, args.role, args.kind).as_string(None))
+        return 0
+    with connect(resolve_dsn(args.dsn)) as conn:
+        migrations.grant_role(conn, schema, args.role, args.kind)
+    print(f"granted {args.kind} privileges on schema {schema} to {args.role}", file=sys.stderr)
     return 0
 
 

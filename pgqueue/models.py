@@ -70,8 +70,12 @@ class Settings(BaseModel):
 def _describe(model: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or model
-        parts.append(f"{field}={err.get('input')!r}: {err['msg']}")
+        message = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:  # a rule across several settings: the message names them
+            parts.append(message)
+            continue
+        field = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{field}={err.get('input')!r}: {message}")
     return f"invalid {model}: " + "; ".join(parts)
 
 

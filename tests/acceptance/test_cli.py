@@ -213,3 +213,43 @@ def test_database_errors_exit_1_with_a_message_not_a_traceback(
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_worker_refuses_a_lease_shorter_than_two_heartbeats(dsn: str) -> None:
+    result = run_pgqueue(
+        "worker",
+        "tests.apps:queue",
+        "--dsn",
+        dsn,
+        "--lease-timeout",
+        "1",
+        "--heartbeat-interval",
+        "5",
+    )
+    assert_usage_error(result, "lease_timeout must be at least 2 x heartbeat_interval")
+
+
+def test_grant_quotes_a_hostile_role_name_and_grants_exactly_the_worker_set(
+    dsn: str, schema: str
+) -> None:
+    hostile = 'evil"; DROP TABLE x; --'
+    printed = run_pgqueue("grant", hostile, "--kind", "worker", "--sql", "--schema", schema)
+    assert printed.returncode == 0, printed.stderr
+    assert 'TO "evil""; DROP TABLE x; --";' in printed.stdout
+    role = f"pgq_r_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        result = run_pgqueue("grant", role, "--kind", "app", "--schema", schema, "--dsn", dsn)
+        assert result.returncode == 0, result.stderr
+        with psycopg.connect(dsn) as conn:
+            (can_insert, can_delete) = conn.execute(
+                "SELECT has_table_privilege(%s, %s, 'INSERT'), "
+                "has_table_privilege(%s, %s, 'DELETE')",
+                [role, f"{schema}.jobs", role, f"{schema}.jobs"],
+            ).fetchone()  # type: ignore[misc]
+        assert (can_insert, can_delete) == (True, False)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
