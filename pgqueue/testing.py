@@ -11,10 +11,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from pgqueue.claimer import WorkerStats
 from pgqueue.models import Job
 from pgqueue.queries import query
 from pgqueue.queue import AsyncQueue, Queue, decode_job
-from pgqueue.worker import Worker, WorkerStats
+from pgqueue.worker import Worker
 
 
 def drain(queue: Queue | AsyncQueue, *, dsn: str | None = None, **settings: Any) -> WorkerStats:

@@ -4,11 +4,9 @@ Owns: one event loop, a claim connection (also used for promotion and heartbeats
 completer's connection and the notifier's. It runs at most `concurrency` jobs at once:
 `async def` handlers as tasks on the loop, `def` handlers in a thread pool of that size.
 
-Claims take a batch of at most the free slots per queue, in (priority, id) order, starting
-after a per-queue hint: the last (priority, id) claimed. The hint is forgotten after a
-randomised interval (hint_reset_interval ± jitter) and whenever a hinted claim comes back
-short, so a job committed late with a lower id, or one promoted from scheduled, waits at most
-one reset interval (tests/integration/test_hint.py pins this).
+Claims go through the Claimer (claimer.py: batches, the hint and its resets, promotion of
+due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
+their own lanes (atomic.py).
 
 Stopping (SIGTERM/SIGINT, or stop()): claiming stops, running jobs get `shutdown_grace` to
 finish, the rest are cancelled and put back as queued without spending an attempt, outcomes
@@ -26,11 +24,10 @@ import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from pgqueue.atomic import AtomicLane
+from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor
@@ -44,17 +41,7 @@ from pgqueue.registry import Registry
 from pgqueue.rescuer import Rescuer
 
 log = logging.getLogger("pgqueue.worker")
-FLOOR = (-32768, 0)  # below every (priority, id): an unhinted claim
 STRAGGLER_THREADS = 64
-
-
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    claims: int = 0
-    unhinted_claims: int = 0
-    promoted: int = 0
-    started: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -83,14 +70,9 @@ class Worker:
         self.abandoned_threads = 0
         self._running: dict[asyncio.Task[None], ClaimedJob] = {}
         self._unfinished: list[ClaimedJob] = []
-        self._hints: dict[str, tuple[int, int] | None] = {q: None for q in self.settings.queues}
-        self._hint_deadline: dict[str, float] = {q: 0.0 for q in self.settings.queues}
-        self._rng = random.Random()
         self._stopping = False
         self._force = False
         self._maybe_more = True
-        self._next_promote = 0.0
-        self._next_due: float | None = None
         self._retried_seen = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
@@ -137,6 +119,7 @@ class Worker:
         finish_link = Link(self.dsn, "complete", prepare=prepare)
         await finish_link.open()
         self.id = await self._register()
+        self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
         self.completer = Completer(
             finish_link, self.schema, self.queue_settings.keep_history, s.batch_size
         )
@@ -237,7 +220,7 @@ class Worker:
         """Every rescue_interval (± 50%), look for jobs of dead workers."""
         interval = self.settings.rescue_interval.total_seconds()
         while True:
-            await asyncio.sleep(interval * self._rng.uniform(0.5, 1.5))
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             if await self._claims.run(self.rescuer.rescue):
                 self._notified()  # rescued jobs may be claimable now
 
@@ -252,111 +235,20 @@ class Worker:
             now = time.monotonic()
             if now >= next_poll:
                 self._maybe_more = True
-            if now >= self._next_promote or (self._next_due is not None and now >= self._next_due):
-                await self._promote()
+            if self.claimer.promotion_due(now) and await self.claimer.promote():
+                self._maybe_more = True
             full = False
             if free > 0 and self._maybe_more:
-                _, full = await self._claim_round(free)
+                jobs, full = await self.claimer.claim_round(free)
+                for job in jobs:
+                    self._start(job)
                 self._maybe_more = full
                 next_poll = time.monotonic() + poll
             if s.burst and not full and not self._running and await self._burst_done():
                 break
             if self._maybe_more and len(self._running) < s.concurrency:
                 continue
-            await self._sleep(min(next_poll, self._next_wake()) - time.monotonic())
-
-    async def _claim_round(self, free: int) -> tuple[int, bool]:
-        """Claim up to `free` jobs across the queues; `full` if some queue may have more."""
-        total, full = 0, False
-        queues = list(self.settings.queues)
-        start = self._rng.randrange(len(queues))
-        for queue in queues[start:] + queues[:start]:
-            want = min(free - total, self.settings.batch_size)
-            if want <= 0:
-                break
-            jobs, queue_full = await self._claim_queue(queue, want)
-            for job in jobs:
-                self._start(job)
-            total += len(jobs)
-            full = full or queue_full
-        return total, full
-
-    async def _claim_queue(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
-        hint = self._hints[queue]
-        if hint is not None and time.monotonic() >= self._hint_deadline[queue]:
-            hint = None
-        jobs = await self._claim(queue, hint or FLOOR, want)
-        last, last_want = jobs, want
-        if hint is not None and len(jobs) < want:
-            # Short: something may sit below the hint (committed late, promoted, put back).
-            hint = None
-            last_want = want - len(jobs)
-            last = await self._claim(queue, FLOOR, last_want)
-            jobs = jobs + last
-        if hint is None:
-            self._reset_hint_deadline(queue)
-        self._hints[queue] = _next_hint(jobs, last, last_want, hint)
-        return jobs, len(jobs) == want
-
-    async def _claim(self, queue: str, after: tuple[int, int], limit: int) -> list[ClaimedJob]:
-        params = {
-            "queue": queue,
-            "after_priority": after[0],
-            "after_id": after[1],
-            "limit": limit,
-            "worker_id": self.id,
-            "now": None,
-        }
-
-        async def claim(conn: Any) -> list[Any]:
-            cur = await conn.execute(query("job_claim", self.schema), params)
-            rows: list[Any] = await cur.fetchall()
-            return rows
-
-        rows = await self._claims.run(claim)
-        self.stats.claims += 1
-        if after == FLOOR:
-            self.stats.unhinted_claims += 1
-        self.stats.claimed += len(rows)
-        jobs = [ClaimedJob(*row) for row in rows]
-        jobs.sort(key=lambda j: (j.priority, j.id))
-        return jobs
-
-    def _reset_hint_deadline(self, queue: str) -> None:
-        s = self.settings
-        spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
-        self._hint_deadline[queue] = (
-            time.monotonic() + s.hint_reset_interval.total_seconds() * spread
-        )
-
-    async def _promote(self) -> None:
-        """Move due scheduled jobs to queued; remember when the next one falls due."""
-        s = self.settings
-        params = {"queues": list(s.queues), "limit": s.promote_batch, "now": None}
-
-        async def promote(conn: Any) -> tuple[int, Any]:
-            cur = await conn.execute(query("job_promote_due", self.schema), params)
-            row = await cur.fetchone()
-            return int(row[0]), row[1]
-
-        promoted, next_run_at = await self._claims.run(promote)
-        now = time.monotonic()
-        self._next_promote = now + s.poll_interval.total_seconds()
-        self.stats.promoted += promoted
-        if promoted:
-            self._maybe_more = True
-            if promoted == s.promote_batch:
-                self._next_promote = now  # more are due
-        self._next_due = None
-        if next_run_at is not None:
-            wait = (next_run_at - datetime.now(timezone.utc)).total_seconds()
-            self._next_due = now + max(wait, 0.0)
-
-    def _next_wake(self) -> float:
-        candidates = [self._next_promote]
-        if self._next_due is not None:
-            candidates.append(self._next_due)
-        return min(candidates)
+            await self._sleep(min(next_poll, self.claimer.next_wake()) - time.monotonic())
 
     async def _burst_done(self) -> bool:
         """In burst mode: nothing running, nothing claimable, nothing due to promote."""
@@ -364,9 +256,8 @@ class Worker:
             return False
         await self.completer.flushed()
         retried_before, self._retried_seen = self._retried_seen, self.completer.retried
-        promoted_before = self.stats.promoted
-        await self._promote()
-        if self._retried_seen != retried_before or self.stats.promoted != promoted_before:
+        promoted = await self.claimer.promote()
+        if self._retried_seen != retried_before or promoted:
             self._maybe_more = True  # retried or promoted jobs may be claimable now
             return False
         return True
@@ -510,22 +401,6 @@ class Worker:
 
         await self._claims.run(release)
         log.warning("put %d unfinished jobs back in their queues", len(ids))
-
-
-def _next_hint(
-    jobs: list[ClaimedJob], last: list[ClaimedJob], last_want: int, hint: tuple[int, int] | None
-) -> tuple[int, int] | None:
-    """Where the next claim of a queue starts.
-
-    After a full batch, claimable jobs may follow right after it: start after its highest.
-    After a short batch, nothing claimable was left past anything we took: start after the
-    highest of all; and with nothing taken, keep the hint (None after a reset).
-    """
-    if last and len(last) == last_want:
-        return max((j.priority, j.id) for j in last)
-    if jobs:
-        return max((j.priority, j.id) for j in jobs)
-    return hint
 
 
 def _is_async(registry: Registry, name: str) -> bool:
