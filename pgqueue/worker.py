@@ -1,8 +1,9 @@
 """The worker: claim -> execute -> complete, with heartbeats and a clean shutdown.
 
-Owns: one event loop, a claim connection (also used for promotion and heartbeats), the
-completer's connection and the notifier's. It runs at most `concurrency` jobs at once:
-`async def` handlers as tasks on the loop, `def` handlers in a thread pool of that size.
+Owns: one event loop and its connections: claims (also promotion and rescue, one operation at
+a time), the completer's, the notifier's, one per atomic lane, and the heartbeat thread's. It
+runs at most `concurrency` jobs at once: `async def` handlers as tasks on the loop, `def`
+handlers in a thread pool (with headroom for sync jobs that outlived their timeout).
 
 Claims go through the Claimer (claimer.py: batches, the hint and its resets, promotion of
 due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
