@@ -11,21 +11,17 @@ import argparse
 import importlib
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from rich.console import Console
-from rich.table import Table
 
-from pgqueue import health
+from pgqueue import argtypes, console, health
 from pgqueue import migrate as migrations
 from pgqueue.errors import ConfigurationError, PgQueueError
-from pgqueue.models import QUEUE_NAME, SCHEMA_NAME, WorkerSettings, check_name
+from pgqueue.models import WorkerSettings
 from pgqueue.queue import AsyncQueue, Queue
 
 EMBEDDED_DIR = Path(".pgqueue") / "pgdata"
@@ -89,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
             help="PostgreSQL DSN (default: PGQUEUE_DSN, DATABASE_URL, "
             "else the embedded server in ./.pgqueue/)",
         )
-        p.add_argument("--schema", type=_schema, help="schema of the pgqueue tables")
+        p.add_argument("--schema", type=argtypes.schema, help="schema of the pgqueue tables")
 
     p = sub.add_parser("migrate", help="create or upgrade the pgqueue tables")
     common(p)
@@ -99,38 +95,42 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("worker", help="run jobs of the tasks registered on MODULE:ATTR")
     common(p)
     p.add_argument("app", metavar="MODULE:ATTR", help="a pgqueue Queue or AsyncQueue")
-    p.add_argument("--queues", type=_queues, default=None, help="comma-separated queue names")
-    p.add_argument("--concurrency", type=_positive_int, default=10)
-    p.add_argument("--batch-size", type=_positive_int, default=None)
+    p.add_argument(
+        "--queues", type=argtypes.queues, default=None, help="comma-separated queue names"
+    )
+    p.add_argument("--concurrency", type=argtypes.positive_int, default=10)
+    p.add_argument("--batch-size", type=argtypes.positive_int, default=None)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     p.add_argument(
         "--poll-only",
         action="store_true",
         help="no LISTEN and no prepared statements (PgBouncer transaction mode)",
     )
-    p.add_argument("--poll-interval", type=_positive_float, default=1.0, metavar="SECONDS")
-    p.add_argument("--shutdown-grace", type=_non_negative_float, default=30.0, metavar="SECONDS")
+    p.add_argument("--poll-interval", type=argtypes.positive_float, default=1.0, metavar="SECONDS")
+    p.add_argument(
+        "--shutdown-grace", type=argtypes.non_negative_float, default=30.0, metavar="SECONDS"
+    )
     p.add_argument(
         "--heartbeat-interval",
-        type=_positive_float,
+        type=argtypes.positive_float,
         metavar="SECONDS",
         help="how often the worker proves itself alive (default 5)",
     )
     p.add_argument(
         "--lease-timeout",
-        type=_positive_float,
+        type=argtypes.positive_float,
         metavar="SECONDS",
         help="silence after which a worker's jobs are rescued (default 30)",
     )
     p.add_argument(
         "--rescue-interval",
-        type=_positive_float,
+        type=argtypes.positive_float,
         metavar="SECONDS",
         help="how often to look for dead workers' jobs (default 10)",
     )
     p.add_argument(
         "--atomic-concurrency",
-        type=_non_negative_int,
+        type=argtypes.non_negative_int,
         metavar="N",
         help="atomic jobs run at once, each holding a transaction (default 2)",
     )
@@ -139,15 +139,15 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("grant", help="grant a role what a worker or an app needs, nothing more")
     common(p)
-    p.add_argument("role", type=_role_name, help="an existing role")
+    p.add_argument("role", type=argtypes.role_name, help="an existing role")
     p.add_argument("--kind", choices=["worker", "app"], required=True)
     p.add_argument("--sql", action="store_true", help="print the GRANT statements only")
     p.set_defaults(handler=_grant)
 
     p = sub.add_parser("demo", help="show transactional enqueue on a small table")
     common(p)
-    p.add_argument("--jobs", type=_positive_int, default=2000)
-    p.add_argument("--concurrency", type=_positive_int, default=50)
+    p.add_argument("--jobs", type=argtypes.positive_int, default=2000)
+    p.add_argument("--concurrency", type=argtypes.positive_int, default=50)
     p.set_defaults(handler=_demo)
 
     p = sub.add_parser(
@@ -173,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-age",
-        type=_duration,
+        type=argtypes.duration,
         required=True,
         metavar="DURATION",
         help="report holders at least this old: 90s, 10m, 1h, 1h30m or plain seconds",
@@ -186,89 +186,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_watchdog)
     return parser
-
-
-# -- argument types: a malformed value is an argparse error (exit 2) naming the option ------
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not 0 or more")
-    return value
-
-
-def _role_name(text: str) -> str:
-    if not 1 <= len(text) <= 63 or "\x00" in text:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a role name (1-63 characters)")
-    return text  # quoted as an identifier by psycopg.sql, whatever it contains
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number of 0 or more")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
-    return value
-
-
-_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
-_SECONDS = re.compile(r"\d+(?:\.\d+)?")
-
-
-def _duration(text: str) -> timedelta:
-    """90s, 10m, 1h, 1h30m, 1h30m15s, or plain seconds (90, 2.5)."""
-    try:
-        if _SECONDS.fullmatch(text):
-            return timedelta(seconds=float(text))
-        match = _DURATION.fullmatch(text)
-        if match and any(match.groups()):
-            hours, minutes, seconds = (float(part or 0) for part in match.groups())
-            return timedelta(hours=hours, minutes=minutes, seconds=seconds)
-    except OverflowError:
-        pass
-    raise argparse.ArgumentTypeError(
-        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m or a number of seconds"
-    )
-
-
-def _queues(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(","))
-    try:
-        for name in names:
-            check_name("queue", name, QUEUE_NAME)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return names
-
-
-def _schema(text: str) -> str:
-    try:
-        return check_name("schema", text, SCHEMA_NAME)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # -- shared steps ----------------------------------------------------------------------------
@@ -392,7 +309,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
-        _print_status(_console(), report)
+        console.print_status(console.make_console(), report)
     return 0
 
 
@@ -402,111 +319,5 @@ def _watchdog(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2))
     else:
-        _print_watchdog(_console(), report)
+        console.print_watchdog(console.make_console(), report)
     return 0 if report.clear else 3
-
-
-# -- how status and watchdog look in a terminal ----------------------------------------------
-
-
-def _console() -> Console:
-    # Query texts and application names are anyone's: print them as they are, not as markup.
-    return Console(markup=False, emoji=False)
-
-
-def _print_status(console: Console, report: health.Status) -> None:
-    if report.queues:
-        table = Table(title=f"queues in schema {report.schema_name}", title_justify="left")
-        table.add_column("queue", no_wrap=True)
-        for name in ("queued", "scheduled", "running", "failed 1h", "done/min", "oldest queued"):
-            table.add_column(name, justify="right")
-        for q in report.queues:
-            counts = (q.queued, q.scheduled, q.running, q.failed_last_hour)
-            table.add_row(
-                q.queue,
-                *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),
-                _human(q.oldest_queued_age),
-            )
-        console.print(table)
-    else:
-        console.print(f"schema {report.schema_name}: no live jobs, none finished in the last hour")
-    t = report.jobs_table
-    console.print("\ndatabase health", style="bold")
-    console.print(
-        f"{t.schema_name}.{t.table_name}: {t.n_dead_tup:,} dead rows, {t.n_live_tup:,} live; "
-        f"last autovacuum {_when(t.last_autovacuum)}, last vacuum {_when(t.last_vacuum)}"
-    )
-    if not any(h.kind == "session" for h in report.holders):
-        console.print("no session holds back the xmin horizon")
-    for kind, title in (
-        ("session", "oldest sessions holding back the xmin horizon"),
-        ("replication_slot", "replication slots holding back the xmin horizon"),
-        ("prepared_xact", "prepared transactions holding back the xmin horizon"),
-    ):
-        holders = [h for h in report.holders if h.kind == kind]
-        if holders:
-            console.print(_holder_table(console, title, holders[:10]))
-        if len(holders) > 10:
-            console.print(f"... and {len(holders) - 10} more (see --json)")
-
-
-def _print_watchdog(console: Console, report: health.WatchdogReport) -> None:
-    limit = _human(report.max_age)
-    if not report.holders:
-        console.print(f"nothing has held back the xmin horizon for {limit} or more")
-        return
-    title = f"holding back the xmin horizon for {limit} or more"
-    console.print(_holder_table(console, title, report.holders))
-    if not report.acted:
-        pids = [h.pid for h in report.holders if h.terminable]
-        console.print(f"dry run: would terminate {_pids(pids)}; --terminate does it")
-        return
-    console.print(f"terminated {_pids(report.terminated)}")
-    for h in report.remaining:
-        what = f"pid {h.pid}" if h.pid is not None else f"{h.kind} {h.name}"
-        console.print(f"still holding back the horizon: {what} ({h.application_name or h.kind})")
-
-
-def _holder_table(console: Console, title: str, holders: Sequence[health.HorizonHolder]) -> Table:
-    """Age (or, for a slot, the xids it holds), pid, state, application and query."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("age", justify="right", no_wrap=True)
-    table.add_column("pid", justify="right", no_wrap=True)
-    table.add_column("state", min_width=7)
-    table.add_column("application", overflow="fold", min_width=11)
-    # A no_wrap column without max_width squeezes the others to nothing in rich.
-    query_width = max(16, console.width - 56)
-    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=query_width)
-    for h in holders:
-        xids = h.xmin_age if h.xmin_age is not None else h.catalog_xmin_age
-        table.add_row(
-            _human(h.age) if h.age is not None or xids is None else f"{xids:,} xids",
-            "-" if h.pid is None else str(h.pid),
-            h.state or "-",
-            (h.application_name if h.kind == "session" else h.name) or "-",
-            " ".join((h.query or "").split()) or "-",
-        )
-    return table
-
-
-def _pids(pids: Sequence[int | None]) -> str:
-    return "pid " + ", ".join(map(str, pids)) if pids else "nothing"
-
-
-def _human(age: timedelta | None) -> str:
-    """A duration for people: 4.2s, 3m12s, 2h05m, 3d04h."""
-    if age is None:
-        return "-"
-    seconds = age.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
-def _when(moment: datetime | None) -> str:
-    return "never" if moment is None else moment.isoformat(timespec="seconds")

@@ -1,0 +1,91 @@
+"""Argument types for the `pgqueue` command: a malformed value is an argparse error (exit 2)
+that names the option and says what is allowed."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from datetime import timedelta
+
+from pgqueue.errors import ConfigurationError
+from pgqueue.models import QUEUE_NAME, SCHEMA_NAME, check_name
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not 0 or more")
+    return value
+
+
+def role_name(text: str) -> str:
+    if not 1 <= len(text) <= 63 or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a role name (1-63 characters)")
+    return text  # quoted as an identifier by psycopg.sql, whatever it contains
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number of 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
+_SECONDS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def duration(text: str) -> timedelta:
+    """90s, 10m, 1h, 1h30m, 1h30m15s, or plain seconds (90, 2.5)."""
+    try:
+        if _SECONDS.fullmatch(text):
+            return timedelta(seconds=float(text))
+        match = _DURATION.fullmatch(text)
+        if match and any(match.groups()):
+            hours, minutes, seconds = (float(part or 0) for part in match.groups())
+            return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    except OverflowError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m or a number of seconds"
+    )
+
+
+def queues(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    try:
+        for name in names:
+            check_name("queue", name, QUEUE_NAME)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return names
+
+
+def schema(text: str) -> str:
+    try:
+        return check_name("schema", text, SCHEMA_NAME)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

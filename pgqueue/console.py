@@ -1,0 +1,115 @@
+"""How `pgqueue status` and `pgqueue watchdog` look in a terminal (rich tables). No I/O but
+printing to the console it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from rich.console import Console
+from rich.table import Table
+
+from pgqueue import health
+
+
+def make_console() -> Console:
+    # Query texts and application names are anyone's: print them as they are, not as markup.
+    return Console(markup=False, emoji=False)
+
+
+def print_status(console: Console, report: health.Status) -> None:
+    if report.queues:
+        table = Table(title=f"queues in schema {report.schema_name}", title_justify="left")
+        table.add_column("queue", no_wrap=True)
+        for name in ("queued", "scheduled", "running", "failed 1h", "done/min", "oldest queued"):
+            table.add_column(name, justify="right")
+        for q in report.queues:
+            counts = (q.queued, q.scheduled, q.running, q.failed_last_hour)
+            table.add_row(
+                q.queue,
+                *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),
+                _human(q.oldest_queued_age),
+            )
+        console.print(table)
+    else:
+        console.print(f"schema {report.schema_name}: no live jobs, none finished in the last hour")
+    t = report.jobs_table
+    console.print("\ndatabase health", style="bold")
+    console.print(
+        f"{t.schema_name}.{t.table_name}: {t.n_dead_tup:,} dead rows, {t.n_live_tup:,} live; "
+        f"last autovacuum {_when(t.last_autovacuum)}, last vacuum {_when(t.last_vacuum)}"
+    )
+    if not any(h.kind == "session" for h in report.holders):
+        console.print("no session holds back the xmin horizon")
+    for kind, title in (
+        ("session", "oldest sessions holding back the xmin horizon"),
+        ("replication_slot", "replication slots holding back the xmin horizon"),
+        ("prepared_xact", "prepared transactions holding back the xmin horizon"),
+    ):
+        holders = [h for h in report.holders if h.kind == kind]
+        if holders:
+            console.print(_holder_table(console, title, holders[:10]))
+        if len(holders) > 10:
+            console.print(f"... and {len(holders) - 10} more (see --json)")
+
+
+def print_watchdog(console: Console, report: health.WatchdogReport) -> None:
+    limit = _human(report.max_age)
+    if not report.holders:
+        console.print(f"nothing has held back the xmin horizon for {limit} or more")
+        return
+    title = f"holding back the xmin horizon for {limit} or more"
+    console.print(_holder_table(console, title, report.holders))
+    if not report.acted:
+        pids = [h.pid for h in report.holders if h.terminable]
+        console.print(f"dry run: would terminate {_pids(pids)}; --terminate does it")
+        return
+    console.print(f"terminated {_pids(report.terminated)}")
+    for h in report.remaining:
+        what = f"pid {h.pid}" if h.pid is not None else f"{h.kind} {h.name}"
+        console.print(f"still holding back the horizon: {what} ({h.application_name or h.kind})")
+
+
+def _holder_table(console: Console, title: str, holders: Sequence[health.HorizonHolder]) -> Table:
+    """Age (or, for a slot, the xids it holds), pid, state, application and query."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("age", justify="right", no_wrap=True)
+    table.add_column("pid", justify="right", no_wrap=True)
+    table.add_column("state", min_width=7)
+    table.add_column("application", overflow="fold", min_width=11)
+    # A no_wrap column without max_width squeezes the others to nothing in rich.
+    query_width = max(16, console.width - 56)
+    table.add_column("query", no_wrap=True, overflow="ellipsis", max_width=query_width)
+    for h in holders:
+        xids = h.xmin_age if h.xmin_age is not None else h.catalog_xmin_age
+        table.add_row(
+            _human(h.age) if h.age is not None or xids is None else f"{xids:,} xids",
+            "-" if h.pid is None else str(h.pid),
+            h.state or "-",
+            (h.application_name if h.kind == "session" else h.name) or "-",
+            " ".join((h.query or "").split()) or "-",
+        )
+    return table
+
+
+def _pids(pids: Sequence[int | None]) -> str:
+    return "pid " + ", ".join(map(str, pids)) if pids else "nothing"
+
+
+def _human(age: timedelta | None) -> str:
+    """A duration for people: 4.2s, 3m12s, 2h05m, 3d04h."""
+    if age is None:
+        return "-"
+    seconds = age.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def _when(moment: datetime | None) -> str:
+    return "never" if moment is None else moment.isoformat(timespec="seconds")
