@@ -10,6 +10,7 @@ the queue uses its own pooled connection and commits.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
@@ -122,9 +123,14 @@ class _Base(abc.ABC):
 
         return register(fn) if fn is not None else register
 
-    def declare(self, name: str, **options: Any) -> Task[Any]:
-        """Declare a task another service defines, so this one can enqueue it by name."""
-        task: Task[Any] = Task(None, name=name, options=JobOptions(**options), policy=TaskPolicy())
+    def declare(self, name: str, *, atomic: bool = False, **options: Any) -> Task[Any]:
+        """Declare a task another service defines, so this one can enqueue it by name.
+
+        Pass atomic=True if the defining service registered it as atomic: the flag travels
+        with each job and decides how workers claim it."""
+        task: Task[Any] = Task(
+            None, name=name, options=JobOptions(**options), policy=TaskPolicy(), atomic=atomic
+        )
         self.registry.add(task)
         return task
 
@@ -139,7 +145,7 @@ class _Base(abc.ABC):
             if not options:
                 return job
             merged = job.options.model_dump(exclude_none=True) | options
-            return NewJob(job.task, job.args, JobOptions(**merged))
+            return dataclasses.replace(job, options=JobOptions(**merged))
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))

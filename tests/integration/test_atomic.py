@@ -158,3 +158,19 @@ def test_atomic_tasks_need_async_handlers_and_a_bounded_timeout() -> None:
     with pytest.raises(ConfigurationError, match="over the 0:15:00 limit"):
         queue.task(name="too_long", atomic=True, timeout=3600)(handler)
     assert queue.task(name="bounded", atomic=True)(handler).policy.timeout is not None
+
+
+def test_the_atomic_flag_survives_per_enqueue_options_and_declared_tasks(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    @queue.task(name="atomic_t", atomic=True)
+    async def atomic_t() -> None: ...
+
+    remote = Queue(dsn, schema=schema).declare("atomic_t_remote", atomic=True)
+    queue.enqueue(atomic_t.job(), delay=3600, priority=3)
+    queue.enqueue(remote.job(), queue="other")
+    with psycopg.connect(dsn) as conn:
+        flags = conn.execute(
+            sql.SQL("SELECT atomic FROM {}.jobs ORDER BY id").format(sql.Identifier(schema))
+        ).fetchall()
+    assert flags == [(True,), (True,)]
