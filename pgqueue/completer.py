@@ -4,8 +4,9 @@ Owns: the outcomes the executor produced and not yet written. Each batch is one 
 (job_finish_many): finished jobs move to history (or are deleted when history is off),
 retried jobs go back with their error. A row moves only while it is still running the same
 attempt for this worker, so a late write never moves a job another actor has moved. On a
-connection fault the batch is kept and written after reconnecting: an outcome is never dropped
-while the worker lives.
+connection fault the batch is kept and written after reconnecting; a deadlock is retried; a
+batch the database refuses is written one outcome at a time, and an outcome refused alone is
+recorded as a failure that says why. Writing never raises: the worker lives on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import asyncio
 import json
 import logging
 from typing import Any
+
+import psycopg
 
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
@@ -71,6 +74,60 @@ class Completer:
         self._ready.set()
 
     async def _write(self, batch: list[Outcome]) -> None:
+        """Write a batch; never raises. Rows are locked in id order, like everywhere else."""
+        batch.sort(key=lambda o: o.job.id)
+        for attempt in range(5):
+            try:
+                await self._write_once(batch)
+                return
+            except psycopg.errors.TransactionRollback as exc:  # deadlock, serialization
+                log.warning("outcome batch hit %s; retrying", type(exc).__name__)
+                await asyncio.sleep(0.05 * (attempt + 1))
+            except psycopg.Error as exc:
+                await self._write_apart(batch, exc)
+                return
+        await self._write_apart(batch, None)
+
+    async def _write_apart(self, batch: list[Outcome], exc: Exception | None) -> None:
+        """A batch the database refused: write its outcomes one by one, so one bad outcome
+        cannot hold back the others. An outcome refused alone is stored without its result
+        and error details: succeeded stays succeeded, anything else is failed (not retried,
+        so its side effects never run again), with a note that says why."""
+        if len(batch) > 1:
+            for outcome in batch:
+                await self._write([outcome])
+            return
+        (outcome,) = batch
+        status = "succeeded" if outcome.status == "succeeded" else "failed"
+        log.error(
+            "the outcome of job %s could not be stored (%s); recording it as %s without its result",
+            outcome.job.id,
+            exc,
+            status,
+        )
+        note = f"its outcome could not be stored: {type(exc).__name__}: {exc}"
+        fallback = Outcome(
+            outcome.job,
+            status,
+            outcome.duration,
+            error={
+                "attempt": outcome.job.attempt,
+                "kind": "unstorable",
+                "error": note.replace("\x00", "")[:2000],
+                "traceback": "",
+            },
+        )
+        try:
+            await self._write_once([fallback])
+        except psycopg.Error as final:
+            # Left running: the rescuer applies the task's policy once this worker is gone.
+            log.error(
+                "job %s stays running: even its failure could not be stored: %s",
+                outcome.job.id,
+                final,
+            )
+
+    async def _write_once(self, batch: list[Outcome]) -> None:
         params = {
             "outcomes": json.dumps([o.as_row() for o in batch]),
             "keep_history": self.keep_history,

@@ -248,6 +248,11 @@ def _with_context_placeholder(task: Task[Any], kwargs: dict[str, Any]) -> dict[s
 
 def _checked_json(task: str, value: dict[str, Any]) -> dict[str, Any]:
     for text in _strings(value):
+        if not _utf8(text):
+            raise InvalidArgumentsError(
+                f"task {task!r}: arguments contain a lone surrogate, which is not valid "
+                f"Unicode and cannot be stored: {text[:40]!r}"
+            )
         if "\x00" in text:
             raise InvalidArgumentsError(
                 f"task {task!r}: arguments contain a NUL character (\\x00), which PostgreSQL "
@@ -258,6 +263,14 @@ def _checked_json(task: str, value: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentsError(f"task {task!r}: arguments are not JSON: {exc}") from None
     return value
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -62,6 +62,8 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
         "huge_result": ("succeeded", "over max_payload_bytes"),
         "object_result": ("succeeded", "Unable to serialize"),
         "nan_result": ("succeeded", "Out of range float values"),
+        # Passes Python's JSON checks; PostgreSQL refuses it, alone in its batch or not.
+        "surrogate_result": ("succeeded", "its outcome could not be stored"),
         "broken_str": ("failed", "BrokenStr: <str() of this exception raised>"),
         "sys_exit": ("failed", "SystemExit: 3"),
         "keyboard_interrupt": ("failed", "KeyboardInterrupt"),
@@ -71,6 +73,7 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
     register("huge_result", result="x" * 100_000)
     register("object_result", result=NotJson())
     register("nan_result", result=float("nan"))
+    register("surrogate_result", result="lone \ud800 surrogate")
     register("broken_str", exc=BrokenStr())
     register("sys_exit", exc=SystemExit(3))
     register("keyboard_interrupt", exc=KeyboardInterrupt())
@@ -101,13 +104,14 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
     ("make", "error", "text"),
     [
         (lambda t: t.job(note="a\x00b"), InvalidArgumentsError, "NUL character"),
+        (lambda t: t.job(note="lone \ud800"), InvalidArgumentsError, "lone surrogate"),
         (lambda t: t.job(note="x" * 70_000), InvalidArgumentsError, "over max_payload_bytes"),
         (lambda t: t.job(note=NotJson()), InvalidArgumentsError, "not JSON"),
         (lambda t: t.job(note=float("inf")), InvalidArgumentsError, "not JSON"),
         (lambda t: t.job(note={"nested": [float("nan")]}), InvalidArgumentsError, "not JSON"),
         (lambda t: "no.such.task", TypeError, "jobs built with task.job"),
     ],
-    ids=["nul", "huge", "object", "infinity", "nested-nan", "a-name-not-a-job"],
+    ids=["nul", "surrogate", "huge", "object", "infinity", "nested-nan", "a-name-not-a-job"],
 )
 def test_bad_enqueue_raises_clearly_and_stores_nothing(
     dsn: str, schema: str, make: Any, error: type[Exception], text: str
