@@ -36,8 +36,9 @@ class EmbeddedServer:
 
         pg_ctl = getattr(_commands, "pg_ctl")  # noqa: B009 - attached at import time
         try:
-            pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.data_dir,
-                   user=self._handle.system_user)
+            pg_ctl(
+                ["-w", "-m", "fast", "restart"], pgdata=self.data_dir, user=self._handle.system_user
+            )
         except Exception as exc:
             raise EmbeddedServerError(f"the embedded PostgreSQL did not restart: {exc}") from exc
 
