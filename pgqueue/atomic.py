@@ -90,9 +90,13 @@ class AtomicLane:
                     conn = self._conn = await connect(self.dsn, name="pgqueue:atomic")
                 worked = await self._one(conn)
                 delay, outage = 0.05, False
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Connection faults (psycopg's, or DatabaseError while the server is down)
+                # and anything unexpected: the transaction is gone, the job is free again.
                 if not outage:
-                    log.error("atomic lane lost its connection, reconnecting: %s", exc)
+                    log.error("atomic lane failed, reconnecting with backoff: %s", exc)
                 outage = True
                 if conn is not None:
                     await conn.close()

@@ -53,11 +53,15 @@ class Claimer:
         self._rng = random.Random()
         self._next_promote = 0.0
         self._next_due: float | None = None
+        # Jobs claimed in the current round, from the moment their claim returns: a broken
+        # connection during the round's next claim must not make them look like orphans.
+        self.in_hand: list[ClaimedJob] = []
 
     async def claim_round(self, free: int) -> tuple[list[ClaimedJob], bool]:
         """Claim up to `free` jobs across the queues, starting at a random one; `full` if
         some queue may have more."""
         claimed: list[ClaimedJob] = []
+        self.in_hand = claimed
         full = False
         queues = list(self.settings.queues)
         start = self._rng.randrange(len(queues))
@@ -65,8 +69,7 @@ class Claimer:
             want = min(free - len(claimed), self.settings.batch_size)
             if want <= 0:
                 break
-            jobs, queue_full = await self._claim_queue(queue, want)
-            claimed += jobs
+            _, queue_full = await self._claim_queue(queue, want)
             full = full or queue_full
         return claimed, full
 
@@ -109,6 +112,7 @@ class Claimer:
         self.stats.claimed += len(rows)
         jobs = [ClaimedJob(*row) for row in rows]
         jobs.sort(key=lambda j: (j.priority, j.id))
+        self.in_hand.extend(jobs)
         return jobs
 
     def _reset_hint_deadline(self, queue: str) -> None:

@@ -383,6 +383,7 @@ class Worker:
         if not self.id:
             return
         known = [job.id for job in self._running.values()] + self.completer.job_ids()
+        known += [job.id for job in self.claimer.in_hand]  # claimed this round, not yet started
         cur = await conn.execute(
             query("job_release_orphans", self.schema), {"worker_id": self.id, "known": known}
         )

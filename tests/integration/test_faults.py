@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue import Queue, Worker
+from pgqueue import JobContext, Queue, Worker
 from pgqueue.migrate import apply
 from tests.conftest import count, wait_until
 
@@ -134,5 +134,95 @@ def test_worker_rides_out_a_server_restart(tmp_path: Path) -> None:
             wait_until(lambda: len(done) == 600, what="every job, old and new", timeout=120)
         queue.close()
         assert max(done.values()) == 1
+    finally:
+        server.stop()
+
+
+def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_breaks(
+    own_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (found by bench/chaos.py): a short hinted claim is followed by a claim from
+    the floor; if the connection broke during the second, the jobs of the first were put back
+    as orphans while the worker ran them, and they ran twice. The fault is real (the claim
+    backend is terminated); the patch only times it to land between the two claims."""
+    from pgqueue import claimer as claimer_module
+
+    dsn = own_database
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply(conn, "pgqueue")
+    queue = Queue(dsn)
+    runs: Counter[int] = Counter()
+
+    @queue.task(name="t")
+    async def t(i: int) -> None:
+        runs[i] += 1
+        await asyncio.sleep(0.2)
+
+    armed = threading.Event()
+    fired = threading.Event()
+    original = claimer_module.Claimer._claim
+
+    async def claim_then_fault(self: Any, name: str, after: Any, limit: int) -> Any:
+        jobs = await original(self, name, after, limit)
+        if armed.is_set() and after != claimer_module.FLOOR and 0 < len(jobs) < limit:
+            armed.clear()
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [self.link.conn.info.backend_pid])
+            fired.set()
+        return jobs
+
+    monkeypatch.setattr(claimer_module.Claimer, "_claim", claim_then_fault)
+    # No poll while job 0 runs: an empty poll claim would drop the hint before the fault.
+    worker = Worker(queue, dsn=dsn, hint_reset_interval=60, poll_interval=60)
+    with _in_thread(worker):
+        queue.enqueue(t.job(0))
+        wait_until(lambda: runs[0] == 1, what="job 0 to start")  # the hint now sits after it
+        armed.set()
+        queue.enqueue_many([t.job(1), t.job(2)])
+        wait_until(fired.is_set, what="the fault between the two claims")
+        with psycopg.connect(dsn) as admin:
+            wait_until(
+                lambda: _finished(admin, "pgqueue") == 3 and not admin.commit(),
+                what="all three jobs",
+            )
+    queue.close()
+    assert dict(runs) == {0: 1, 1: 1, 2: 1}
+
+
+def test_atomic_jobs_keep_running_after_a_server_restart(tmp_path: Path) -> None:
+    """Regression (found by bench/chaos.py): an atomic lane whose reconnect failed while the
+    server was down died silently, and atomic jobs were never run again. What an atomic job
+    promises is exactly-once effects in the database: a handler cut off by the restart before
+    its commit runs again, but its write lands once."""
+    from pgqueue import embedded
+
+    server = embedded.start(tmp_path / "restarting-atomic")
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            apply(conn, "pgqueue")
+            conn.execute("CREATE TABLE effects (i int NOT NULL)")
+        queue = Queue(server.dsn)
+        calls: Counter[int] = Counter()
+
+        @queue.task(name="a", atomic=True)
+        async def a(i: int, ctx: JobContext) -> None:
+            calls[i] += 1
+            await ctx.connection.execute("INSERT INTO effects VALUES (%s)", [i])
+
+        def effects() -> Counter[int]:
+            with psycopg.connect(server.dsn) as conn:
+                return Counter(row[0] for row in conn.execute("SELECT i FROM effects"))
+
+        queue.enqueue_many([a.job(i) for i in range(200)])
+        worker = Worker(queue, dsn=server.dsn, heartbeat_interval=0.2, atomic_concurrency=2)
+        with _in_thread(worker):
+            wait_until(lambda: len(calls) >= 20, what="some atomic progress")
+            server.restart()
+            queue.close()
+            queue.enqueue_many([a.job(i) for i in range(200, 260)])
+            wait_until(lambda: len(effects()) == 260, what="every atomic job", timeout=120)
+        queue.close()
+        assert max(effects().values()) == 1  # each effect exactly once
+        assert min(calls.values()) >= 1
     finally:
         server.stop()
