@@ -1,0 +1,61 @@
+"""The degradation bench (bench/degradation.py) as CI runs it: `--short`, a real process.
+
+It must write a sample row per second for every strategy and mode, a summary with a claim
+time for each, and the charts; figures are not checked here (speed belongs in bench/).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+STRATEGIES = ("plain", "hint", "default")
+MODES = ("control", "hold")
+CHARTS = ("depth.png", "claim_p50.png", "dead_tuples.png")
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="the bench draws its charts with matplotlib: pip install -e '.[bench]'",
+)
+
+
+def test_short_bench_writes_samples_summary_and_charts_for_every_strategy(
+    dsn: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "degradation"
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.degradation", "--short", "--dsn", dsn, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+
+    with (out / "samples.csv").open(newline="") as rows:
+        samples = list(csv.DictReader(rows))
+    runs = {(row["strategy"], row["mode"]) for row in samples}
+    assert runs == {(s, m) for s in STRATEGIES for m in MODES}
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["strategies"]) == set(STRATEGIES)
+    for strategy in STRATEGIES:
+        for mode in MODES:
+            p50 = summary["strategies"][strategy][mode]["claim_p50_end_ms"]
+            assert isinstance(p50, float), (strategy, mode, p50)
+    assert summary["command"].endswith(f"--out {out}")
+
+    for chart in CHARTS:
+        assert (out / chart).stat().st_size > 0, chart
+    assert "strategy" in result.stdout  # the summary table
