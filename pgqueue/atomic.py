@@ -8,9 +8,15 @@ failed attempt rolls them back to the savepoint and records the failure; a crash
 connection or a forced stop rolls back everything and the job is claimable again at once,
 without the rescuer (its attempt is not counted then).
 
-The transaction is bounded: the task's timeout (default 60 s, at most 15 min) cancels the
-handler, and idle_in_transaction_session_timeout is set a little past it as a server-side
-backstop, because a long transaction is what holds back VACUUM (seed 002).
+`async def` handlers get an AsyncConnection and run on the event loop; `def` handlers get a
+sync Connection, and their lane runs the whole transaction in one thread. Lanes of each kind
+claim only tasks of that kind.
+
+The transaction is bounded, because a long transaction is what holds back VACUUM (seed 002):
+the task's timeout (default 60 s, at most 15 min) cancels an async handler; a sync handler
+cannot be interrupted, so one that returns past its timeout is rolled back and recorded as
+timed out; and idle_in_transaction_session_timeout is set a little past the timeout as a
+server-side backstop for a worker that hangs.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class AtomicLane:
         stopping: Callable[[], bool],
         wait: Callable[[], Any],
         done: Callable[[], None],
+        sync: bool = False,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
@@ -71,24 +78,38 @@ class AtomicLane:
             "now": None,
         }
         self.ran = 0
+        self.sync = sync
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._sync_conn: psycopg.Connection[Any] | None = None
 
     async def run(self) -> None:
         """Work atomic jobs until the worker stops; survives connection faults."""
-        conn: psycopg.AsyncConnection[Any] | None = None
         try:
-            await self._loop(conn)
+            await self._loop()
         finally:
-            if self._conn is not None:
-                await self._conn.close()
+            await self._discard()
 
-    async def _loop(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+    async def _work(self) -> bool:
+        if self.sync:
+            # The whole transaction runs in one thread: a sync handler and its connection.
+            return await asyncio.to_thread(self._one_sync)
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = await connect(self.dsn, name="pgqueue:atomic")
+        return await self._one(self._conn)
+
+    async def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        sync_conn, self._sync_conn = self._sync_conn, None
+        if sync_conn is not None:
+            await asyncio.to_thread(sync_conn.close)
+
+    async def _loop(self) -> None:
         delay, outage = 0.05, False
         while not self.stopping():
             try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = self._conn = await connect(self.dsn, name="pgqueue:atomic")
-                worked = await self._one(conn)
+                worked = await self._work()
                 delay, outage = 0.05, False
             except asyncio.CancelledError:
                 raise
@@ -98,9 +119,7 @@ class AtomicLane:
                 if not outage:
                     log.error("atomic lane failed, reconnecting with backoff: %s", exc)
                 outage = True
-                if conn is not None:
-                    await conn.close()
-                conn = None
+                await self._discard()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
@@ -127,13 +146,39 @@ class AtomicLane:
                         raise _RollBack(outcome)
             except _RollBack as rollback:
                 outcome = rollback.outcome
-            await conn.execute(
-                query("job_finish_many", self.schema),
-                {
-                    "outcomes": json.dumps([outcome.as_row()]),
-                    "keep_history": self.keep_history,
-                    "now": None,
-                },
-            )
+            await conn.execute(query("job_finish_many", self.schema), self._finish_params(outcome))
         self.ran += 1
         return True
+
+    def _one_sync(self) -> bool:
+        """The sync twin of _one, run in a thread on a sync connection."""
+        if self._sync_conn is None or self._sync_conn.closed or self._sync_conn.broken:
+            self._sync_conn = psycopg.connect(
+                self.dsn, autocommit=True, application_name="pgqueue:atomic"
+            )
+        conn = self._sync_conn
+        with conn.transaction():
+            conn.execute(
+                query("transaction_bound_idle", self.schema), {"ms": str(self.backstop_ms)}
+            )
+            row = conn.execute(query("job_claim_atomic", self.schema), self.claim_params).fetchone()
+            if row is None:
+                return False
+            job = ClaimedJob(*row)
+            try:
+                with conn.transaction():  # a savepoint around the handler's writes
+                    outcome = self.executor.run_sync(job, conn)
+                    if outcome.status != "succeeded":
+                        raise _RollBack(outcome)
+            except _RollBack as rollback:
+                outcome = rollback.outcome
+            conn.execute(query("job_finish_many", self.schema), self._finish_params(outcome))
+        self.ran += 1
+        return True
+
+    def _finish_params(self, outcome: Outcome) -> dict[str, Any]:
+        return {
+            "outcomes": json.dumps([outcome.as_row()]),
+            "keep_history": self.keep_history,
+            "now": None,
+        }

@@ -94,6 +94,35 @@ class Executor:
             return self._failed(job, exc, started, retry, retryable=True)
         return self._succeeded(job, value, started)
 
+    def run_sync(self, job: ClaimedJob, connection: Any) -> Outcome:
+        """Run one attempt of a sync atomic task in the calling thread, on its connection.
+
+        A sync handler cannot be interrupted, so its timeout is applied when it returns: an
+        attempt that took longer fails with JobTimeoutError (and its writes are rolled back by
+        the caller). The server bounds it meanwhile (statement and idle timeouts)."""
+        started = time.monotonic()
+        retry = _DEFAULT_RETRY
+        try:
+            task = self.registry.get(job.task)
+            retry = task.policy.retry
+            if task.fn is None:
+                raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
+            context = JobContext(
+                job.id, job.task, job.queue, job.attempt, job.max_attempts, connection
+            )
+            args, kwargs = task.load_args(job.args, context)
+            value = task.fn(*args, **kwargs)
+            limit = task.policy.timeout
+            if limit is not None and time.monotonic() - started > limit.total_seconds():
+                raise JobTimeoutError(
+                    f"the job ran longer than its timeout of {limit.total_seconds():g} s"
+                )
+        except InvalidArgumentsError as exc:
+            return self._failed(job, exc, started, retry, retryable=False)
+        except BaseException as exc:
+            return self._failed(job, exc, started, retry, retryable=True)
+        return self._succeeded(job, value, started)
+
     def _succeeded(self, job: ClaimedJob, value: Any, started: float) -> Outcome:
         duration = time.monotonic() - started
         outcome = Outcome(job, "succeeded", duration)

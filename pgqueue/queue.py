@@ -93,7 +93,7 @@ class _Base(abc.ABC):
         stored jobs refer to tasks by name. `timeout` stops a job that runs longer (see
         README, "Timeouts"); `on_lost` says what happens to a job whose worker died.
         `atomic=True` runs claim, handler and completion in one transaction (README, "Atomic
-        tasks"); it needs an `async def` handler and bounds the job's time (default 60 s).
+        tasks"); it bounds the job's time (default 60 s, at most 15 min).
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)

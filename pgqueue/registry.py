@@ -82,11 +82,6 @@ class Task(Generic[R]):
         self.policy = policy
         self.atomic = atomic
         self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
-        if atomic and fn is not None and not self.is_async:
-            raise ConfigurationError(
-                f"task {name!r}: atomic=True needs an `async def` handler: a sync handler "
-                "that outlives its timeout could not be stopped from writing in the transaction"
-            )
         self._signature = inspect.signature(fn) if fn is not None else None
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None

@@ -292,26 +292,32 @@ class Worker:
             self._wake.set()
 
     def _atomic_lanes(self) -> list[AtomicLane]:
-        tasks = sorted(t.name for t in self.registry if t.atomic and t.fn is not None)
-        if not tasks or self.settings.atomic_concurrency == 0:
+        """`atomic_concurrency` lanes for the async atomic tasks, as many for the sync ones."""
+        atomic = [t for t in self.registry if t.atomic and t.fn is not None]
+        if not atomic or self.settings.atomic_concurrency == 0:
             return []
-        timeout = max(t.policy.timeout or ATOMIC_MAX_TIMEOUT for t in self.registry if t.atomic)
-        return [
-            AtomicLane(
-                dsn=self.dsn,
-                schema=self.schema,
-                queues=list(self.settings.queues),
-                tasks=tasks,
-                timeout_ms=int(timeout.total_seconds() * 1000),
-                executor=self.executor,
-                keep_history=self.queue_settings.keep_history,
-                worker_id=self.id,
-                stopping=lambda: self._stopping,
-                wait=self._atomic_idle,
-                done=self._notified,
-            )
-            for _ in range(self.settings.atomic_concurrency)
-        ]
+        timeout = max(t.policy.timeout or ATOMIC_MAX_TIMEOUT for t in atomic)
+        lanes = []
+        for sync in (False, True):
+            tasks = sorted(t.name for t in atomic if t.is_async != sync)
+            lanes += [
+                AtomicLane(
+                    dsn=self.dsn,
+                    schema=self.schema,
+                    queues=list(self.settings.queues),
+                    tasks=tasks,
+                    timeout_ms=int(timeout.total_seconds() * 1000),
+                    executor=self.executor,
+                    keep_history=self.queue_settings.keep_history,
+                    worker_id=self.id,
+                    stopping=lambda: self._stopping,
+                    wait=self._atomic_idle,
+                    done=self._notified,
+                    sync=sync,
+                )
+                for _ in range(self.settings.atomic_concurrency if tasks else 0)
+            ]
+        return lanes
 
     async def _atomic_idle(self) -> None:
         """An atomic lane found nothing: wait for a notification or the next poll."""

@@ -148,16 +148,56 @@ def test_a_killed_worker_s_atomic_job_is_claimable_at_once_with_its_writes_undon
     assert (status, attempt) == ("succeeded", 1)  # the crash rolled back its attempt too
 
 
-def test_atomic_tasks_need_async_handlers_and_a_bounded_timeout() -> None:
+def test_atomic_tasks_have_a_bounded_timeout() -> None:
     queue = Queue()
-    with pytest.raises(ConfigurationError, match="needs an `async def` handler"):
-        queue.task(name="sync_atomic", atomic=True)(lambda: None)
 
     async def handler() -> None: ...
 
     with pytest.raises(ConfigurationError, match="over the 0:15:00 limit"):
         queue.task(name="too_long", atomic=True, timeout=3600)(handler)
     assert queue.task(name="bounded", atomic=True)(handler).policy.timeout is not None
+
+
+def test_sync_atomic_job_writes_on_a_sync_connection_and_commits_with_its_completion(
+    queue: Queue, dsn: str, effects: str
+) -> None:
+    @queue.task(name="sync_charge", atomic=True, max_attempts=2, retry=RetryPolicy(base=0))
+    def sync_charge(order: int, ctx: JobContext) -> str:
+        assert isinstance(ctx.connection, psycopg.Connection)
+        ctx.connection.execute(_insert(effects), [ctx.job_id, f"attempt {ctx.attempt}"])
+        if order == 2 and ctx.attempt == 1:
+            raise RuntimeError("rolled back with its write")
+        return "charged"
+
+    @queue.task(name="async_charge", atomic=True)
+    async def async_charge(ctx: JobContext) -> str:
+        await ctx.connection.execute(_insert(effects), [ctx.job_id, "async"])
+        return "charged"
+
+    ids = queue.enqueue_many([sync_charge.job(1), sync_charge.job(2), async_charge.job()])
+    drain(queue)
+    assert _rows(dsn, effects) == [(ids[0], "attempt 1"), (ids[1], "attempt 2"), (ids[2], "async")]
+    for job_id in ids:
+        job = queue.get_job(job_id)
+        assert job is not None and job.status == "succeeded" and job.result == "charged"
+
+
+def test_sync_atomic_job_that_returns_past_its_timeout_is_rolled_back(
+    queue: Queue, dsn: str, effects: str
+) -> None:
+    import time
+
+    @queue.task(name="slow_sync", atomic=True, timeout=0.05, max_attempts=1)
+    def slow_sync(ctx: JobContext) -> None:
+        ctx.connection.execute(_insert(effects), [ctx.job_id, "too late"])
+        time.sleep(0.2)
+
+    job_id = queue.enqueue(slow_sync.job())
+    drain(queue)
+    assert _rows(dsn, effects) == []
+    job = queue.get_job(job_id)
+    assert job is not None and job.status == "failed"
+    assert (job.last_error or "").startswith("JobTimeoutError")
 
 
 def test_the_atomic_flag_survives_per_enqueue_options_and_declared_tasks(
