@@ -135,6 +135,12 @@ def _parser() -> argparse.ArgumentParser:
         help="atomic jobs run at once, each holding a transaction (default 2)",
     )
 
+    p.add_argument(
+        "--horizon-warning",
+        type=argtypes.duration,
+        metavar="AGE",
+        help="warn when a transaction holds back VACUUM for longer (default 5m)",
+    )
     p.set_defaults(handler=_worker)
 
     p = sub.add_parser("grant", help="grant a role what a worker or an app needs, nothing more")
@@ -268,6 +274,7 @@ def _worker(args: argparse.Namespace) -> int:
         "lease_timeout": args.lease_timeout,
         "rescue_interval": args.rescue_interval,
         "atomic_concurrency": args.atomic_concurrency,
+        "horizon_warning": args.horizon_warning,
     }
     options.update({name: value for name, value in optional.items() if value is not None})
     settings = WorkerSettings(**options)

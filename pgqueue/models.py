@@ -213,6 +213,7 @@ class WorkerSettings(Settings):
     rescue_interval: timedelta = timedelta(seconds=10)
     promote_batch: int = Field(default=1000, ge=1, le=100_000)
     atomic_concurrency: int = Field(default=2, ge=0, le=100)
+    horizon_warning: timedelta = timedelta(minutes=5)
     burst: bool = False
     name: str | None = None
 

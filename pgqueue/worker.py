@@ -27,6 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from psycopg.rows import dict_row
+
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import Completer
@@ -43,6 +45,7 @@ from pgqueue.rescuer import Rescuer
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64
+HORIZON_WARNING_EVERY = 60.0  # seconds between two horizon warnings of one worker
 
 
 class Worker:
@@ -75,6 +78,8 @@ class Worker:
         self._force = False
         self._maybe_more = True
         self._retried_seen = 0
+        self.horizon_checks = 0
+        self._next_horizon_warning = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
@@ -224,6 +229,41 @@ class Worker:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             if await self._claims.run(self.rescuer.rescue):
                 self._notified()  # rescued jobs may be claimable now
+            await self._watch_horizon()
+
+    async def _watch_horizon(self) -> None:
+        """Warn, at most once a minute, while something holds the xmin horizon back for longer
+        than horizon_warning: VACUUM cannot clean the jobs table meanwhile (seed 002)."""
+        self.horizon_checks += 1
+        if time.monotonic() < self._next_horizon_warning:
+            return
+
+        async def oldest(conn: Any) -> list[dict[str, Any]]:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    query("horizon_list_holders", self.schema),
+                    {"min_age": self.settings.horizon_warning, "now": None},
+                )
+                rows: list[dict[str, Any]] = await cur.fetchall()
+                return rows
+
+        holders = await self._claims.run(oldest)
+        if holders:
+            top = holders[0]
+            self._next_horizon_warning = time.monotonic() + HORIZON_WARNING_EVERY
+            log.warning(
+                "%d sessions have held back the xmin horizon for over %s, so VACUUM cannot clean "
+                "the jobs table; the oldest: %s pid=%s application=%r state=%s age=%s query=%r "
+                "(see `pgqueue status`, `pgqueue watchdog`)",
+                len(holders),
+                self.settings.horizon_warning,
+                top["kind"],
+                top["pid"],
+                top["application_name"],
+                top["state"],
+                top["age"],
+                (top["query"] or "")[:80],
+            )
 
     # -- claiming ---------------------------------------------------------------------------
 
