@@ -122,6 +122,10 @@ class Claimer:
             time.monotonic() + s.hint_reset_interval.total_seconds() * spread
         )
 
+    def forget_hints(self) -> None:
+        """Claim every queue from the start next time (jobs were put back below the hints)."""
+        self._hints = dict.fromkeys(self._hints)
+
     def promotion_due(self, now: float) -> bool:
         return now >= self._next_promote or (self._next_due is not None and now >= self._next_due)
 

@@ -69,16 +69,8 @@ class Executor:
     async def run(self, job: ClaimedJob, connection: Any = None) -> Outcome:
         """Run one attempt; `connection` is handed to an atomic task's JobContext."""
         started = time.monotonic()
-        retry = _DEFAULT_RETRY
         try:
-            task = self.registry.get(job.task)
-            retry = task.policy.retry
-            if task.fn is None:
-                raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
-            context = JobContext(
-                job.id, job.task, job.queue, job.attempt, job.max_attempts, connection
-            )
-            args, kwargs = task.load_args(job.args, context)
+            task, args, kwargs = self._prepare(job, connection)
             if task.is_async:
                 running = task.fn(*args, **kwargs)
             else:
@@ -87,11 +79,8 @@ class Executor:
             value = await _within(running, task.policy.timeout)
         except asyncio.CancelledError:
             raise
-        except InvalidArgumentsError as exc:
-            # Retrying cannot make stored arguments valid for this code; fail now.
-            return self._failed(job, exc, started, retry, retryable=False)
         except BaseException as exc:
-            return self._failed(job, exc, started, retry, retryable=True)
+            return self._failed(job, exc, started)
         return self._succeeded(job, value, started)
 
     def run_sync(self, job: ClaimedJob, connection: Any) -> Outcome:
@@ -99,29 +88,35 @@ class Executor:
 
         A sync handler cannot be interrupted, so its timeout is applied when it returns: an
         attempt that took longer fails with JobTimeoutError (and its writes are rolled back by
-        the caller). The server bounds it meanwhile (statement and idle timeouts)."""
+        the caller). Meanwhile only the server's idle-in-transaction backstop bounds it."""
         started = time.monotonic()
-        retry = _DEFAULT_RETRY
         try:
-            task = self.registry.get(job.task)
-            retry = task.policy.retry
-            if task.fn is None:
-                raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
-            context = JobContext(
-                job.id, job.task, job.queue, job.attempt, job.max_attempts, connection
-            )
-            args, kwargs = task.load_args(job.args, context)
+            task, args, kwargs = self._prepare(job, connection)
             value = task.fn(*args, **kwargs)
             limit = task.policy.timeout
             if limit is not None and time.monotonic() - started > limit.total_seconds():
                 raise JobTimeoutError(
                     f"the job ran longer than its timeout of {limit.total_seconds():g} s"
                 )
-        except InvalidArgumentsError as exc:
-            return self._failed(job, exc, started, retry, retryable=False)
         except BaseException as exc:
-            return self._failed(job, exc, started, retry, retryable=True)
+            return self._failed(job, exc, started)
         return self._succeeded(job, value, started)
+
+    def _prepare(self, job: ClaimedJob, connection: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+        """The job's task and typed call arguments; raises UnknownTaskError or
+        InvalidArgumentsError, which _failed turns into the right outcome."""
+        task = self.registry.get(job.task)
+        if task.fn is None:
+            raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
+        context = JobContext(job.id, job.task, job.queue, job.attempt, job.max_attempts, connection)
+        args, kwargs = task.load_args(job.args, context)
+        return task, args, kwargs
+
+    def _retry_policy(self, name: str) -> RetryPolicy:
+        try:
+            return self.registry.get(name).policy.retry
+        except UnknownTaskError:
+            return _DEFAULT_RETRY
 
     def _succeeded(self, job: ClaimedJob, value: Any, started: float) -> Outcome:
         duration = time.monotonic() - started
@@ -147,15 +142,10 @@ class Executor:
             )
         return outcome
 
-    def _failed(
-        self,
-        job: ClaimedJob,
-        exc: BaseException,
-        started: float,
-        retry: RetryPolicy,
-        *,
-        retryable: bool,
-    ) -> Outcome:
+    def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
+        # Retrying cannot make stored arguments valid for this code: those fail at once.
+        retryable = not isinstance(exc, InvalidArgumentsError)
+        retry = self._retry_policy(job.task)
         duration = time.monotonic() - started
         error = _error_record(job, exc)
         if retryable and job.attempt < job.max_attempts:

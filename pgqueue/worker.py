@@ -436,6 +436,8 @@ class Worker:
         orphans = await cur.fetchall()
         if orphans:
             log.warning("put back %d jobs claimed while the connection broke", len(orphans))
+            self.claimer.forget_hints()  # they sit below any hint now
+            self._notified()  # and nobody else was told they are back
 
     async def _release_unfinished(self) -> None:
         if not self._unfinished:

@@ -141,10 +141,11 @@ def test_worker_rides_out_a_server_restart(tmp_path: Path) -> None:
 def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_breaks(
     own_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression (found by bench/chaos.py): a short hinted claim is followed by a claim from
-    the floor; if the connection broke during the second, the jobs of the first were put back
-    as orphans while the worker ran them, and they ran twice. The fault is real (the claim
-    backend is terminated); the patch only times it to land between the two claims."""
+    """Regression (found by bench/chaos.py): when a claim round's later claim hit a broken
+    connection, the jobs its earlier claim had returned were put back as orphans while the
+    worker ran them, and they ran twice. Two queues make a round of two claims; the fault is
+    real (the claim backend is terminated), the patch only times it: just before the round's
+    second claim, once the first has returned jobs."""
     from pgqueue import claimer as claimer_module
 
     dsn = own_database
@@ -158,35 +159,38 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
         runs[i] += 1
         await asyncio.sleep(0.2)
 
-    armed = threading.Event()
-    fired = threading.Event()
-    original = claimer_module.Claimer._claim
+    armed, fired = threading.Event(), threading.Event()
+    returned_this_round = [0]
+    original_round = claimer_module.Claimer.claim_round
+    original_claim = claimer_module.Claimer._claim
 
-    async def claim_then_fault(self: Any, name: str, after: Any, limit: int) -> Any:
-        jobs = await original(self, name, after, limit)
-        if armed.is_set() and after != claimer_module.FLOOR and 0 < len(jobs) < limit:
+    async def round_(self: Any, free: int) -> Any:
+        returned_this_round[0] = 0
+        return await original_round(self, free)
+
+    async def claim(self: Any, name: str, after: Any, limit: int) -> Any:
+        if armed.is_set() and returned_this_round[0] > 0:
             armed.clear()
             with psycopg.connect(dsn, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", [self.link.conn.info.backend_pid])
             fired.set()
+        jobs = await original_claim(self, name, after, limit)
+        returned_this_round[0] += len(jobs)
         return jobs
 
-    monkeypatch.setattr(claimer_module.Claimer, "_claim", claim_then_fault)
-    # No poll while job 0 runs: an empty poll claim would drop the hint before the fault.
-    worker = Worker(queue, dsn=dsn, hint_reset_interval=60, poll_interval=60)
-    with _in_thread(worker):
-        queue.enqueue(t.job(0))
-        wait_until(lambda: runs[0] == 1, what="job 0 to start")  # the hint now sits after it
+    monkeypatch.setattr(claimer_module.Claimer, "claim_round", round_)
+    monkeypatch.setattr(claimer_module.Claimer, "_claim", claim)
+    worker = Worker(queue, dsn=dsn, queues=("a", "b"), poll_interval=60)
+    with _in_thread(worker), psycopg.connect(dsn) as conn:
+        wait_until(lambda: worker.stats.claims >= 2, what="the worker's first, empty round")
         armed.set()
-        queue.enqueue_many([t.job(1), t.job(2)])
-        wait_until(fired.is_set, what="the fault between the two claims")
-        with psycopg.connect(dsn) as admin:
-            wait_until(
-                lambda: _finished(admin, "pgqueue") == 3 and not admin.commit(),
-                what="all three jobs",
-            )
+        queue.enqueue(t.job(1), conn=conn, queue="a")
+        queue.enqueue(t.job(2), conn=conn, queue="b")
+        conn.commit()
+        wait_until(fired.is_set, what="the fault between the round's two claims")
+        wait_until(lambda: _finished(conn, "pgqueue") == 2 and not conn.commit(), 20, "both jobs")
     queue.close()
-    assert dict(runs) == {0: 1, 1: 1, 2: 1}
+    assert dict(runs) == {1: 1, 2: 1}
 
 
 def test_atomic_jobs_keep_running_after_a_server_restart(tmp_path: Path) -> None:
