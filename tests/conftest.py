@@ -6,6 +6,7 @@ directory. Nothing here mocks the database.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -97,6 +98,20 @@ def queue(dsn: str, schema: str) -> Iterator[Queue]:
 def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(dsn) as c:
         yield c
+
+
+@contextlib.contextmanager
+def session(dsn: str, app: str, *, hold_horizon: bool) -> Iterator[psycopg.Connection[Any]]:
+    """A connection named `app`; with hold_horizon, left idle in a REPEATABLE READ
+    transaction whose snapshot holds back the xmin horizon until it is closed."""
+    conn = psycopg.connect(dsn, autocommit=True, application_name=app)
+    try:
+        if hold_horizon:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            conn.execute("SELECT 1")
+        yield conn
+    finally:
+        conn.close()
 
 
 def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "true") -> int:

@@ -8,11 +8,8 @@ limit, so it only ever runs against a database created for the one test and drop
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 import pytest
@@ -22,21 +19,7 @@ from pgqueue import Queue
 from pgqueue.health import Status, WatchdogReport
 from pgqueue.migrate import apply
 from tests.acceptance.test_cli import UNREACHABLE_DSN, assert_usage_error, run_pgqueue
-from tests.conftest import wait_until
-
-
-@contextlib.contextmanager
-def session(dsn: str, app: str, *, hold_horizon: bool) -> Iterator[psycopg.Connection[Any]]:
-    """A connection named `app`; with hold_horizon, left idle in a REPEATABLE READ
-    transaction whose snapshot holds back the xmin horizon until it is closed."""
-    conn = psycopg.connect(dsn, autocommit=True, application_name=app)
-    try:
-        if hold_horizon:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            conn.execute("SELECT 1")
-        yield conn
-    finally:
-        conn.close()
+from tests.conftest import session, wait_until
 
 
 def idle_app() -> str:

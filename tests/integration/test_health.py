@@ -7,7 +7,6 @@ are horizon holders too: every assertion is about the pids this test opened.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -30,21 +29,7 @@ from pgqueue.health import (
 )
 from pgqueue.queries import query
 from pgqueue.testing import enqueued_jobs
-from tests.conftest import wait_until
-
-
-@contextlib.contextmanager
-def session(dsn: str, app: str, *, hold_horizon: bool) -> Iterator[psycopg.Connection[Any]]:
-    """A connection named `app`; with hold_horizon, left idle in a REPEATABLE READ
-    transaction whose snapshot holds back the xmin horizon until it is closed."""
-    conn = psycopg.connect(dsn, autocommit=True, application_name=app)
-    try:
-        if hold_horizon:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            conn.execute("SELECT 1")
-        yield conn
-    finally:
-        conn.close()
+from tests.conftest import session, wait_until
 
 
 @pytest.fixture
