@@ -10,6 +10,7 @@ tell the difference.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -18,9 +19,12 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from pgqueue import Queue, Worker
+from pgqueue.testing import drain
+from tests.conftest import wait_until
 
 BACKLOG = 400
 
@@ -57,8 +61,29 @@ def _running(worker: Worker) -> Iterator[None]:
         assert not thread.is_alive()
 
 
-def _late_commit_run(queue: Queue, dsn: str, reset_seconds: float) -> tuple[int, int]:
+@contextmanager
+def _held_snapshot(dsn: str, queue: Queue) -> Iterator[None]:
+    """A REPEATABLE READ snapshot held idle while 2,000 jobs run and finish in front of it:
+    their dead index entries cannot be cleaned, as under a long transaction (seed 002)."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pg_class")
+        churn = queue.task(name="churn")(lambda: None)
+        queue.enqueue_many([churn.job() for _ in range(2000)])
+        drain(queue, concurrency=50)
+        yield
+        holder.rollback()
+
+
+def _late_commit_run(
+    queue: Queue, dsn: str, reset_seconds: float, hold: bool = False
+) -> tuple[int, int]:
     """(busy jobs done before the late job ran, busy jobs done when the job was committed)."""
+    with _held_snapshot(dsn, queue) if hold else contextlib.nullcontext():
+        return _late_commit(queue, dsn, reset_seconds)
+
+
+def _late_commit(queue: Queue, dsn: str, reset_seconds: float) -> tuple[int, int]:
     busy, special, order, warmed, special_ran = _tasks(queue)
     with psycopg.connect(dsn) as late, psycopg.connect(dsn) as other:
         late_id = queue.enqueue(special.job("late"), conn=late)  # lowest id, not committed
@@ -78,13 +103,18 @@ def _late_commit_run(queue: Queue, dsn: str, reset_seconds: float) -> tuple[int,
             late.commit()
             committed_at = len(order)
             assert special_ran.wait(60)
+            # Every due job is found, not only the late one.
+            wait_until(lambda: len(order) == BACKLOG + 1, what="the whole backlog")
+            assert sorted(order) == sorted(["late"] + [f"b{i}" for i in range(BACKLOG)])
             return order.index("late"), committed_at
 
 
+@pytest.mark.parametrize("hold", [False, True], ids=["plain", "snapshot-held"])
 def test_job_committed_late_below_the_hint_runs_within_the_reset_interval(
-    queue: Queue, dsn: str
+    queue: Queue, dsn: str, hold: bool
 ) -> None:
-    ran_at, committed_at = _late_commit_run(queue, dsn, reset_seconds=0.2)
+    # Held: 2,000 dead entries sit in the claim index and the late job's id is below them all.
+    ran_at, committed_at = _late_commit_run(queue, dsn, reset_seconds=0.2, hold=hold)
     # Busy jobs take 10 ms each: one reset (0.2 s +- 50%) is about 30 jobs, not 380.
     assert ran_at - committed_at < 150, (ran_at, committed_at)
 
