@@ -208,6 +208,12 @@ class Registry:
 
 
 def derived_name(fn: Callable[..., Any]) -> str:
+    """module.qualname; refused for a script run as __main__, whose tasks no worker can name."""
+    if fn.__module__ == "__main__":
+        raise ConfigurationError(
+            f"task {fn.__qualname__!r} is defined in a script run as __main__: give it an "
+            "explicit name= (a derived name would be '__main__.…', which no worker knows)"
+        )
     return f"{fn.__module__}.{fn.__qualname__}".replace("<locals>.", "")
 
 

@@ -94,3 +94,14 @@ def test_pooled_enqueue_without_dsn_says_what_to_do() -> None:
     t = queue.task(name="t")(lambda: None)
     with pytest.raises(ConfigurationError, match="no dsn"):
         t.enqueue()
+
+
+def test_a_task_in_a_script_run_as_main_needs_an_explicit_name() -> None:
+    queue = Queue()
+
+    def handler() -> None: ...
+
+    handler.__module__ = "__main__"
+    with pytest.raises(ConfigurationError, match="explicit name="):
+        queue.task(handler)
+    assert queue.task(name="named")(handler).name == "named"
