@@ -114,6 +114,23 @@ def session(dsn: str, app: str, *, hold_horizon: bool) -> Iterator[psycopg.Conne
         conn.close()
 
 
+@contextlib.contextmanager
+def worker_in_thread(worker: Any, *, force: bool = False) -> Iterator[Any]:
+    """Run a Worker on its own event loop in a thread; stop it (at once with `force`) and
+    check that it ended when the block exits."""
+    import asyncio
+    import threading
+
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()))
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop(force=force)
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
 def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "true") -> int:
     """Rows in schema.table matching a literal condition written by the test itself."""
     query = sql.SQL("SELECT count(*) FROM {}.{} WHERE " + where).format(

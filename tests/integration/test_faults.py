@@ -7,8 +7,6 @@ import asyncio
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +15,7 @@ import pytest
 
 from pgqueue import JobContext, Queue, Worker
 from pgqueue.migrate import apply
-from tests.conftest import count, wait_until
-
-
-@contextmanager
-def _in_thread(worker: Worker) -> Iterator[Worker]:
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()))
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(timeout=60)
-        assert not thread.is_alive()
+from tests.conftest import count, wait_until, worker_in_thread
 
 
 def _terminate(conn: psycopg.Connection[Any], application: str) -> int:
@@ -72,7 +58,7 @@ def test_worker_rides_out_terminated_backends_without_losing_or_repeating_a_job(
     queue.enqueue_many([t.job(i) for i in range(jobs)])
     caplog.set_level(logging.WARNING, logger="pgqueue")
     worker = Worker(queue, dsn=dsn, concurrency=8, heartbeat_interval=0.2)
-    with _in_thread(worker), psycopg.connect(dsn, autocommit=True) as admin:
+    with worker_in_thread(worker), psycopg.connect(dsn, autocommit=True) as admin:
         for round_ in range(1, 6):
             wait_until(lambda r=round_: _finished(admin, schema) >= r * 300, what="progress")
             assert _terminate(admin, "pgqueue:%") >= 2
@@ -99,7 +85,7 @@ def test_worker_listens_again_after_its_listener_backend_is_terminated(
         ran.set()
 
     worker = Worker(queue, dsn=dsn, poll_interval=60)
-    with _in_thread(worker), psycopg.connect(dsn, autocommit=True) as admin:
+    with worker_in_thread(worker), psycopg.connect(dsn, autocommit=True) as admin:
         wait_until(lambda: len(_pids(admin, "pgqueue:listen")) == 1, what="the listener")
         (old,) = _pids(admin, "pgqueue:listen")
         _terminate(admin, "pgqueue:listen")
@@ -126,7 +112,7 @@ def test_worker_rides_out_a_server_restart(tmp_path: Path) -> None:
 
         queue.enqueue_many([t.job(i) for i in range(500)])
         worker = Worker(queue, dsn=server.dsn, concurrency=4, heartbeat_interval=0.2)
-        with _in_thread(worker):
+        with worker_in_thread(worker):
             wait_until(lambda: len(done) >= 100, what="some progress")
             server.restart()
             queue.close()  # its pooled connections died with the server
@@ -181,7 +167,7 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
     monkeypatch.setattr(claimer_module.Claimer, "claim_round", round_)
     monkeypatch.setattr(claimer_module.Claimer, "_claim", claim)
     worker = Worker(queue, dsn=dsn, queues=("a", "b"), poll_interval=60)
-    with _in_thread(worker), psycopg.connect(dsn) as conn:
+    with worker_in_thread(worker), psycopg.connect(dsn) as conn:
         wait_until(lambda: worker.stats.claims >= 2, what="the worker's first, empty round")
         armed.set()
         queue.enqueue(t.job(1), conn=conn, queue="a")
@@ -219,7 +205,7 @@ def test_atomic_jobs_keep_running_after_a_server_restart(tmp_path: Path) -> None
 
         queue.enqueue_many([a.job(i) for i in range(200)])
         worker = Worker(queue, dsn=server.dsn, heartbeat_interval=0.2, atomic_concurrency=2)
-        with _in_thread(worker):
+        with worker_in_thread(worker):
             wait_until(lambda: len(calls) >= 20, what="some atomic progress")
             server.restart()
             queue.close()

@@ -9,7 +9,6 @@ tell the difference.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
@@ -24,7 +23,7 @@ from psycopg import sql
 
 from pgqueue import Queue, Worker
 from pgqueue.testing import drain
-from tests.conftest import wait_until
+from tests.conftest import wait_until, worker_in_thread
 
 BACKLOG = 400
 
@@ -47,18 +46,6 @@ def _tasks(queue: Queue) -> tuple[Any, Any, list[str], threading.Event, threadin
         special_ran.set()
 
     return busy, special, order, warmed, special_ran
-
-
-@contextmanager
-def _running(worker: Worker) -> Iterator[None]:
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()))
-    thread.start()
-    try:
-        yield
-    finally:
-        worker.stop(force=True)
-        thread.join(timeout=60)
-        assert not thread.is_alive()
 
 
 @contextmanager
@@ -98,7 +85,7 @@ def _late_commit(queue: Queue, dsn: str, reset_seconds: float) -> tuple[int, int
             hint_reset_jitter=0.5,
             poll_interval=0.2,
         )
-        with _running(worker):
+        with worker_in_thread(worker, force=True):
             assert warmed.wait(30)
             late.commit()
             committed_at = len(order)
@@ -135,7 +122,7 @@ def test_scheduled_job_falling_due_after_the_hint_passed_it_runs_within_reset(
         queue.enqueue_many([busy.job(i) for i in range(BACKLOG)], conn=conn)
         conn.commit()
         worker = Worker(queue, dsn=dsn, concurrency=1, hint_reset_interval=0.2, poll_interval=0.1)
-        with _running(worker):
+        with worker_in_thread(worker, force=True):
             assert warmed.wait(30)
             conn.execute(
                 sql.SQL("UPDATE {}.jobs SET run_at = now() WHERE id = %s").format(

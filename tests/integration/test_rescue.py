@@ -10,9 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,21 +23,9 @@ from pgqueue.queries import dead_channel
 from pgqueue.rescuer import Rescuer
 from pgqueue.testing import drain
 from tests import apps
-from tests.conftest import count, settings_worker_process, wait_until
+from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
 
 FAST = {"heartbeat_interval": 0.2, "lease_timeout": 1.0, "rescue_interval": 0.2}
-
-
-@contextmanager
-def _in_thread(worker: Worker) -> Iterator[Worker]:
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()))
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop(force=True)
-        thread.join(timeout=60)
-        assert not thread.is_alive()
 
 
 def _history(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
@@ -76,7 +61,7 @@ def test_jobs_of_a_killed_worker_are_rescued_after_the_lease_and_run_again(
             sql.SQL("SELECT max(heartbeat_at) FROM {}.workers").format(sql.Identifier(schema))
         ).fetchone()  # type: ignore[misc]
         conn.commit()
-        with _in_thread(Worker(apps.queue, dsn=dsn, schema=schema, **FAST)):
+        with worker_in_thread(Worker(apps.queue, dsn=dsn, schema=schema, **FAST), force=True):
             wait_until(lambda: len(_history(conn, schema)) == 3, what="3 rescued jobs")
         history = _history(conn, schema)
         assert count(conn, schema, "workers") == 0  # the dead worker's row is gone too
@@ -109,7 +94,7 @@ def test_a_slow_but_alive_worker_keeps_its_jobs_past_the_lease(
     try:
         with psycopg.connect(dsn) as conn:
             rescuer = Worker(apps.queue, dsn=dsn, schema=schema, queues=("elsewhere",), **FAST)
-            with _in_thread(rescuer):
+            with worker_in_thread(rescuer, force=True):
                 wait_until(lambda: len(_history(conn, schema)) == 2, what="both slow jobs")
                 assert rescuer.rescuer.rescued == 0
             history = _history(conn, schema)
@@ -136,7 +121,7 @@ def test_a_frozen_worker_that_wakes_after_its_jobs_were_rescued_cannot_overwrite
         wait_until(lambda: _lines(runs, "start") == 1, what="the job to start")
         frozen.send_signal(signal.SIGSTOP)
         with psycopg.connect(dsn) as conn:
-            with _in_thread(Worker(apps.queue, dsn=dsn, schema=schema, **FAST)):
+            with worker_in_thread(Worker(apps.queue, dsn=dsn, schema=schema, **FAST), force=True):
                 wait_until(lambda: len(_history(conn, schema)) == 1, what="rescue and rerun")
             frozen.send_signal(signal.SIGCONT)
             wait_until(lambda: "were not written" in log.read_text(), what="the late write")

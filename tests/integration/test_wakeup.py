@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 
 from pgqueue import Queue, Worker
-from tests.conftest import count, wait_until
-
-
-@contextmanager
-def _worker_thread(worker: Worker) -> Iterator[None]:
-    thread = threading.Thread(target=lambda: asyncio.run(worker.run_async()))
-    thread.start()
-    try:
-        yield
-    finally:
-        worker.stop()
-        thread.join(timeout=30)
-        assert not thread.is_alive()
+from tests.conftest import count, wait_until, worker_in_thread
 
 
 def _listeners(conn: psycopg.Connection[Any]) -> int:
@@ -44,7 +29,7 @@ def test_idle_worker_is_woken_by_notify_long_before_its_next_poll(
         ran.set()
 
     worker = Worker(queue, dsn=dsn, poll_interval=60)
-    with _worker_thread(worker), psycopg.connect(dsn) as conn:
+    with worker_in_thread(worker), psycopg.connect(dsn) as conn:
         wait_until(lambda: _listeners(conn) == 1, what="the listener")
         wait_until(lambda: worker.stats.claims > 0, what="the first (empty) claim")
         queue.enqueue(t.job(), conn=conn)
@@ -63,7 +48,7 @@ def test_poll_only_worker_opens_no_listener_and_still_runs_jobs(
         ran.set()
 
     worker = Worker(queue, dsn=dsn, poll_only=True, poll_interval=0.05)
-    with _worker_thread(worker), psycopg.connect(dsn) as conn:
+    with worker_in_thread(worker), psycopg.connect(dsn) as conn:
         wait_until(
             lambda: count(conn, schema, "workers") == 1 and not conn.commit(),
             what="the worker to register",
