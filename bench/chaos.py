@@ -50,7 +50,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench import chaos_count, chaos_report
+from bench import chaos_count, chaos_report, options
 from bench.chaos_app import MODES, create_tables
 from bench.chaos_faults import (
     Admin,
@@ -158,8 +158,8 @@ def parse_args(argv: Sequence[str]) -> Config:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Config(
         dsn=args.dsn or os.environ.get("PGQUEUE_DSN") or None,
-        scenarios=_choices(parser, "--scenarios", args.scenarios, SCENARIOS),
-        modes=_choices(parser, "--modes", args.modes, MODES),
+        scenarios=options.choices(parser, "--scenarios", args.scenarios, SCENARIOS),
+        modes=options.choices(parser, "--modes", args.modes, MODES),
         jobs=jobs,
         rate=rate,
         producers=args.producers,
@@ -189,16 +189,6 @@ def _redacted(arg: str) -> str:
 
 def _default(value: Any, otherwise: Any) -> Any:
     return otherwise if value is None else value
-
-
-def _choices(
-    parser: argparse.ArgumentParser, flag: str, value: str, allowed: Sequence[str]
-) -> tuple[str, ...]:
-    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [v for v in chosen if v not in allowed]
-    if not chosen or unknown or len(set(chosen)) != len(chosen):
-        parser.error(f"{flag} takes distinct values from {','.join(allowed)}, got {value!r}")
-    return chosen
 
 
 # -- one run -----------------------------------------------------------------------------------

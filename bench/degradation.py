@@ -38,6 +38,7 @@ from typing import Any
 import psycopg
 
 from bench import degradation_report as report
+from bench import options
 from bench.degradation_run import run_one
 from bench.degradation_sampler import Sample
 
@@ -80,8 +81,8 @@ def parse_args(argv: Sequence[str]) -> Config:
     parser.add_argument("--out", type=Path, help="output folder (default bench/out/degradation-*)")
     parser.add_argument("--short", action="store_true", help="the CI run: 4 s per run, rate 300")
     args = parser.parse_args(argv)
-    strategies = _choices(parser, "--strategies", args.strategies, STRATEGIES)
-    modes = ("control",) if args.control else _choices(parser, "--modes", args.modes, MODES)
+    strategies = options.choices(parser, "--strategies", args.strategies, STRATEGIES)
+    modes = ("control",) if args.control else options.choices(parser, "--modes", args.modes, MODES)
     if args.duration is None:
         args.duration = SHORT_DURATION_SECONDS if args.short else 600.0
     if args.rate is None:
@@ -111,16 +112,6 @@ def parse_args(argv: Sequence[str]) -> Config:
         out=args.out or ROOT / "out" / f"degradation-{stamp}",
         command=shlex.join([Path(sys.executable).name, "-m", "bench.degradation", *argv]),
     )
-
-
-def _choices(
-    parser: argparse.ArgumentParser, flag: str, value: str, allowed: Sequence[str]
-) -> tuple[str, ...]:
-    chosen = tuple(v.strip() for v in value.split(",") if v.strip())
-    unknown = [v for v in chosen if v not in allowed]
-    if not chosen or unknown or len(set(chosen)) != len(chosen):
-        parser.error(f"{flag} takes distinct values from {','.join(allowed)}, got {value!r}")
-    return chosen
 
 
 # -- the database ------------------------------------------------------------------------------
