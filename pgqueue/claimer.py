@@ -8,11 +8,11 @@ put back) are announced by their wake-up, which names the lowest (priority, id) 
 (sql/queries/job.sql, job_insert): at the same priority the hint moves back to just before it;
 at a more urgent priority that priority alone is claimed from there, in a range with a stop
 bound, before the hint's range. After a claim from the floor finds nothing, the hint is the
-ceiling, and announcements alone open ranges below it. So the only unhinted claim is the safety net, after a
-randomised interval (hint_reset_interval +- jitter), for a job no wake-up named (one locked by
-someone else when a claim passed it, or a notification lost while the listener reconnected,
-which also forgets the hints). Without a listener (poll_only) nothing is announced, and a
-short hinted claim is retried from the floor at once, as before.
+ceiling, and announcements alone open ranges below it. So the only unhinted claim is the
+safety net, after a randomised interval (hint_reset_interval +- jitter), for a job no wake-up
+named (one locked by someone else when a claim passed it, or a notification lost while the
+listener reconnected, which also forgets the hints). Without a listener (poll_only) nothing
+is announced, and a short hinted claim is retried from the floor at once, as before.
 (tests/integration/test_hint.py pins each case.) Also owns when due scheduled jobs are next
 promoted. Runs all its statements on the worker's claim connection; raises nothing of its own.
 """
