@@ -1,9 +1,10 @@
 """LISTEN/NOTIFY wake-ups for a worker. Polling is always the fallback.
 
 Owns: one connection that LISTENs on the schema's channel and calls `wake(queue)` for each
-notification naming one of the worker's queues. When the connection drops it reconnects with
-backoff and, once listening again, wakes every queue so that nothing enqueued during the gap
-waits for the next poll. Never raises out of `run`; it logs an outage once.
+notification naming one of the worker's queues, and `on_cancel(job_id)` for a request to
+cancel a running job. When the connection drops it reconnects with backoff and, once
+listening again, wakes every queue so that nothing enqueued during the gap waits for the next
+poll. Never raises out of `run`; it logs an outage once.
 """
 
 from __future__ import annotations
@@ -15,16 +16,25 @@ from typing import Any
 
 from pgqueue.link import Link
 from pgqueue.queries import query
+from pgqueue.records import CANCEL_PAYLOAD
 
 log = logging.getLogger("pgqueue.worker")
 
 
 class Notifier:
-    def __init__(self, dsn: str, schema: str, queues: set[str], wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        queues: set[str],
+        wake: Callable[[], None],
+        on_cancel: Callable[[int], None] | None = None,
+    ) -> None:
         self.link = Link(dsn, "listen")
         self.schema = schema
         self.queues = queues
         self.wake = wake
+        self.on_cancel = on_cancel
 
     async def run(self) -> None:
         """Listen until cancelled."""
@@ -44,6 +54,11 @@ class Notifier:
         async for note in conn.notifies():
             if note.payload in self.queues:
                 self.wake()
+            elif note.payload.startswith(CANCEL_PAYLOAD) and self.on_cancel is not None:
+                # Sent by job_cancel for a running job (records.py); no queue is so named.
+                job_id = note.payload.removeprefix(CANCEL_PAYLOAD)
+                if job_id.isdigit():
+                    self.on_cancel(int(job_id))
 
     async def close(self) -> None:
         await self.link.close()

@@ -60,8 +60,12 @@ class CancelSignal:
                 waiter()
 
     def on_request(self, callback: Callable[[], None]) -> None:
-        """Call `callback` (on the worker's event loop) when cancellation is requested."""
-        self._waiters.append(callback)
+        """Call `callback` (on the worker's event loop) when cancellation is requested, or at
+        once if it already was."""
+        if self.requested:
+            callback()
+        else:
+            self._waiters.append(callback)
 
 
 @dataclass(frozen=True, slots=True)
