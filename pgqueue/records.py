@@ -53,8 +53,10 @@ InsertBuilder = Callable[[Sequence[NewJob]], Step]
 # statement's snapshot; each further round takes a new one. Two rounds settle any race that
 # does not keep recurring; the bound only stops a pathological loop.
 DEDUPE_ROUNDS = 20
-# Rounds of job_cancel while the row is locked by a claim in flight (milliseconds long).
+# Rounds of job_cancel while the row is locked by a claim or completion in flight (those take
+# milliseconds), a short pause apart: about a second in all before giving up.
 CANCEL_ROUNDS = 50
+CANCEL_PAUSE = 0.02
 CANCEL_PAYLOAD = "!cancel "  # job_cancel's NOTIFY payload prefix; never a queue name
 
 
@@ -246,6 +248,7 @@ def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellati
         job = yield from _require_job(job_id, schema)
         if job.finished:
             return Cancellation.FINISHED
+        yield query("job_cancel_pause", schema), {"seconds": CANCEL_PAUSE}
     if job is not None and job.atomic:
         raise JobStateError(
             f"job {job_id} ({job.task}) is running as an atomic task: its run is one "

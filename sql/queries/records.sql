@@ -172,3 +172,7 @@ UPDATE {schema}.jobs SET retry_of = %(retry_of)s WHERE id = %(id)s AND retry_of 
 SELECT id
 FROM {schema}.jobs
 WHERE worker_id = %(worker_id)s AND status = 'running' AND cancel_requested_at IS NOT NULL;
+
+-- name: job_cancel_pause
+-- A short wait between two tries of job_cancel on a row a claim or completion holds locked.
+SELECT pg_sleep(%(seconds)s);
