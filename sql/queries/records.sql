@@ -20,16 +20,25 @@ WITH input AS (
               max_attempts integer, run_at timestamptz, delay double precision, atomic boolean,
               dedupe_key text, dedupe_window double precision)
 ), recent AS (
-    SELECT DISTINCT ON (h.dedupe_key) h.dedupe_key, h.id
-    FROM {schema}.job_history AS h
-    JOIN input AS i ON i.dedupe_key = h.dedupe_key
-    WHERE h.finished_at >= coalesce(%(now)s::timestamptz, now())
-                           - make_interval(secs => i.dedupe_window)
-    ORDER BY h.dedupe_key, h.finished_at DESC
+    -- One index probe per key (a lateral LIMIT 1), whatever the table statistics say.
+    SELECT k.dedupe_key, h.id
+    FROM (SELECT dedupe_key, max(dedupe_window) AS dedupe_window
+          FROM input WHERE dedupe_window IS NOT NULL GROUP BY dedupe_key) AS k
+    CROSS JOIN LATERAL (
+        SELECT h.id
+        FROM {schema}.job_history AS h
+        WHERE h.dedupe_key = k.dedupe_key
+          AND h.finished_at >= coalesce(%(now)s::timestamptz, now())
+                               - make_interval(secs => k.dedupe_window)
+        ORDER BY h.finished_at DESC
+        LIMIT 1
+    ) AS h
 ), live AS (
-    SELECT j.dedupe_key, j.id
-    FROM {schema}.jobs AS j
-    WHERE j.dedupe_key IN (SELECT dedupe_key FROM input)
+    SELECT k.dedupe_key, j.id
+    FROM (SELECT DISTINCT dedupe_key FROM input) AS k
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM {schema}.jobs AS j WHERE j.dedupe_key = k.dedupe_key LIMIT 1
+    ) AS j
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key)
