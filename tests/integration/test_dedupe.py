@@ -11,8 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from pgqueue import AsyncQueue, ConfigurationError, Enqueued, Queue
+from pgqueue.queries import query
 from pgqueue.testing import drain
 from tests.conftest import ROOT, count, worker_process
 
@@ -240,3 +242,24 @@ def test_with_a_window_and_a_worker_finishing_jobs_meanwhile_each_key_runs_once(
         assert line["id"] == per_key[line["key"]][0], line
     with psycopg.connect(dsn) as conn:
         assert count(conn, schema, "job_history") > 0, "the worker finished nothing: no race"
+
+
+def test_key_lookups_probe_the_key_indexes(
+    queue: Queue, noop: Any, conn: psycopg.Connection[Any], schema: str
+) -> None:
+    """Each key is one index probe in the live table and one in history, never a scan."""
+    queue.enqueue_many(
+        [noop.with_options(dedupe_key=f"k{n}").job() for n in range(2000)], conn=conn
+    )
+    conn.commit()
+    jobs = [noop.with_options(dedupe_key=f"k{n}", dedupe_window=60).job() for n in range(3)]
+    params = {
+        "jobs": json.dumps([job.as_row() | {"ord": n} for n, job in enumerate(jobs)]),
+        "now": None,
+        "channel": "unused",
+    }
+    statement = query("job_insert_unique", schema)
+    rows = conn.execute(sql.SQL("EXPLAIN (COSTS OFF) ") + statement, params).fetchall()
+    plan = "\n".join(row[0] for row in rows)
+    assert "jobs_dedupe_key_idx" in plan and "job_history_dedupe_key_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
