@@ -208,16 +208,31 @@ async def _until_cancelled(running: Any, cancel: CancelSignal) -> Any:
     """Await an async handler, cancelling it when cancellation of its job is requested;
     then raise JobCancelledError. A cancellation of our own caller (the worker stopping, a
     timeout) propagates unchanged."""
-    inner = asyncio.ensure_future(running)
+    inner = asyncio.ensure_future(_boxed(running))
     cancel.on_request(inner.cancel)
     try:
-        return await inner
+        ok, value = await inner
     except asyncio.CancelledError:
         current = asyncio.current_task()
         stopping = current is not None and getattr(current, "cancelling", lambda: 0)()
         if cancel.requested and not stopping:
             raise JobCancelledError("cancellation was requested") from None
         raise
+    if not ok:
+        raise value
+    return value
+
+
+async def _boxed(running: Any) -> tuple[bool, Any]:
+    """The handler's result or exception as a value: a task that raised SystemExit or
+    KeyboardInterrupt would take the event loop down with it
+    (tests/integration/test_worker.py::test_handler_raising_exit_or_interrupt_fails_the_job_not_the_worker)."""
+    try:
+        return True, await running
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return False, exc
 
 
 class JobCancelledError(Exception):

@@ -51,7 +51,7 @@ class CancelSignal:
 
     def __init__(self) -> None:
         self.requested = False
-        self._waiters: list[Callable[[], None]] = []
+        self._waiters: list[Callable[[], object]] = []
 
     def request(self) -> None:
         if not self.requested:
@@ -59,7 +59,7 @@ class CancelSignal:
             for waiter in self._waiters:
                 waiter()
 
-    def on_request(self, callback: Callable[[], None]) -> None:
+    def on_request(self, callback: Callable[[], object]) -> None:
         """Call `callback` (on the worker's event loop) when cancellation is requested, or at
         once if it already was."""
         if self.requested:
