@@ -40,7 +40,7 @@ from pgqueue.models import (
     JobStatus,
     Settings,
 )
-from pgqueue.queries import channel, query
+from pgqueue.queries import query
 from pgqueue.registry import NewJob
 
 T = TypeVar("T")
@@ -141,7 +141,6 @@ def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enq
             {
                 "jobs": json.dumps([job.as_row() | {"ord": i} for i, job in pending.items()]),
                 "now": None,
-                "channel": channel(schema),
             },
         )
         got = {int(ord_): (job_id, bool(created)) for ord_, job_id, created in rows}
@@ -236,7 +235,7 @@ def _require_job(job_id: int, schema: str) -> Plan[Job]:
 
 
 def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellation]:
-    params = {"id": job_id, "now": None, "keep_history": keep_history, "channel": channel(schema)}
+    params = {"id": job_id, "now": None, "keep_history": keep_history}
     job: Job | None = None
     for _ in range(CANCEL_ROUNDS):
         rows = yield query("job_cancel", schema), params

@@ -9,7 +9,7 @@
 -- jobs_dedupe_key_idx waits for an uncommitted job with the same key; when that one commits,
 -- nothing is inserted and, as it is invisible to this statement's snapshot, the id comes back
 -- NULL: the caller runs the statement again for those rows, and the new statement's snapshot
--- (READ COMMITTED) sees it. Wakes the workers of the inserted jobs' queues like job_insert.
+-- (READ COMMITTED) sees it. Wakes workers exactly as job_insert does ('queue priority id').
 WITH input AS (
     SELECT j.ord, j.queue, j.task, j.args, j.priority, j.max_attempts,
            coalesce(j.atomic, false) AS atomic, j.dedupe_key, j.dedupe_window,
@@ -54,10 +54,31 @@ WITH input AS (
     ) AS f
     ORDER BY f.dedupe_key  -- one lock order for every batch: two batches never deadlock
     ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
-    RETURNING id, dedupe_key, queue
+    RETURNING id, dedupe_key, queue, status, priority
+), announced AS (
+    -- The wake-up is job_insert's, word for word from here on: keep the two alike.
+    SELECT coalesce(nullif(current_setting('pgqueue.woken', true), ''), '{{}}')::jsonb AS woken
+), lowest AS (
+    SELECT DISTINCT ON (queue) queue, priority, id
+    FROM (
+        SELECT queue, priority, id FROM inserted WHERE status = 'queued'
+        UNION ALL
+        SELECT substr(e.key, length({wake_channel}) + 2), (e.value ->> 0)::smallint,
+               (e.value ->> 1)::bigint
+        FROM announced AS a, jsonb_each(a.woken) AS e
+        WHERE starts_with(e.key, {wake_channel} || ' ')
+    ) AS seen
+    WHERE queue IN (SELECT queue FROM inserted WHERE status = 'queued')
+    ORDER BY queue, priority, id
 ), woken AS (
-    SELECT count(pg_notify(%(channel)s, q.queue)) AS woken
-    FROM (SELECT DISTINCT queue FROM inserted) AS q
+    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken,
+           set_config('pgqueue.woken',
+                      ((SELECT woken FROM announced)
+                       || coalesce(jsonb_object_agg({wake_channel} || ' ' || l.queue,
+                                                    jsonb_build_array(l.priority, l.id)),
+                                   '{{}}'))::text,
+                      true) AS remembered
+    FROM lowest AS l
 )
 SELECT i.ord, coalesce(n.id, l.id, r.id) AS id,
        n.id IS NOT NULL AND i.ord = min(i.ord) OVER (PARTITION BY i.dedupe_key) AS created
@@ -156,7 +177,7 @@ WITH target AS (
     WHERE j.id = t.id AND j.status = 'running'
     RETURNING j.id
 ), told AS (
-    SELECT count(pg_notify(%(channel)s, '!cancel ' || r.id)) AS told FROM requested AS r
+    SELECT count(pg_notify({wake_channel}, '!cancel ' || r.id)) AS told FROM requested AS r
 )
 SELECT (SELECT count(*) FROM target) AS locked,
        (SELECT count(*) FROM gone) AS cancelled,

@@ -256,7 +256,6 @@ def test_key_lookups_probe_the_key_indexes(
     params = {
         "jobs": json.dumps([job.as_row() | {"ord": n} for n, job in enumerate(jobs)]),
         "now": None,
-        "channel": "unused",
     }
     statement = query("job_insert_unique", schema)
     rows = conn.execute(sql.SQL("EXPLAIN (COSTS OFF) ") + statement, params).fetchall()
