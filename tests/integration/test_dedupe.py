@@ -262,3 +262,38 @@ def test_key_lookups_probe_the_key_indexes(
     plan = "\n".join(row[0] for row in rows)
     assert "jobs_dedupe_key_idx" in plan and "job_history_dedupe_key_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+def test_a_keyed_enqueue_wakes_workers_as_job_insert_does(
+    queue: Queue, noop: Any, dsn: str
+) -> None:
+    """The payload names the lowest (priority, id) made claimable, one per queue, so a worker
+    whose hint has passed it claims from there (job_insert's wake-up)."""
+    with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as conn:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        plain = queue.enqueue(noop.job(), conn=conn, priority=5)
+        keyed = queue.enqueue_many(
+            [noop.with_options(dedupe_key=k, priority=p).job() for k, p in (("a", 3), ("b", -2))],
+            conn=conn,
+        )
+        queue.enqueue(noop.job(), conn=conn, dedupe_key="a")  # nothing new: no lower position
+        conn.commit()
+        payloads = [note.payload for note in listener.notifies(timeout=2, stop_after=3)]
+    assert payloads[0] == f"default 5 {plain}"
+    assert f"default -2 {keyed[1]}" in payloads
+    assert len(payloads) == 2, payloads
+
+
+def test_an_idle_worker_is_woken_by_a_keyed_enqueue(queue: Queue, dsn: str) -> None:
+    import threading
+
+    from pgqueue import Worker
+    from tests.conftest import wait_until, worker_in_thread
+
+    ran = threading.Event()
+    t = queue.task(name="t")(lambda: ran.set())
+    worker = Worker(queue, dsn=dsn, poll_interval=600)
+    with worker_in_thread(worker):
+        wait_until(lambda: worker.stats.claims > 0, what="the first (empty) claim")
+        t.with_options(dedupe_key="k").enqueue()
+        assert ran.wait(30), "only the notification could start the job this soon"
