@@ -295,14 +295,14 @@ class Queue(_Base):
         if not batch:
             return []
         with self._connection(conn) as c:
-            return records.run(c, self._enqueue_plan(batch))
+            return records.run(c, self._enqueue_plan(batch), together=records.keyed(batch))
 
     def list_jobs(self, *, conn: psycopg.Connection[Any] | None = None, **filters: Any) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
         status (one or several), created_after, created_before; before_id and limit (1-1000,
         default 50) page through: pass the page's `next_before_id` as `before_id`."""
         with self._connection(conn) as c:
-            return records.run(c, self._list_plan(filters))
+            return records.run(c, self._list_plan(filters), together=False)
 
     def cancel_job(
         self, job_id: int, *, conn: psycopg.Connection[Any] | None = None
@@ -311,7 +311,7 @@ class Queue(_Base):
         it ends as cancelled (README, "Cancellation"). Raises JobNotFoundError, or
         JobStateError for a running atomic job."""
         with self._connection(conn) as c:
-            return records.run(c, self._cancel_plan(job_id))
+            return records.run(c, self._cancel_plan(job_id), together=False)
 
     def retry_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
         """Enqueue a failed or cancelled job again, with a fresh attempt count; the new
@@ -400,19 +400,20 @@ class AsyncQueue(_Base):
         if not batch:
             return []
         async with self._connection(conn) as c:
-            return await records.run_async(c, self._enqueue_plan(batch))
+            plan = self._enqueue_plan(batch)
+            return await records.run_async(c, plan, together=records.keyed(batch))
 
     async def list_jobs(
         self, *, conn: psycopg.AsyncConnection[Any] | None = None, **filters: Any
     ) -> JobPage:
         async with self._connection(conn) as c:
-            return await records.run_async(c, self._list_plan(filters))
+            return await records.run_async(c, self._list_plan(filters), together=False)
 
     async def cancel_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> Cancellation:
         async with self._connection(conn) as c:
-            return await records.run_async(c, self._cancel_plan(job_id))
+            return await records.run_async(c, self._cancel_plan(job_id), together=False)
 
     async def retry_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None

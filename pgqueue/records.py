@@ -2,8 +2,9 @@
 
 Owns: the multi-statement operations on the caller's connection. Each is a plan, a generator
 that yields (statement, params) and is sent back the rows; `run` and `run_async` drive a plan
-on a sync or async connection, the only place that differs. On an autocommit connection a
-plan runs in a transaction of its own; otherwise inside the caller's, which it never commits.
+on a sync or async connection, the only place that differs. A plan whose statements must
+commit together runs, on an autocommit connection, in a transaction of its own; otherwise in
+the caller's transaction, which it never commits.
 
 Invariants:
 - dedupe: at most one queued, scheduled or running job per dedupe key (a unique index on the
@@ -63,13 +64,16 @@ CANCEL_PAYLOAD = "!cancel "  # job_cancel's NOTIFY payload prefix; never a queue
 # -- drivers ----------------------------------------------------------------------------------
 
 
-def _own_transaction(conn: Any) -> Any:
-    """A transaction for an autocommit connection; the caller's otherwise (never committed)."""
-    return conn.transaction() if conn.autocommit else contextlib.nullcontext()
+def _own_transaction(conn: Any, together: bool) -> Any:
+    """A transaction for statements that must commit together on an autocommit connection;
+    none otherwise (a caller's transaction is never committed here)."""
+    return conn.transaction() if together and conn.autocommit else contextlib.nullcontext()
 
 
-def run(conn: psycopg.Connection[Any], plan: Plan[T]) -> T:
-    with _own_transaction(conn), conn.cursor(row_factory=tuple_row) as cur:
+def run(conn: psycopg.Connection[Any], plan: Plan[T], *, together: bool = True) -> T:
+    """Drive `plan` on `conn`; `together=False` for a plan whose statements each stand alone
+    (then an autocommit connection pays no BEGIN and COMMIT)."""
+    with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
         try:
             step = next(plan)
             while True:
@@ -85,8 +89,10 @@ def run(conn: psycopg.Connection[Any], plan: Plan[T]) -> T:
             return result
 
 
-async def run_async(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> T:
-    async with _own_async_transaction(conn), conn.cursor(row_factory=tuple_row) as cur:
+async def run_async(
+    conn: psycopg.AsyncConnection[Any], plan: Plan[T], *, together: bool = True
+) -> T:
+    async with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
         try:
             step = next(plan)
             while True:
@@ -102,11 +108,12 @@ async def run_async(conn: psycopg.AsyncConnection[Any], plan: Plan[T]) -> T:
             return result
 
 
-def _own_async_transaction(conn: Any) -> Any:
-    return conn.transaction() if conn.autocommit else contextlib.nullcontext()
-
-
 # -- enqueue with dedupe keys -------------------------------------------------------------------
+
+
+def keyed(jobs: Sequence[NewJob]) -> bool:
+    """Whether any job carries a dedupe key: only then does enqueue take several statements."""
+    return any(job.options.dedupe_key is not None for job in jobs)
 
 
 def enqueue_plan(
