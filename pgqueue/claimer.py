@@ -7,7 +7,8 @@ row comparison so it is an index start bound and dead entries below it are never
 put back) are announced by their wake-up, which names the lowest (priority, id) per queue
 (sql/queries/job.sql, job_insert): at the same priority the hint moves back to just before it;
 at a more urgent priority that priority alone is claimed from there, in a range with a stop
-bound, before the hint's range. So the only unhinted claim is the safety net, after a
+bound, before the hint's range. After a claim from the floor finds nothing, the hint is the
+ceiling, and announcements alone open ranges below it. So the only unhinted claim is the safety net, after a
 randomised interval (hint_reset_interval +- jitter), for a job no wake-up named (one locked by
 someone else when a claim passed it, or a notification lost while the listener reconnected,
 which also forgets the hints). Without a listener (poll_only) nothing is announced, and a
@@ -138,6 +139,11 @@ class Claimer:
             self._reset_deadline(hint)
         if main:
             hint.after = max((j.priority, j.id) for j in main)
+        elif after is None and self._announced:
+            # An empty claim from the floor: nothing is claimable anywhere, and whatever
+            # becomes claimable from now on is announced. Park the hint past everything, or
+            # the next claims would walk from the floor again while the queue stays empty.
+            hint.after = CEILING
         else:
             hint.after = after
         jobs += main
