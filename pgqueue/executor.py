@@ -158,16 +158,8 @@ class Executor:
         return outcome
 
     def _cancelled(self, job: ClaimedJob, started: float) -> Outcome:
-        duration = time.monotonic() - started
         log.info("job %s %s attempt %s cancelled on request", job.id, job.task, job.attempt)
-        error = {
-            "attempt": job.attempt,
-            "at": datetime.now(timezone.utc).isoformat(),
-            "kind": "cancelled",
-            "error": "cancelled on request",
-            "traceback": "",
-        }
-        return Outcome(job, "cancelled", duration, error=error)
+        return cancelled(job, time.monotonic() - started)
 
     def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         # Retrying cannot make stored arguments valid for this code: those fail at once.
@@ -198,6 +190,18 @@ class Executor:
             error["error"],
         )
         return Outcome(job, "failed", duration, error=error)
+
+
+def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
+    """The outcome of an attempt stopped because its cancellation was requested."""
+    error = {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": "cancelled",
+        "error": "cancelled on request",
+        "traceback": "",
+    }
+    return Outcome(job, "cancelled", duration, error=error)
 
 
 class JobTimeoutError(Exception):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -37,7 +38,7 @@ from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, Position, WorkerStats
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
-from pgqueue.executor import Executor
+from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
@@ -186,6 +187,7 @@ class Worker:
             for helper in helpers[1:]:
                 helper.cancel()
             await asyncio.gather(*helpers[1:], return_exceptions=True)
+            await self._cancel_unfinished()
             await self._release_unfinished()
             heartbeat.stop()
             await self._claims.run(self._deregister)
@@ -499,6 +501,33 @@ class Worker:
             log.warning("put back %d jobs claimed while the connection broke", len(orphans))
             self.claimer.forget_hints()  # they sit below any hint now
             self._notified()  # and nobody else was told they are back
+
+    async def _cancel_unfinished(self) -> None:
+        """Unfinished jobs whose cancellation was requested (and not heard of in time) end as
+        cancelled instead of going back to run again; guarded like any outcome."""
+        if not self._unfinished:
+            return
+
+        async def cancel(conn: Any) -> list[ClaimedJob]:
+            cur = await conn.execute(
+                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+            )
+            requested = {row[0] for row in await cur.fetchall()}
+            jobs = [job for job in self._unfinished if job.id in requested]
+            if jobs:
+                outcomes = [cancelled(job, None).as_row() for job in jobs]
+                params = {
+                    "outcomes": json.dumps(outcomes),
+                    "keep_history": self.queue_settings.keep_history,
+                    "now": None,
+                }
+                await conn.execute(query("job_finish_many", self.schema), params)
+            return jobs
+
+        done = await self._claims.run(cancel)
+        if done:
+            log.info("cancelled %d unfinished jobs whose cancellation was requested", len(done))
+            self._unfinished = [job for job in self._unfinished if job not in done]
 
     async def _release_unfinished(self) -> None:
         if not self._unfinished:

@@ -189,3 +189,32 @@ def test_a_running_atomic_job_cannot_be_cancelled_but_a_queued_one_can(
         release.set()
         _wait_for_status(queue, running_id, "succeeded")
     assert queue.get_job(queued_id).status == "cancelled"  # type: ignore[union-attr]
+
+
+def test_a_stopping_worker_that_missed_the_cancel_ends_the_job_cancelled_not_queued(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    """Poll-only and a far rescue interval: the worker never hears of the request; when it
+    stops, the job it puts back would run again, so it ends as cancelled instead."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    settings = {"poll_only": True, "rescue_interval": 600, "shutdown_grace": 0}
+    log = tmp_path / "worker.log"
+    proc = settings_worker_process(
+        dsn, schema, settings, log=log, env={"PGQUEUE_TEST_RUNS": str(runs)}
+    )
+    queue = Queue(dsn, schema=schema)
+    try:
+        job_id = queue.enqueue(apps.acancellable.job())
+        wait_until(lambda: (job_id, "start") in apps.read_runs(runs), what="the job to start")
+        assert queue.cancel_job(job_id) is Cancellation.REQUESTED
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        job = queue.get_job(job_id)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        queue.close()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert job is not None and job.status == "cancelled", job
+    assert (job_id, "cancelled") in apps.read_runs(runs)  # stopped by the shutdown, not us
