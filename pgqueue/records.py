@@ -127,10 +127,10 @@ def enqueue_plan(
         rows = yield insert([jobs[i] for i in plain])
         for i, row in zip(plain, rows, strict=True):
             out[i] = Enqueued(row[0])
-    keyed = {i: job for i, job in enumerate(jobs) if job.options.dedupe_key is not None}
-    if keyed:
-        insert([jobs[i] for i in keyed])  # the payload size check, before anything is sent
-        resolved = yield from _insert_keyed(keyed, schema)
+    with_key = {i: job for i, job in enumerate(jobs) if job.options.dedupe_key is not None}
+    if with_key:
+        insert(list(with_key.values()))  # the payload size check, before anything is sent
+        resolved = yield from _insert_keyed(with_key, schema)
         for i, enqueued in resolved.items():
             out[i] = enqueued
     assert all(item is not None for item in out)
