@@ -9,6 +9,10 @@ Claims go through the Claimer (claimer.py: batches, the hint and its resets, pro
 due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
 their own lanes (atomic.py).
 
+Cancellation of a running job reaches the worker as a notification ('!cancel <id>' on the
+wake-up channel), with a check every rescue interval as the fallback: an async handler is
+cancelled, a sync one sees `ctx.cancel_requested`; the job ends as cancelled.
+
 Stopping (SIGTERM/SIGINT, or stop()): claiming stops, running jobs get `shutdown_grace` to
 finish, the rest are cancelled and put back as queued without spending an attempt, outcomes
 are flushed, and the worker row is removed. A second signal skips the grace period.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -33,14 +38,14 @@ from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, Position, WorkerStats
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
-from pgqueue.executor import Executor
+from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
 from pgqueue.queries import query
 from pgqueue.queue import ATOMIC_MAX_TIMEOUT
-from pgqueue.registry import Registry
+from pgqueue.registry import CancelSignal, Registry
 from pgqueue.rescuer import Rescuer
 
 log = logging.getLogger("pgqueue.worker")
@@ -73,6 +78,7 @@ class Worker:
         self.stats = WorkerStats()
         self.abandoned_threads = 0
         self._running: dict[asyncio.Task[None], ClaimedJob] = {}
+        self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
         self._unfinished: list[ClaimedJob] = []
         self._stopping = False
         self._force = False
@@ -155,7 +161,12 @@ class Worker:
         notifier = None
         if not s.poll_only:
             notifier = Notifier(
-                self.dsn, self.schema, set(s.queues), self._announced, self._relistened
+                self.dsn,
+                self.schema,
+                set(s.queues),
+                self._announced,
+                self._relistened,
+                self._cancel_requested,
             )
             helpers.append(asyncio.create_task(notifier.run(), name="pgqueue-listen"))
         log.info(
@@ -176,6 +187,7 @@ class Worker:
             for helper in helpers[1:]:
                 helper.cancel()
             await asyncio.gather(*helpers[1:], return_exceptions=True)
+            await self._cancel_unfinished()
             await self._release_unfinished()
             heartbeat.stop()
             await self._claims.run(self._deregister)
@@ -232,6 +244,7 @@ class Worker:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             if await self._claims.run(self.rescuer.rescue):
                 self._notified()  # rescued jobs may be claimable now
+            await self._check_cancels()
             await self._watch_horizon()
 
     async def _watch_horizon(self) -> None:
@@ -322,12 +335,41 @@ class Worker:
         task.add_done_callback(self._finished)
 
     async def _run(self, job: ClaimedJob) -> None:
+        self._cancels[job.id] = cancel = CancelSignal()
         try:
-            outcome = await self.executor.run(job)
+            outcome = await self.executor.run(job, cancel=cancel)
         except asyncio.CancelledError:
             self._unfinished.append(job)
             raise
+        finally:
+            del self._cancels[job.id]
         self.completer.add(outcome)
+
+    # -- cancellation -----------------------------------------------------------------------
+
+    def _cancel_requested(self, job_id: int) -> None:
+        """Cancellation of a job was requested (a notification, or the fallback check); a job
+        this worker is not running is none of its business."""
+        cancel = self._cancels.get(job_id)
+        if cancel is not None and not cancel.requested:
+            log.info("job %s: cancellation requested, stopping it", job_id)
+            cancel.request()
+
+    async def _check_cancels(self) -> None:
+        """The fallback for a lost notification (or poll_only): look for requests on the
+        jobs this worker runs, every rescue interval."""
+        if not self._cancels:
+            return
+
+        async def requested(conn: Any) -> list[Any]:
+            cur = await conn.execute(
+                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+            )
+            rows: list[Any] = await cur.fetchall()
+            return rows
+
+        for (job_id,) in await self._claims.run(requested):
+            self._cancel_requested(job_id)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -459,6 +501,33 @@ class Worker:
             log.warning("put back %d jobs claimed while the connection broke", len(orphans))
             self.claimer.forget_hints()  # they sit below any hint now
             self._notified()  # and nobody else was told they are back
+
+    async def _cancel_unfinished(self) -> None:
+        """Unfinished jobs whose cancellation was requested (and not heard of in time) end as
+        cancelled instead of going back to run again; guarded like any outcome."""
+        if not self._unfinished:
+            return
+
+        async def cancel(conn: Any) -> list[ClaimedJob]:
+            cur = await conn.execute(
+                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+            )
+            requested = {row[0] for row in await cur.fetchall()}
+            jobs = [job for job in self._unfinished if job.id in requested]
+            if jobs:
+                outcomes = [cancelled(job, None).as_row() for job in jobs]
+                params = {
+                    "outcomes": json.dumps(outcomes),
+                    "keep_history": self.queue_settings.keep_history,
+                    "now": None,
+                }
+                await conn.execute(query("job_finish_many", self.schema), params)
+            return jobs
+
+        done = await self._claims.run(cancel)
+        if done:
+            log.info("cancelled %d unfinished jobs whose cancellation was requested", len(done))
+            self._unfinished = [job for job in self._unfinished if job not in done]
 
     async def _release_unfinished(self) -> None:
         if not self._unfinished:

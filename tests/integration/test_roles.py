@@ -75,3 +75,20 @@ def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(
     for role_dsn, statement in forbidden:
         with psycopg.connect(role_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(sql.SQL(statement).format(sql.Identifier(schema)))
+
+
+def test_the_app_role_dedupes_and_lists_and_the_worker_role_cancels_and_retries(
+    schema: str, roles: tuple[str, str]
+) -> None:
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+    ops = Queue(worker_dsn, schema=schema)
+    t = app.task(name="t", dedupe_window=600)(lambda: None)
+    first = t.with_options(dedupe_key="k").enqueue()
+    assert t.with_options(dedupe_key="k").enqueue() == first  # also reads history
+    assert [job.id for job in app.list_jobs().jobs] == [first]
+    assert ops.cancel_job(first) == "cancelled"
+    retry = ops.retry_job(first)
+    assert app.get_job(retry).retry_of == first  # type: ignore[union-attr]
+    app.close()
+    ops.close()
