@@ -38,10 +38,13 @@ from pgqueue.heartbeat import Heartbeat
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
+from pgqueue.periodic import Scheduler
 from pgqueue.queries import query
 from pgqueue.queue import ATOMIC_MAX_TIMEOUT
 from pgqueue.registry import Registry
 from pgqueue.rescuer import Rescuer
+from pgqueue.retention import Pruner
+from pgqueue.schedule import Schedules
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64
@@ -61,6 +64,7 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.registry: Registry = queue.registry
+        self.periodics: Schedules = queue.periodics
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -151,6 +155,7 @@ class Worker:
             asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
             for n, lane in enumerate(self.lanes)
         ]
+        helpers += self._maintenance()
         notifier = None
         if not s.poll_only:
             notifier = Notifier(self.dsn, self.schema, set(s.queues), self._notified)
@@ -187,6 +192,22 @@ class Worker:
                 self.stats.claimed,
                 len(self._unfinished),
             )
+
+    def _maintenance(self) -> list[asyncio.Task[None]]:
+        """The periodic scheduler and the history pruner, each on a connection of its own,
+        when this worker has something for them to do (never in burst mode)."""
+        s = self.settings
+        tasks = []
+        prepare = not s.poll_only
+        if s.periodic and len(self.periodics) and not s.burst:
+            self.scheduler = Scheduler(self.periodics, self.schema, self.id)
+            link = Link(self.dsn, "periodic", prepare=prepare)
+            tasks.append(asyncio.create_task(self.scheduler.run(link), name="pgqueue-periodic"))
+        if s.history_retention is not None and not s.burst:
+            self.pruner = Pruner(self.schema, s.history_retention, s.prune_interval, s.prune_batch)
+            link = Link(self.dsn, "prune", prepare=prepare)
+            tasks.append(asyncio.create_task(self.pruner.run(link), name="pgqueue-prune"))
+        return tasks
 
     async def _check_schema(self) -> None:
         async def check(conn: Any) -> bool:
