@@ -75,6 +75,21 @@ class PruneReport:
     ticks_deleted: int = 0
     batch_seconds: list[float] = dataclasses.field(default_factory=list)
     locked_out: bool = False  # another worker held the prune lock
+    after: dict[str, datetime] = dataclasses.field(default_factory=dict)  # per statement
+
+    def params(self, cutoff: Cutoff, step: str, now: datetime | None) -> dict[str, Any]:
+        """The next batch starts where the previous one ended (see job_history_prune)."""
+        return cutoff.params(now) | {"after": self.after.get(step)}
+
+    def record(self, step: str, rows: list[tuple[datetime]], seconds: float) -> int:
+        if rows:
+            self.after[step] = max(row[0] for row in rows)
+        if step == "job_history_prune":
+            self.deleted += len(rows)
+        else:
+            self.ticks_deleted += len(rows)
+        self.batch_seconds.append(seconds)
+        return len(rows)
 
     @property
     def batches(self) -> int:
@@ -97,13 +112,12 @@ def prune(conn: Any, schema: str, cutoff: Cutoff, *, now: datetime | None = None
     """Delete what `cutoff` selects, batch after batch, until none is left. `conn` must be
     in autocommit mode: each batch commits on its own."""
     report = PruneReport()
-    params = cutoff.params(now)
     for step in _steps(cutoff):
         while True:
             started = time.perf_counter()
             with conn.transaction():
-                deleted = conn.execute(query(step, schema), params).rowcount
-            _count(report, step, deleted, time.perf_counter() - started)
+                rows = conn.execute(query(step, schema), report.params(cutoff, step, now))
+                deleted = report.record(step, rows.fetchall(), time.perf_counter() - started)
             if deleted < cutoff.batch_size:
                 break
     return report
@@ -130,18 +144,8 @@ async def abatch(
             if not row or not row[0]:
                 report.locked_out = True
                 return None
-        cur = await conn.execute(query(step, schema), cutoff.params(now))
-        deleted: int = cur.rowcount
-    _count(report, step, deleted, time.perf_counter() - started)
-    return deleted
-
-
-def _count(report: PruneReport, step: str, deleted: int, seconds: float) -> None:
-    if step == "job_history_prune":
-        report.deleted += deleted
-    else:
-        report.ticks_deleted += deleted
-    report.batch_seconds.append(seconds)
+        cur = await conn.execute(query(step, schema), report.params(cutoff, step, now))
+        return report.record(step, await cur.fetchall(), time.perf_counter() - started)
 
 
 class Pruner:

@@ -65,6 +65,8 @@ class Worker:
     ) -> None:
         self.registry: Registry = queue.registry
         self.periodics: Schedules = queue.periodics
+        self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
+        self.pruner: Pruner | None = None  # set at start with history_retention
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -200,13 +202,15 @@ class Worker:
         tasks = []
         prepare = not s.poll_only
         if s.periodic and len(self.periodics) and not s.burst:
-            self.scheduler = Scheduler(self.periodics, self.schema, self.id)
+            scheduler = self.scheduler = Scheduler(self.periodics, self.schema, self.id)
             link = Link(self.dsn, "periodic", prepare=prepare)
-            tasks.append(asyncio.create_task(self.scheduler.run(link), name="pgqueue-periodic"))
+            tasks.append(asyncio.create_task(scheduler.run(link), name="pgqueue-periodic"))
         if s.history_retention is not None and not s.burst:
-            self.pruner = Pruner(self.schema, s.history_retention, s.prune_interval, s.prune_batch)
+            pruner = self.pruner = Pruner(
+                self.schema, s.history_retention, s.prune_interval, s.prune_batch
+            )
             link = Link(self.dsn, "prune", prepare=prepare)
-            tasks.append(asyncio.create_task(self.pruner.run(link), name="pgqueue-prune"))
+            tasks.append(asyncio.create_task(pruner.run(link), name="pgqueue-prune"))
         return tasks
 
     async def _check_schema(self) -> None:

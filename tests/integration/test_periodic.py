@@ -290,7 +290,7 @@ def test_the_scheduler_survives_a_terminated_connection_and_stops_cleanly(
                 lambda: count(admin, "pgqueue", "periodic_ticks") >= seen + 2,
                 what="ticks after the connection came back",
             )
-        assert worker.scheduler.passes >= 3
+        assert worker.scheduler is not None and worker.scheduler.passes >= 3
         left = admin.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgqueue:periodic'"
             " AND datname = current_database()"
