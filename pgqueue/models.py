@@ -206,7 +206,7 @@ class WorkerSettings(Settings):
     batch_size: int = Field(default=100, ge=1, le=10_000)
     poll_interval: timedelta = timedelta(seconds=1)
     poll_only: bool = False
-    hint_reset_interval: timedelta = timedelta(seconds=2)
+    hint_reset_interval: timedelta = timedelta(seconds=10)
     hint_reset_jitter: float = Field(default=0.5, ge=0.0, le=1.0)
     shutdown_grace: timedelta = timedelta(seconds=30)
     heartbeat_interval: timedelta = timedelta(seconds=5)

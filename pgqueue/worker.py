@@ -30,7 +30,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from pgqueue.atomic import AtomicLane
-from pgqueue.claimer import Claimer, WorkerStats
+from pgqueue.claimer import Claimer, Position, WorkerStats
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor
@@ -84,6 +84,7 @@ class Worker:
         self._force = False
         self._maybe_more = True
         self._retried_seen = 0
+        self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self.horizon_checks = 0
         self._next_horizon_warning = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -160,7 +161,9 @@ class Worker:
         helpers += self._maintenance()
         notifier = None
         if not s.poll_only:
-            notifier = Notifier(self.dsn, self.schema, set(s.queues), self._notified)
+            notifier = Notifier(
+                self.dsn, self.schema, set(s.queues), self._announced, self._relistened
+            )
             helpers.append(asyncio.create_task(notifier.run(), name="pgqueue-listen"))
         log.info(
             "worker %s started: queues=%s concurrency=%s schema=%s%s",
@@ -306,6 +309,8 @@ class Worker:
             full = False
             if free > 0 and self._maybe_more:
                 jobs, full = await self.claimer.claim_round(free)
+                if jobs:
+                    self._floor_checked = False
                 for job in jobs:
                     self._start(job)
                 self._maybe_more = full
@@ -317,14 +322,20 @@ class Worker:
             await self._sleep(min(next_poll, self.claimer.next_wake()) - time.monotonic())
 
     async def _burst_done(self) -> bool:
-        """In burst mode: nothing running, nothing claimable, nothing due to promote."""
+        """In burst mode: nothing running, nothing claimable, nothing due to promote.
+
+        "Nothing claimable" is only believed after a claim from the floor came back empty:
+        a wake-up naming a job below the hint may still be on its way."""
         if self._running or not all(lane.idle for lane in self.lanes):
             return False
         await self.completer.flushed()
         retried_before, self._retried_seen = self._retried_seen, self.completer.retried
         promoted = await self.claimer.promote()
-        if self._retried_seen != retried_before or promoted:
-            self._maybe_more = True  # retried or promoted jobs may be claimable now
+        if self._retried_seen != retried_before or promoted or not self._floor_checked:
+            # Retried or promoted jobs sit below the hints: look from the floor.
+            self._floor_checked = True
+            self.claimer.forget_hints()
+            self._maybe_more = True
             return False
         return True
 
@@ -349,6 +360,16 @@ class Worker:
             self._wake.set()
 
     # -- waking and stopping ----------------------------------------------------------------
+
+    def _announced(self, queue: str, position: Position | None) -> None:
+        """A wake-up naming where jobs became claimable (claimer.py)."""
+        self.claimer.announce(queue, position)
+        self._notified()
+
+    def _relistened(self) -> None:
+        """Listening (again): wake-ups sent meanwhile were missed, so claim from the floor."""
+        self.claimer.forget_hints()
+        self._notified()
 
     def _notified(self) -> None:
         self._maybe_more = True

@@ -28,6 +28,8 @@ def _claim_one(dsn: str, schema: str) -> list[Any]:
         params = {
             "queue": "default",
             "after_priority": -32768,
+            "before_priority": 32767,
+            "before_id": 2**63 - 1,
             "after_id": 0,
             "limit": 10,
             "worker_id": 999,
@@ -121,9 +123,15 @@ def test_enqueue_sends_one_notification_per_transaction_per_queue(queue: Queue, 
                 queue.enqueue(t.job(i), conn=conn)
                 queue.enqueue(t.job(i), conn=conn, queue="other")
             queue.enqueue_many([t.job(i) for i in range(50)], conn=conn)
+            first = queue.enqueue(t.job(0), conn=conn, queue="third")
+            urgent = queue.enqueue(t.job(1), conn=conn, queue="third", priority=-1)
             conn.commit()
         notes = list(listener.notifies(timeout=0.5))
-    assert sorted(n.payload for n in notes) == ["default", "other"]
+    payloads = sorted(n.payload for n in notes)
+    # Each names the lowest (priority, id) the transaction made claimable in its queue; a
+    # later statement that goes lower (more urgent) sends one more.
+    assert [p.split()[0] for p in payloads] == ["default", "other", "third", "third"]
+    assert f"third 0 {first}" in payloads and f"third -1 {urgent}" in payloads
 
 
 def test_enqueue_options_are_stored(queue: Queue, conn: psycopg.Connection[Any]) -> None:
