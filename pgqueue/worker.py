@@ -7,7 +7,9 @@ handlers in a thread pool (with headroom for sync jobs that outlived their timeo
 
 Claims go through the Claimer (claimer.py: batches, the hint and its resets, promotion of
 due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
-their own lanes (atomic.py).
+their own lanes (atomic.py). Recurring jobs (periodic.py) and history retention (retention.py)
+each get a connection of their own, only when the application has recurring jobs or
+`history_retention` is set, and never in burst mode.
 
 Stopping (SIGTERM/SIGINT, or stop()): claiming stops, running jobs get `shutdown_grace` to
 finish, the rest are cancelled and put back as queued without spending an attempt, outcomes
