@@ -39,3 +39,12 @@ def test_prune_refuses_a_bad_age_or_status_with_a_usage_error(dsn: str) -> None:
     assert_usage_error(bad_age, "argument --older-than", "'a week' is not a duration")
     bad_status = run_pgqueue("prune", "--dsn", dsn, "--older-than", "7d", "--status", "queued")
     assert_usage_error(bad_status, "argument --status", "'queued' is not a finished status")
+
+
+def test_worker_history_retention_out_of_range_is_a_usage_error_naming_the_setting(
+    dsn: str,
+) -> None:
+    result = run_pgqueue(
+        "worker", "tests.apps:queue", "--dsn", dsn, "--burst", "--history-retention", "5s"
+    )
+    assert_usage_error(result, "history_retention=", "must be from 0:01:00")

@@ -297,3 +297,26 @@ def test_the_scheduler_survives_a_terminated_connection_and_stops_cleanly(
         ).fetchone()
         assert left == (0,)
         queue.close()
+
+
+def test_a_worker_started_without_periodic_schedules_nothing(
+    dsn: str, schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    queue = Queue(dsn, schema=schema)
+
+    @queue.periodic(every=1)
+    @queue.task(name="tick")
+    def tick() -> None:
+        pass
+
+    @queue.task(name="plain")
+    def plain() -> None:
+        pass
+
+    worker = Worker(queue, dsn=dsn, periodic=False, poll_interval=0.2)
+    with worker_in_thread(worker):
+        plain.enqueue()
+        wait_until(lambda: count(conn, schema, "job_history") == 1, what="the plain job")
+        assert worker.scheduler is None
+    assert count(conn, schema, "periodic") == 0
+    queue.close()
