@@ -10,9 +10,11 @@ the primary key (name, tick) admits it once and the job is inserted in the same 
 so a rolled-back pass leaves the tick free for the next one. No worker leads: every worker
 passes at every tick and the database sorts them out.
 
-Failures: a lost connection is retried by the Link; any other error (for example the tables
-of migration 0004 missing) is logged and the pass retried later. The scheduler never stops
-the worker.
+Failures: a lost connection is retried by the Link. A worker frozen in the middle of a pass
+(SIGSTOP, a blocked event loop) holds the row locks only until PostgreSQL ends its idle
+transaction (idle_backstop, 10 s); the other workers then go on. Any other error (for
+example the tables of migration 0004 missing) is logged and the pass retried later. The
+scheduler never stops the worker.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ log = logging.getLogger("pgqueue.periodic")
 MAX_SLEEP = timedelta(minutes=1)  # also how soon a new definition's first pass may come
 RETRY_AFTER = timedelta(seconds=10)
 WAKE_MARGIN = timedelta(milliseconds=5)  # wake just after the tick, never just before it
+IDLE_BACKSTOP = timedelta(seconds=10)  # the server ends a pass frozen (idle) for longer
 
 
 @dataclasses.dataclass
@@ -47,10 +50,18 @@ class PassResult:
 class Scheduler:
     """Schedules `schedules` for the worker `worker_id` on the worker's schema."""
 
-    def __init__(self, schedules: Schedules, schema: str, worker_id: int) -> None:
+    def __init__(
+        self,
+        schedules: Schedules,
+        schema: str,
+        worker_id: int,
+        *,
+        idle_backstop: timedelta = IDLE_BACKSTOP,
+    ) -> None:
         self.entries = list(schedules)
         self.schema = schema
         self.worker_id = worker_id
+        self.idle_backstop = idle_backstop
         self.passes = 0
         self.enqueued = 0
 
@@ -58,6 +69,10 @@ class Scheduler:
         """One pass in one transaction on `conn` (autocommit). `now` pins time for tests."""
         entries = {e.periodic.name: e for e in self.entries}
         async with conn.transaction():
+            # A worker that freezes mid-pass must not hold the definitions' row locks, and so
+            # every other worker's scheduler, for longer than this.
+            backstop = str(int(self.idle_backstop.total_seconds() * 1000))
+            await conn.execute(query("transaction_bound_idle", self.schema), {"ms": backstop})
             states = await self._lock(conn, now)
             db_now: datetime = states[0][3]
             plans = {

@@ -320,3 +320,46 @@ def test_a_worker_started_without_periodic_schedules_nothing(
         assert worker.scheduler is None
     assert count(conn, schema, "periodic") == 0
     queue.close()
+
+
+def test_a_worker_frozen_mid_pass_holds_up_the_others_only_until_the_backstop(
+    dsn: str, schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    import concurrent.futures
+    import contextlib
+    import threading
+
+    queue = Queue(dsn, schema=schema)
+    five_minutes(queue)
+    passes(dsn, schema, queue, T0)
+    frozen, release = threading.Event(), threading.Event()
+
+    class Freezing(Scheduler):
+        async def _claim(self, *args: Any) -> Any:
+            frozen.set()
+            release.wait(120)  # blocks this worker's event loop with the row locks held
+            return await super()._claim(*args)
+
+    async def freeze() -> None:
+        scheduler = Freezing(queue.periodics, schema, 2, idle_backstop=timedelta(seconds=1))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as own:
+            await scheduler.run_pass(own, now=T0 + timedelta(minutes=5, seconds=1))
+
+    def frozen_worker() -> None:
+        # Its session is ended while it is frozen: its pass then fails, as it should.
+        with contextlib.suppress(psycopg.Error):
+            asyncio.run(freeze())
+
+    thread = threading.Thread(target=frozen_worker)
+    thread.start()
+    try:
+        assert frozen.wait(30)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            other = pool.submit(
+                passes, dsn, schema, queue, T0 + timedelta(minutes=5, seconds=2)
+            ).result(timeout=30)
+        assert [tick for _, tick, _ in other[0]] == [T0 + timedelta(minutes=5)]
+    finally:
+        release.set()
+        thread.join(60)
+    assert count(conn, schema, "jobs") == 1
