@@ -54,23 +54,23 @@ def positive_float(text: str) -> float:
     return value
 
 
-_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
 
 
 def duration(text: str) -> timedelta:
-    """90s, 10m, 1h, 1h30m, 1h30m15s, or plain seconds (90, 2.5)."""
+    """90s, 10m, 1h, 1h30m, 1h30m15s, 7d, 1d12h, or plain seconds (90, 2.5)."""
     try:
         if _SECONDS.fullmatch(text):
             return timedelta(seconds=float(text))
         match = _DURATION.fullmatch(text)
         if match and any(match.groups()):
-            hours, minutes, seconds = (float(part or 0) for part in match.groups())
-            return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+            days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
+            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
         pass
     raise argparse.ArgumentTypeError(
-        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m or a number of seconds"
+        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m, 7d or a number of seconds"
     )
 
 
@@ -137,3 +137,16 @@ def queue_name(text: str) -> str:
         return check_name("queue", text, QUEUE_NAME)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def final_statuses(text: str) -> tuple[str, ...]:
+    """Comma-separated statuses a finished job can have."""
+    from pgqueue.retention import FINAL_STATUSES
+
+    chosen = tuple(part.strip() for part in text.split(","))
+    for status in chosen:
+        if status not in FINAL_STATUSES:
+            raise argparse.ArgumentTypeError(
+                f"{status!r} is not a finished status: use {', '.join(FINAL_STATUSES)}"
+            )
+    return chosen

@@ -141,7 +141,49 @@ def _parser() -> argparse.ArgumentParser:
         metavar="AGE",
         help="warn when a transaction holds back VACUUM for longer (default 5m)",
     )
+    p.add_argument(
+        "--history-retention",
+        type=argtypes.duration,
+        metavar="AGE",
+        help="delete finished jobs older than this, in batches (e.g. 7d; default: keep)",
+    )
+    p.add_argument(
+        "--no-periodic",
+        action="store_true",
+        help="do not schedule the application's recurring jobs on this worker",
+    )
     p.set_defaults(handler=_worker)
+
+    p = sub.add_parser(
+        "prune",
+        help="delete finished jobs older than a given age from the history, in batches",
+        description="Delete finished jobs (and, without --status/--queue, periodic ticks) "
+        "that finished more than --older-than ago, in batches of --batch-size, each its own "
+        "short transaction. Safe to run while workers run.",
+    )
+    common(p)
+    p.add_argument(
+        "--older-than",
+        type=argtypes.duration,
+        required=True,
+        metavar="AGE",
+        help="finished at least this long ago: 7d, 12h, 1d12h, 90m or seconds",
+    )
+    p.add_argument(
+        "--status",
+        type=argtypes.final_statuses,
+        metavar="STATUS",
+        help="only these: succeeded, failed, cancelled (comma-separated)",
+    )
+    p.add_argument("--queue", type=argtypes.queue_name, help="only jobs of this queue")
+    p.add_argument(
+        "--batch-size",
+        type=argtypes.positive_int,
+        default=1000,
+        metavar="N",
+        help="rows deleted per transaction (default 1000)",
+    )
+    p.set_defaults(handler=_prune)
 
     p = sub.add_parser("grant", help="grant a role what a worker or an app needs, nothing more")
     common(p)
@@ -276,6 +318,8 @@ def _worker(args: argparse.Namespace) -> int:
         "rescue_interval": args.rescue_interval,
         "atomic_concurrency": args.atomic_concurrency,
         "horizon_warning": args.horizon_warning,
+        "history_retention": args.history_retention,
+        "periodic": False if args.no_periodic else None,
     }
     options.update({name: value for name, value in optional.items() if value is not None})
     settings = WorkerSettings(**options)
@@ -420,4 +464,19 @@ def _jobs_retry(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args.dsn)) as conn:
         retry = _jobs_queue(args).retry_job(args.id, conn=conn)
     print(f"job {args.id} retried as job {retry}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from pgqueue import retention
+
+    cutoff = retention.Cutoff(args.older_than, args.status, args.queue, args.batch_size)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = retention.prune(conn, args.schema or "pgqueue", cutoff)
+    ticks = f" and {report.ticks_deleted:,} periodic ticks" if cutoff.whole_history else ""
+    print(
+        f"deleted {report.deleted:,} finished jobs{ticks} older than {args.older_than} "
+        f"in {report.batches} batches ({report.seconds:.2f} s)",
+        file=sys.stderr,
+    )
     return 0

@@ -33,6 +33,8 @@ PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_LIMIT = 1000
 DEDUPE_KEY_MAX = 512
 
+MIN_RETENTION, MAX_RETENTION = timedelta(minutes=1), timedelta(days=36_500)
+
 
 _NAME_RULES = {
     QUEUE_NAME.pattern: "1-128 letters, digits and _ . : -, starting with a letter or digit",
@@ -233,6 +235,27 @@ class WorkerSettings(Settings):
     horizon_warning: timedelta = timedelta(minutes=5)
     burst: bool = False
     name: str | None = None
+    periodic: bool = True
+    history_retention: timedelta | None = None
+    prune_interval: timedelta = timedelta(minutes=10)
+    prune_batch: int = Field(default=1000, ge=10, le=100_000)
+
+    @field_validator("history_retention")
+    @classmethod
+    def _retention_in_range(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and not MIN_RETENTION <= value <= MAX_RETENTION:
+            raise ValueError(
+                f"history_retention must be from {MIN_RETENTION} to {MAX_RETENTION.days} days "
+                "(or None to keep history forever; Queue(keep_history=False) keeps none)"
+            )
+        return value
+
+    @field_validator("prune_interval")
+    @classmethod
+    def _prune_interval_in_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(days=1):
+            raise ValueError("prune_interval must be from 1 second to 1 day")
+        return value
 
     @field_validator("queues")
     @classmethod

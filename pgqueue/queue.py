@@ -35,6 +35,7 @@ from pgqueue.models import (
 )
 from pgqueue.queries import channel, query
 from pgqueue.registry import NewJob, Registry, Task, derived_name
+from pgqueue.schedule import Periodic, Schedules
 
 R = TypeVar("R")
 JobRef = NewJob | str | Task[Any]
@@ -51,6 +52,7 @@ class _Base(abc.ABC):
             schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
         )
         self.registry = Registry()
+        self.periodics = Schedules()
 
     @property
     def schema(self) -> str:
@@ -154,6 +156,54 @@ class _Base(abc.ABC):
         task.enqueuer = self._enqueue_task(task)
         self.registry.add(task)
         return task
+
+    def periodic(
+        self,
+        task: Task[R] | Callable[..., R] | str | None = None,
+        /,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        args: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: str = "skip",
+        grace: timedelta | float | None = None,
+    ) -> Any:
+        """Run a task on a schedule: `@queue.periodic(cron="*/5 * * * *")` above `@queue.task`,
+        or `queue.periodic(task, every=timedelta(minutes=5), args={...}, name=...)`.
+
+        Every worker of this application schedules it; each tick becomes one job, exactly
+        once. `args` are validated now, like an enqueue's. `missed` ("skip" or "run_once")
+        says what happens to ticks no worker enqueued within `grace` (default 1 min, at most
+        `every`). A plain function is registered as a task with default options first.
+        Returns the task. See README, "Recurring jobs".
+        """
+        if isinstance(every, (int, float)):
+            every = timedelta(seconds=every)
+        if isinstance(grace, (int, float)):
+            grace = timedelta(seconds=grace)
+
+        def register(target: Task[R] | Callable[..., R] | str) -> Task[R]:
+            if isinstance(target, str):
+                found: Task[R] = self.registry.get(target)
+            else:
+                found = target if isinstance(target, Task) else self.task(target)
+            job = found.job(**(args or {}))
+            definition = Periodic(
+                name=name or found.name,
+                task=found.name,
+                args=job.args,
+                cron=cron,
+                every=every,
+                timezone=timezone,
+                missed=missed,
+                grace=grace,
+            )
+            self.periodics.add(definition, job)
+            return found
+
+        return register(task) if task is not None else register
 
     @abc.abstractmethod
     def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:

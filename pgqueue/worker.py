@@ -7,7 +7,9 @@ handlers in a thread pool (with headroom for sync jobs that outlived their timeo
 
 Claims go through the Claimer (claimer.py: batches, the hint and its resets, promotion of
 due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
-their own lanes (atomic.py).
+their own lanes (atomic.py). Recurring jobs (periodic.py) and history retention (retention.py)
+each get a connection of their own, only when the application has recurring jobs or
+`history_retention` is set, and never in burst mode.
 
 Cancellation of a running job reaches the worker as a notification ('!cancel <id>' on the
 wake-up channel), with a check every rescue interval as the fallback: an async handler is
@@ -43,10 +45,13 @@ from pgqueue.heartbeat import Heartbeat
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
+from pgqueue.periodic import Scheduler
 from pgqueue.queries import query
 from pgqueue.queue import ATOMIC_MAX_TIMEOUT
 from pgqueue.registry import CancelSignal, Registry
 from pgqueue.rescuer import Rescuer
+from pgqueue.retention import Pruner
+from pgqueue.schedule import Schedules
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64
@@ -66,6 +71,9 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.registry: Registry = queue.registry
+        self.periodics: Schedules = queue.periodics
+        self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
+        self.pruner: Pruner | None = None  # set at start with history_retention
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -158,6 +166,7 @@ class Worker:
             asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
             for n, lane in enumerate(self.lanes)
         ]
+        helpers += self._maintenance()
         notifier = None
         if not s.poll_only:
             notifier = Notifier(
@@ -202,6 +211,24 @@ class Worker:
                 self.stats.claimed,
                 len(self._unfinished),
             )
+
+    def _maintenance(self) -> list[asyncio.Task[None]]:
+        """The periodic scheduler and the history pruner, each on a connection of its own,
+        when this worker has something for them to do (never in burst mode)."""
+        s = self.settings
+        tasks = []
+        prepare = not s.poll_only
+        if s.periodic and len(self.periodics) and not s.burst:
+            scheduler = self.scheduler = Scheduler(self.periodics, self.schema, self.id)
+            link = Link(self.dsn, "periodic", prepare=prepare)
+            tasks.append(asyncio.create_task(scheduler.run(link), name="pgqueue-periodic"))
+        if s.history_retention is not None and not s.burst:
+            pruner = self.pruner = Pruner(
+                self.schema, s.history_retention, s.prune_interval, s.prune_batch
+            )
+            link = Link(self.dsn, "prune", prepare=prepare)
+            tasks.append(asyncio.create_task(pruner.run(link), name="pgqueue-prune"))
+        return tasks
 
     async def _check_schema(self) -> None:
         async def check(conn: Any) -> bool:

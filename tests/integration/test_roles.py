@@ -92,3 +92,45 @@ def test_the_app_role_dedupes_and_lists_and_the_worker_role_cancels_and_retries(
     assert app.get_job(retry).retry_of == first  # type: ignore[union-attr]
     app.close()
     ops.close()
+
+
+def test_the_worker_role_can_schedule_recurring_jobs_and_prune_history(
+    schema: str, roles: tuple[str, str]
+) -> None:
+    import asyncio
+    from datetime import datetime, timedelta, timezone
+
+    from pgqueue.link import Link
+    from pgqueue.periodic import Scheduler
+    from pgqueue.retention import Cutoff, Pruner, prune
+
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+
+    @app.periodic(every=60)
+    @app.task(name="minutely")
+    def minutely() -> None:
+        pass
+
+    start = datetime(2026, 6, 1, 12, 0, 30, tzinfo=timezone.utc)
+
+    async def schedule_and_prune() -> int:
+        async with await psycopg.AsyncConnection.connect(worker_dsn, autocommit=True) as conn:
+            scheduler = Scheduler(app.periodics, schema, worker_id=1)
+            await scheduler.run_pass(conn, now=start)
+            done = await scheduler.run_pass(conn, now=start + timedelta(seconds=30))
+        link = Link(worker_dsn, "prune")
+        try:
+            await Pruner(schema, timedelta(days=1), timedelta(minutes=1), 100).prune_once(link)
+        finally:
+            await link.close()
+        return done.enqueued[0][2]
+
+    job_id = asyncio.run(schedule_and_prune())
+    job = app.get_job(job_id)
+    assert job is not None and job.task == "minutely"
+    with psycopg.connect(worker_dsn, autocommit=True) as conn:
+        prune(conn, schema, Cutoff(timedelta(0)))  # the CLI's path, under the worker role
+    with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(sql.SQL("DELETE FROM {}.periodic_ticks").format(sql.Identifier(schema)))
+    app.close()
