@@ -108,6 +108,9 @@ class AtomicLane:
     async def _loop(self) -> None:
         delay, outage = 0.05, False
         while not self.stopping():
+            # Not idle while looking: a lane that found nothing last time may be about to
+            # claim a job another lane just put back for a retry (burst mode reads this).
+            self.idle = False
             try:
                 worked = await self._work()
                 delay, outage = 0.05, False
