@@ -1,0 +1,1 @@
+-- 0003: placeholder for another helper's migration (dropped when merging).

@@ -1,0 +1,1 @@
+-- 0004: placeholder for another helper's migration (dropped when merging).
