@@ -29,6 +29,7 @@ TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,254}$")
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_LIMIT = 1000
+CONCURRENCY_KEY = re.compile(r"^(?!\*$)[^\x00]{1,255}$", re.DOTALL)
 
 
 _NAME_RULES = {
@@ -53,6 +54,7 @@ class JobStatus(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # queued, but its concurrency key is at its limit (README, tenants)
 
 
 class Settings(BaseModel):
@@ -157,6 +159,16 @@ class JobOptions(Settings):
     max_attempts: int = Field(default=25, ge=1, le=MAX_ATTEMPTS_LIMIT)
     run_at: datetime | None = None
     delay: timedelta | None = None
+    concurrency_key: str | None = None
+
+    @field_validator("concurrency_key")
+    @classmethod
+    def _concurrency_key(cls, value: str | None) -> str | None:
+        if value is not None and not CONCURRENCY_KEY.fullmatch(value):
+            raise ValueError(
+                "a concurrency key is 1-255 characters without NUL, and not '*' (the default)"
+            )
+        return value
 
     @field_validator("queue")
     @classmethod

@@ -58,6 +58,7 @@ class NewJob:
             "max_attempts": opts.max_attempts,
             "run_at": opts.run_at.isoformat() if opts.run_at else None,
             "delay": opts.delay.total_seconds() if opts.delay else None,
+            "concurrency_key": opts.concurrency_key,
         }
 
 
