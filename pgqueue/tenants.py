@@ -80,9 +80,7 @@ def list_statement(schema: str) -> Statement:
 
 
 def decode_limits(rows: list[Any]) -> list[ConcurrencyLimit]:
-    return [
-        ConcurrencyLimit(key=r[0], max_running=r[1], running=r[2], waiting=r[3]) for r in rows
-    ]
+    return [ConcurrencyLimit(key=r[0], max_running=r[1], running=r[2], waiting=r[3]) for r in rows]
 
 
 async def sweep(conn: Any, schema: str) -> int:

@@ -73,7 +73,9 @@ WITH picked AS (
 ), parked_rest AS (
     UPDATE {schema}.jobs AS j
     SET status = 'waiting'
-    WHERE j.id IN (
+    -- = ANY(ARRAY(...)) keeps this a primary-key lookup whatever the estimate: an IN (...)
+    -- may become a hash join over a sequential scan of jobs (test_claim_plan.py).
+    WHERE j.id = ANY(ARRAY(
         SELECT q.id
         FROM (SELECT DISTINCT key FROM ranked WHERE NOT fits) AS saturated
         CROSS JOIN LATERAL (
@@ -84,7 +86,7 @@ WITH picked AS (
             LIMIT %(park_limit)s
             FOR UPDATE SKIP LOCKED
         ) AS q
-    )
+    ))
     RETURNING j.id
 ), claimed AS (
     UPDATE {schema}.jobs AS j
