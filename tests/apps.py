@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from pgqueue import JobContext, Queue
+from pgqueue import JobContext, Queue, RetryPolicy
 
 queue = Queue()
 
@@ -94,3 +94,19 @@ async def atomic_effect(table: str, marker: str, ctx: JobContext) -> int:
         Path(marker).touch()
         await asyncio.sleep(3600)
     return ctx.attempt
+
+
+@queue.task(name="tenant_job", retry=RetryPolicy(base=0, jitter=0))
+async def tenant_job(key: str, seconds: float, fail_first: bool, ctx: JobContext) -> None:
+    """Records its start and end (monotonic ns, one clock for all processes) under its key;
+    fails its first attempt when asked, so retries give their slot back too."""
+    import asyncio
+
+    _record(f"{ctx.job_id} start {key} {time.monotonic_ns()} {ctx.attempt}")
+    await asyncio.sleep(seconds)
+    failing = fail_first and ctx.attempt == 1
+    _record(
+        f"{ctx.job_id} {'fail' if failing else 'end'} {key} {time.monotonic_ns()} {ctx.attempt}"
+    )
+    if failing:
+        raise RuntimeError("first attempt fails")
