@@ -17,7 +17,8 @@ promoted. Runs all its statements on the worker's claim connection; raises nothi
 Jobs with a concurrency key may come back parked (their key is full, README "Per-tenant
 concurrency"): they are not run, but the hint moves past them and they count as walked, so a
 batch of parked jobs makes the next claim come at once. A claim that deadlocks on slot rows
-against a completion (whose trigger frees slots in row order) is retried.
+against a completion (whose trigger frees slots in row order) is retried. Queues are claimed
+with the keyless statement until it meets a keyed job, then with the keyed one for good.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class Claimer:
         self.worker_id = worker_id
         self.stats = stats
         self._hints = {q: _QueueHint() for q in settings.queues}
+        # Queues where a job with a concurrency key was seen: claimed with job_claim, the
+        # others with job_claim_unkeyed, which costs what claims cost before keys existed.
+        self._keyed: set[str] = set()
         # Wake-ups say where jobs appear only when a listener runs.
         self._announced = not settings.poll_only
         self._rng = random.Random()
@@ -215,10 +219,16 @@ class Claimer:
         }
 
         async def claim(conn: Any) -> list[Any]:
+            if queue not in self._keyed:
+                cur = await conn.execute(query("job_claim_unkeyed", self.schema), params)
+                rows: list[Any] = await cur.fetchall()
+                if not rows or rows[0][8] is not None:
+                    return rows
+                self._keyed.add(queue)  # for good: keyed claims from now on
             for attempt in range(CLAIM_RETRIES):
                 try:
                     cur = await conn.execute(query("job_claim", self.schema), params)
-                    rows: list[Any] = await cur.fetchall()
+                    rows = await cur.fetchall()
                     return rows
                 except psycopg.errors.DeadlockDetected:
                     if attempt == CLAIM_RETRIES - 1:

@@ -105,6 +105,40 @@ UNION ALL
 SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true
 FROM parked;
 
+-- name: job_claim_unkeyed
+-- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before
+-- keys existed (bench/tenants.py): same range scan, same guard. If a picked job has a key it
+-- claims nothing and returns one row with parked = NULL: the worker switches that queue to
+-- job_claim and claims again (the locks are released at once, this being its own statement).
+WITH picked AS (
+    SELECT id, concurrency_key IS NOT NULL AS keyed
+    FROM {schema}.jobs
+    WHERE queue = %(queue)s
+      AND status = 'queued'
+      AND NOT atomic
+      AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
+      AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), keyed AS (
+    SELECT EXISTS (SELECT 1 FROM picked WHERE keyed) AS found
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        started_at = coalesce(%(now)s::timestamptz, now()),
+        worker_id = %(worker_id)s
+    FROM picked
+    WHERE j.id = picked.id AND NOT (SELECT found FROM keyed)
+    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+)
+SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked
+FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE (SELECT found FROM keyed);
+
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and
 -- returns the next run_at still ahead so the worker can sleep until then. SKIP LOCKED lets

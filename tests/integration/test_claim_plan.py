@@ -44,13 +44,14 @@ def filled(dsn: str, schema: str) -> str:
 CEILING = (32767, 2**63 - 1)
 
 
+@pytest.mark.parametrize("statement", ["job_claim", "job_claim_unkeyed"])
 @pytest.mark.parametrize(
     ("hint", "stop"),
     [((-32768, 0), CEILING), ((0, 15000), CEILING), ((-1, 3000), (-1, CEILING[1]))],
     ids=["unhinted", "hinted", "range-below-the-hint"],
 )
 def test_claim_is_an_index_range_scan_on_the_claim_index(
-    dsn: str, filled: str, hint: tuple[int, int], stop: tuple[int, int]
+    dsn: str, filled: str, hint: tuple[int, int], stop: tuple[int, int], statement: str
 ) -> None:
     params = {
         "queue": "default",
@@ -63,7 +64,7 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
         "park_limit": 1000,
         "now": None,
     }
-    claim = query("job_claim", filled)
+    claim = query(statement, filled)
     with psycopg.connect(dsn) as conn:
         # Force a generic plan too: what a prepared statement settles on after 5 runs.
         for mode in ("force_custom_plan", "force_generic_plan"):
