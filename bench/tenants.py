@@ -3,11 +3,12 @@
     python -m bench.tenants [--dsn DSN] [--jobs N] [--rounds N] [--backlog N] [--out DIR]
                             [--short]
 
-Cost: on a fresh schema per run, --jobs jobs are enqueued and claimed in batches of 100 by
-one connection that prepares its statements like a worker; 500 claimed jobs are kept
+Cost: each scenario has its own fresh schema with --jobs jobs, claimed in batches of 100 by
+its own connection that prepares statements like a worker; 500 claimed jobs are kept
 running (so the naive baseline has running jobs to count) and the oldest are finished
 through job_finish_many, whose trigger gives keyed slots back. Each claim statement is timed
-alone. Scenarios, run in rotation --rounds times (the median is reported):
+alone. The scenarios take turns claim by claim, in a shuffled order, so a noisy neighbour on
+the machine hits them all alike; --rounds repeats this (the median is reported):
 
   main         the job_claim of main before concurrency keys, jobs without keys
   none         this branch's job_claim_unkeyed, jobs without keys: what a worker runs until
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -152,36 +154,59 @@ def claim_statement(kind: str, schema: str) -> Any:
     return sql.SQL(text).format(schema=sql.Identifier(schema))
 
 
-def measure_cost(dsn: str, kind: str, keys: int, jobs: int) -> dict[str, Any]:
-    """Claim every job; returns the claim statement times (seconds) and jobs claimed."""
-    with fresh_schema(dsn) as schema:
+class CostRun:
+    """One scenario's claims on its own schema and connection, one claim per step(), so the
+    scenarios can take turns and share the machine's noise alike."""
+
+    def __init__(self, dsn: str, schema: str, kind: str, keys: int, jobs: int) -> None:
         fill(dsn, schema, jobs, keys)
-        statement = claim_statement(kind, schema)
-        finish = query("job_finish_many", schema)
-        params = {"queue": "default", "limit": BATCH, "worker_id": 1, "park_limit": 100_000}
-        params |= FLOOR | CEILING | {"now": None}
-        times: list[float] = []
-        claimed = 0
-        held: deque[int] = deque()
-        with psycopg.connect(dsn, autocommit=True, prepare_threshold=5) as conn:
-            after = (-32768, 0)
-            while True:
-                params["after_priority"], params["after_id"] = after
-                started = time.perf_counter()
-                rows = conn.execute(statement, params, prepare=True).fetchall()
-                times.append(time.perf_counter() - started)
-                ran = [r[0] for r in rows if not r[8]] if kind != "main" else [r[0] for r in rows]
-                if not rows:
-                    break
-                after = max((r[3], r[0]) for r in rows)
-                claimed += len(ran)
-                held.extend(ran)
-                if len(held) > HELD:
-                    done = [held.popleft() for _ in range(len(held) - HELD)]
-                    conn.execute(
-                        finish, {"outcomes": _outcomes(done), "keep_history": True, "now": None}
-                    )
-        return {"times": times[:-1], "claimed": claimed}
+        self.kind = kind
+        self.statement = claim_statement(kind, schema)
+        self.finish = query("job_finish_many", schema)
+        self.params: dict[str, Any] = {"queue": "default", "limit": BATCH, "worker_id": 1}
+        self.params |= {"park_limit": 100_000, "now": None} | FLOOR | CEILING
+        self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=5)
+        self.times: list[float] = []
+        self.claimed = 0
+        self.held: deque[int] = deque()
+
+    def step(self) -> bool:
+        """One claim (and the finish of the oldest held jobs); False once nothing is left."""
+        started = time.perf_counter()
+        rows = self.conn.execute(self.statement, self.params, prepare=True).fetchall()
+        elapsed = time.perf_counter() - started
+        if not rows:
+            self.conn.close()
+            return False
+        self.times.append(elapsed)
+        ran = [r[0] for r in rows if self.kind == "main" or not r[8]]
+        self.params["after_priority"], self.params["after_id"] = max((r[3], r[0]) for r in rows)
+        self.claimed += len(ran)
+        self.held.extend(ran)
+        if len(self.held) > HELD:
+            done = [self.held.popleft() for _ in range(len(self.held) - HELD)]
+            outcomes = {"outcomes": _outcomes(done), "keep_history": True, "now": None}
+            self.conn.execute(self.finish, outcomes)
+        return True
+
+    def result(self) -> dict[str, Any]:
+        return {"times": self.times, "claimed": self.claimed}
+
+
+def measure_costs(dsn: str, jobs: int) -> dict[str, dict[str, Any]]:
+    """Every scenario at once, taking turns claim by claim in a shuffled order."""
+    import random
+
+    with contextlib.ExitStack() as stack:
+        runs = {
+            name: CostRun(dsn, stack.enter_context(fresh_schema(dsn)), kind, keys, jobs)
+            for name, kind, keys in scenarios()
+        }
+        active = list(runs)
+        while active:
+            random.shuffle(active)
+            active = [name for name in active if runs[name].step()]
+        return {name: run.result() for name, run in runs.items()}
 
 
 def _outcomes(ids: list[int]) -> str:
@@ -366,9 +391,9 @@ def server(dsn: str | None) -> Iterator[str]:
 def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     raw: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in scenarios()}
     for round_ in range(args.rounds):
-        for name, kind, keys in scenarios():
-            raw[name].append(measure_cost(dsn, kind, keys, args.jobs))
-            print(f"round {round_ + 1}: {name} done", file=sys.stderr)
+        for name, measured in measure_costs(dsn, args.jobs).items():
+            raw[name].append(measured)
+        print(f"round {round_ + 1} done", file=sys.stderr)
     cost = {name: summarize_cost(runs) for name, runs in raw.items()}
     with psycopg.connect(dsn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]

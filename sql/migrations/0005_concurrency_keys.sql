@@ -33,6 +33,9 @@ CREATE TABLE {schema}.concurrency_slots (
     -- How many the last claim let in: SET reads the old row, so the claim can RETURN it
     -- (PostgreSQL 15 has no RETURNING OLD).
     admitted integer NOT NULL DEFAULT 0,
+    -- The key's limit as the last claim read it (NULL: unlimited), so the release trigger
+    -- needs no lookup; a changed limit is read afresh by the next claim.
+    max_running integer,
     CONSTRAINT running_not_negative CHECK (running >= 0)
 );
 
@@ -67,7 +70,7 @@ BEGIN
     UPDATE {schema}.concurrency_slots
     SET running = greatest(running - 1, 0)
     WHERE key = OLD.concurrency_key
-    RETURNING {schema}.concurrency_limit(key) - running INTO room;
+    RETURNING max_running - running INTO room;
     IF room IS NULL OR room > 0 THEN
         WITH unparked AS (
             UPDATE {schema}.jobs AS j SET status = 'queued'

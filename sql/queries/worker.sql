@@ -46,18 +46,23 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), demand AS (
-    SELECT key, least(count(*)::integer, {schema}.concurrency_limit(key)) AS n
-    FROM picked
-    WHERE key IS NOT NULL
-    GROUP BY key
+    -- The key's own limit, else the default ('*'), else NULL: unlimited (least() and
+    -- greatest() ignore NULL). Joins, not a function call per key: measured 1 ms per claim
+    -- of 100 keys as a function.
+    SELECT p.key, count(*)::integer AS n, coalesce(l.max_running, d.max_running) AS lim
+    FROM picked AS p
+    LEFT JOIN {schema}.concurrency_limits AS l ON l.key = p.key
+    LEFT JOIN {schema}.concurrency_limits AS d ON d.key = '*'
+    WHERE p.key IS NOT NULL
+    GROUP BY p.key, l.max_running, d.max_running
 ), slot AS (
-    INSERT INTO {schema}.concurrency_slots AS s (key, running, admitted)
-    SELECT key, n, n FROM demand ORDER BY key
+    INSERT INTO {schema}.concurrency_slots AS s (key, running, admitted, max_running)
+    SELECT key, least(n, lim), least(n, lim), lim FROM demand ORDER BY key
     ON CONFLICT (key) DO UPDATE
-    SET admitted = greatest(least(excluded.admitted,
-                                  {schema}.concurrency_limit(s.key) - s.running), 0),
+    SET admitted = greatest(least(excluded.admitted, excluded.max_running - s.running), 0),
         running = s.running + greatest(least(excluded.admitted,
-                                             {schema}.concurrency_limit(s.key) - s.running), 0)
+                                             excluded.max_running - s.running), 0),
+        max_running = excluded.max_running
     RETURNING s.key, s.admitted
 ), ranked AS (
     SELECT p.id, p.key,
