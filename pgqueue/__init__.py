@@ -13,10 +13,12 @@ from pgqueue.errors import (
 from pgqueue.models import Job, JobOptions, JobStatus, RetryPolicy, WorkerSettings
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, NewJob, Task
+from pgqueue.tenants import ConcurrencyLimit
 from pgqueue.worker import Worker
 
 __all__ = [
     "AsyncQueue",
+    "ConcurrencyLimit",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",

@@ -4,6 +4,7 @@ import pgqueue
 
 EXPECTED = [
     "AsyncQueue",
+    "ConcurrencyLimit",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",
