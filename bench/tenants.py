@@ -18,6 +18,10 @@ the machine hits them all alike; --rounds repeats this (the median is reported):
                the default limit (1000) is never reached, so this is admission, not parking
   naive-K      seed 003's claim: count(*) of running jobs GROUP BY key for every claim, keys
                at their limit excluded with NOT IN; same jobs as keys-K
+  saturated-keys / saturated-naive
+               half the jobs belong to key "big", at its limit (5) and queued ahead of the
+               rest; the other half over 100 keys: job_claim parks big's backlog once, the
+               naive claim filters it out on every claim
 
 Fairness: --backlog jobs of key "big" (limit 5) are queued, then one job of key "small";
 then a Worker (concurrency 20, handlers sleep 10 ms) starts. Reported: how long the small
@@ -63,6 +67,7 @@ BATCH = 100
 HELD = 500  # claimed jobs kept running while the next claims run
 DEFAULT_LIMIT = 1000
 KEY_COUNTS = (1, 100, 10_000)
+SATURATED = -1  # "keys" of the saturated scenarios: see saturate()
 FLOOR = {"after_priority": -32768, "after_id": 0}
 CEILING = {"before_priority": 32767, "before_id": 2**63 - 1}
 
@@ -113,6 +118,7 @@ def scenarios() -> list[tuple[str, str, int]]:
     found = [("main", "main", 0), ("none", "unkeyed", 0), ("none-keyed-stmt", "branch", 0)]
     found += [(f"keys-{k}", "branch", k) for k in KEY_COUNTS]
     found += [(f"naive-{k}", "naive", k) for k in KEY_COUNTS]
+    found += [("saturated-keys", "branch", SATURATED), ("saturated-naive", "naive", SATURATED)]
     return found
 
 
@@ -133,6 +139,9 @@ def fill(dsn: str, schema: str, jobs: int, keys: int) -> None:
     key = "NULL" if keys == 0 else f"'k' || (g %% {keys})"
     with psycopg.connect(dsn, autocommit=True) as conn:
         table = sql.Identifier(schema)
+        if keys == SATURATED:
+            saturate(conn, schema, jobs // 2)
+            jobs, key = jobs - jobs // 2, "'k' || (g %% 100)"
         conn.execute(
             sql.SQL(
                 "INSERT INTO {}.jobs (queue, task, args, concurrency_key) "
@@ -145,6 +154,25 @@ def fill(dsn: str, schema: str, jobs: int, keys: int) -> None:
             [DEFAULT_LIMIT],
         )
         conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(table))
+
+
+def saturate(conn: psycopg.Connection[Any], schema: str, backlog: int) -> None:
+    """Key "big" at its limit of 5 (5 jobs running for good), with `backlog` queued jobs
+    ahead of everything else in the queue: the naive claim filters them out on every claim,
+    job_claim parks them once."""
+    table = sql.Identifier(schema)
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, task, args, concurrency_key, status, attempt, "
+            "worker_id) SELECT 'default', 'noop', '{{}}', 'big', "
+            "CASE WHEN g <= 5 THEN 'running' ELSE 'queued' END, "
+            "CASE WHEN g <= 5 THEN 1 ELSE 0 END, CASE WHEN g <= 5 THEN 999 END "
+            "FROM generate_series(1, %s) AS g"
+        ).format(table),
+        [backlog + 5],
+    )
+    conn.execute(sql.SQL("INSERT INTO {}.concurrency_limits VALUES ('big', 5)").format(table))
+    conn.execute(sql.SQL("INSERT INTO {}.concurrency_slots VALUES ('big', 5, 0, 5)").format(table))
 
 
 def claim_statement(kind: str, schema: str) -> Any:
