@@ -206,7 +206,6 @@ def _plans(
         "limit": 10,
         "worker_id": -1,
         "worker": -1,
-        "park_limit": 1000,
         "now": None,
     }
     library = plan_indexes(conn, query("job_claim", schema), params)

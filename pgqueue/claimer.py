@@ -41,7 +41,6 @@ FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1
 CEILING: Position = (32767, MAX_ID)  # above every (priority, id)
 RECENT_CLAIMS = 4096
-PARK_LIMIT = 100_000  # a saturated key's other queued jobs parked by one claim (fairness)
 CLAIM_RETRIES = 5
 
 
@@ -214,7 +213,6 @@ class Claimer:
             "before_id": before[1],
             "limit": limit,
             "worker_id": self.worker_id,
-            "park_limit": PARK_LIMIT,
             "now": None,
         }
 

@@ -33,7 +33,6 @@ def _claim_one(dsn: str, schema: str) -> list[Any]:
             "after_id": 0,
             "limit": 10,
             "worker_id": 999,
-            "park_limit": 1000,
             "now": None,
         }
         return other.execute(query("job_claim", schema), params).fetchall()

@@ -158,7 +158,6 @@ def _claim_one(conn: psycopg.Connection[Any], schema: str, queue_name: str) -> N
         "after_id": 0,
         "limit": 1,
         "worker_id": worker[0],
-        "park_limit": 1000,
         "now": None,
     }
     assert len(conn.execute(query("job_claim", schema), params).fetchall()) == 1
