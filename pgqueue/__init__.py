@@ -5,12 +5,23 @@ from pgqueue.errors import (
     DatabaseError,
     EmbeddedServerError,
     InvalidArgumentsError,
+    JobNotFoundError,
+    JobStateError,
     MigrationError,
     PgQueueError,
     TaskError,
     UnknownTaskError,
 )
-from pgqueue.models import Job, JobOptions, JobStatus, RetryPolicy, WorkerSettings
+from pgqueue.models import (
+    Cancellation,
+    Enqueued,
+    Job,
+    JobOptions,
+    JobPage,
+    JobStatus,
+    RetryPolicy,
+    WorkerSettings,
+)
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, NewJob, Task
 from pgqueue.tenants import ConcurrencyLimit
@@ -18,14 +29,19 @@ from pgqueue.worker import Worker
 
 __all__ = [
     "AsyncQueue",
+    "Cancellation",
     "ConcurrencyLimit",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",
+    "Enqueued",
     "InvalidArgumentsError",
     "Job",
     "JobContext",
+    "JobNotFoundError",
     "JobOptions",
+    "JobPage",
+    "JobStateError",
     "JobStatus",
     "MigrationError",
     "NewJob",

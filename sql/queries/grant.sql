@@ -8,6 +8,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history, {sc
     TO {role};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.migrations TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.periodic, {schema}.periodic_ticks TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.concurrency_slots TO {role};
 GRANT SELECT ON {schema}.concurrency_limits TO {role};
 

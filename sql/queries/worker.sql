@@ -183,6 +183,7 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- Guard: a row moves only while it is still running this attempt for the worker that claimed it
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
+-- A retry of a job whose cancellation was requested ends it as cancelled instead.
 WITH outcome AS (
     SELECT *
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
@@ -193,18 +194,22 @@ WITH outcome AS (
     USING outcome AS o
     WHERE j.id = o.id AND j.attempt = o.attempt
       AND j.status = 'running' AND j.worker_id = o.worker_id
-      AND o.status IN ('succeeded', 'failed', 'cancelled')
-    RETURNING j.id, j.queue, j.task, j.args, o.status, j.priority, j.attempt, j.max_attempts,
+      AND (o.status IN ('succeeded', 'failed', 'cancelled')
+           OR (o.status = 'retry' AND j.cancel_requested_at IS NOT NULL))
+    RETURNING j.id, j.queue, j.task, j.args,
+              CASE WHEN o.status = 'retry' THEN 'cancelled' ELSE o.status END AS status,
+              j.priority, j.attempt, j.max_attempts,
               j.run_at, j.created_at, j.started_at,
               coalesce(j.started_at + make_interval(secs => o.duration),
                        coalesce(%(now)s::timestamptz, now())) AS finished_at, j.worker_id,
               CASE WHEN o.error IS NULL THEN j.errors
                    ELSE j.errors || jsonb_build_array(o.error) END AS errors,
-              o.result, j.concurrency_key
+              o.result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
-         started_at, finished_at, worker_id, errors, result, concurrency_key)
+         started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
+         concurrency_key)
     SELECT * FROM finished
     WHERE %(keep_history)s
     RETURNING id
@@ -217,7 +222,7 @@ WITH outcome AS (
     FROM outcome AS o
     WHERE j.id = o.id AND j.attempt = o.attempt
       AND j.status = 'running' AND j.worker_id = o.worker_id
-      AND o.status = 'retry'
+      AND o.status = 'retry' AND j.cancel_requested_at IS NULL
     RETURNING j.id, j.queue, j.priority, j.status
 ), woken AS (
     SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n

@@ -223,3 +223,46 @@ def test_pooled_enqueue_with_a_bad_dsn_raises_a_clear_error_at_once(
     with pytest.raises(error, match=message) as caught:
         t.enqueue()
     assert "s3cret" not in str(caught.value)
+
+
+def test_a_task_defined_in_another_service_is_enqueued_by_name_and_run_there(
+    dsn: str, schema: str
+) -> None:
+    """The caller declares the name only; the service that defines the function runs it."""
+    caller, service = Queue(dsn, schema=schema), Queue(dsn, schema=schema)
+    charge = caller.declare("billing.charge", queue="billing")
+    ran: list[tuple[int, str]] = []
+
+    @service.task(name="billing.charge", queue="billing")
+    def real_charge(customer: int, amount: str) -> str:
+        ran.append((customer, amount))
+        return "charged"
+
+    by_name = caller.enqueue("billing.charge", {"customer": 7, "amount": "12.50"})
+    by_handle = charge.enqueue(customer=8, amount="1.00")
+    assert real_charge(9, "0.10") == "charged"  # a plain call runs it now
+    assert ran == [(9, "0.10")]
+    drain(service, queues=["billing"])
+    assert sorted(ran) == [(7, "12.50"), (8, "1.00"), (9, "0.10")]
+    for job_id in (by_name, by_handle):
+        assert service.get_job(job_id).result == "charged"  # type: ignore[union-attr]
+    caller.close()
+    service.close()
+
+
+def test_async_task_enqueue_and_call_read_like_the_sync_ones(dsn: str, schema: str) -> None:
+    async def main() -> None:
+        queue = AsyncQueue(dsn, schema=schema)
+
+        @queue.task(name="double")
+        async def double(x: int) -> int:
+            return 2 * x
+
+        assert await double(4) == 8  # runs now
+        job_id = await double.enqueue(5)  # queued
+        assert job_id.created
+        job = await queue.get_job(job_id)
+        assert job is not None and job.status == "queued" and job.args == {"x": 5}
+        await queue.close()
+
+    asyncio.run(main())

@@ -257,3 +257,34 @@ def test_jobs_put_back_are_announced_with_their_lowest_position(
         orphans = [n.payload for n in conn.notifies(timeout=0.5, stop_after=1)]
     assert released == [f"default -2 {ids[3]}"]
     assert orphans == [f"default 0 {ids[0]}"]
+
+
+def test_worker_that_keeps_up_claims_from_the_floor_only_once(queue: Queue, dsn: str) -> None:
+    # Regression (bench/degradation.py, 10 minutes with a snapshot held): after a claim from the
+    # floor found the queue empty, every following claim walked from the floor again while the
+    # worker kept the queue empty, 200 ms each by then. Wake-ups must be enough.
+    done: list[int] = []
+    t = queue.task(name="t")(lambda i: done.append(i))
+    worker = _worker(queue, dsn, concurrency=4)
+    with worker_in_thread(worker, force=True), psycopg.connect(dsn, autocommit=True) as watch:
+        # Once its listener is up, the worker forgets its hints once (wake-ups sent before
+        # were missed) and claims from the floor; only then does the count start.
+        listening = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s"
+        pattern = [f"LISTEN %{queue.channel}%"]
+        wait_until(
+            lambda: watch.execute(listening, pattern).fetchone() == (1,), what="the listener"
+        )
+        claims = worker.stats.claims
+        wait_until(lambda: worker.stats.claims >= claims + 2, what="two polls after it")
+        unhinted = worker.stats.unhinted_claims
+        with psycopg.connect(dsn) as late:
+            queue.enqueue(t.job(-1), conn=late)  # committed last, below everything
+            for i in range(60):
+                urgent = {"priority": -3} if i % 10 == 0 else {}
+                queue.enqueue(t.job(i), **urgent)
+                if i % 20 == 0:
+                    wait_until(lambda n=i: len(done) == n + 1, what=f"job {i}")
+            late.commit()
+        wait_until(lambda: len(done) == 61, what="every job")
+        assert worker.stats.unhinted_claims == unhinted
+    assert sorted(done) == list(range(-1, 60))

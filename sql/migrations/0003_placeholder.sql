@@ -1,1 +1,0 @@
--- 0003: placeholder for another helper's migration (dropped when merging).

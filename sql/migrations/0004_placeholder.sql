@@ -1,1 +1,0 @@
--- 0004: placeholder for another helper's migration (dropped when merging).
