@@ -285,3 +285,25 @@ def test_atomic_tasks_and_bad_keys_or_limits_are_refused_clearly(queue: Queue) -
     for limit in [-1, 1.5, True]:
         with pytest.raises(ConfigurationError, match=f"max_running={limit!r}"):
             queue.set_concurrency_limit("a", limit)  # type: ignore[arg-type]
+
+
+def test_a_waiting_job_can_be_cancelled_and_a_retry_keeps_its_key(
+    queue: Queue, app: Any, db: Any, schema: str
+) -> None:
+    queue.set_concurrency_limit("a", 1)
+    ids = queue.enqueue_many([app.with_options(concurrency_key="a").job(i) for i in range(2)])
+    run, parked = claim(db, schema)
+    assert (run, parked) == (ids[:1], ids[1:])
+    queue.cancel_job(ids[1])
+    cancelled = queue.get_job(ids[1])
+    assert cancelled is not None and cancelled.status == "cancelled"
+    finish(db, schema, run, "failed")
+    retry = queue.retry_job(ids[0])
+    row = db.execute(
+        f'SELECT concurrency_key, status FROM "{schema}".jobs WHERE id = %s', [retry]
+    ).fetchone()
+    assert row == ("a", "queued")
+    keys = db.execute(
+        f'SELECT id, concurrency_key FROM "{schema}".job_history ORDER BY id'
+    ).fetchall()
+    assert keys == [(ids[0], "a"), (ids[1], "a")]
