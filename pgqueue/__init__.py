@@ -24,11 +24,13 @@ from pgqueue.models import (
 )
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, NewJob, Task
+from pgqueue.tenants import ConcurrencyLimit
 from pgqueue.worker import Worker
 
 __all__ = [
     "AsyncQueue",
     "Cancellation",
+    "ConcurrencyLimit",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",

@@ -15,6 +15,11 @@ listener reconnected, which also forgets the hints). Without a listener (poll_on
 is announced, and a short hinted claim is retried from the floor at once, as before.
 (tests/integration/test_hint.py pins each case.) Also owns when due scheduled jobs are next
 promoted. Runs all its statements on the worker's claim connection; raises nothing of its own.
+Jobs with a concurrency key may come back parked (their key is full, README "Per-tenant
+concurrency"): they are not run, but the hint moves past them and they count as walked, so a
+batch of parked jobs makes the next claim come at once. A claim that deadlocks on slot rows
+against a completion (whose trigger frees slots in row order) is retried. Queues are claimed
+with the keyless statement until it meets a keyed job, then with the keyed one for good.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
+
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.queries import query
@@ -35,6 +42,21 @@ FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1
 CEILING: Position = (32767, MAX_ID)  # above every (priority, id)
 RECENT_CLAIMS = 4096
+CLAIM_RETRIES = 5
+
+
+@dataclass
+class _Batch:
+    """One claim statement's result: the jobs to run, how many rows it walked (run or
+    parked), and the highest position among them."""
+
+    jobs: list[ClaimedJob]
+    walked: int = 0
+    top: Position | None = None
+
+    def __len__(self) -> int:
+        """The jobs to run (test_faults.py counts a claim's result this way)."""
+        return len(self.jobs)
 
 
 @dataclass
@@ -80,6 +102,9 @@ class Claimer:
         self.worker_id = worker_id
         self.stats = stats
         self._hints = {q: _QueueHint() for q in settings.queues}
+        # Queues where a job with a concurrency key was seen: claimed with job_claim, the
+        # others with job_claim_unkeyed, which costs what claims cost before keys existed.
+        self._keyed: set[str] = set()
         # Wake-ups say where jobs appear only when a listener runs.
         self._announced = not settings.poll_only
         self._rng = random.Random()
@@ -125,20 +150,25 @@ class Claimer:
     async def _claim_queue(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
         hint = self._hints[queue]
         self._absorb(hint)
-        jobs = await self._claim_urgent(queue, hint, want)
-        if len(jobs) == want:
+        jobs, walked = await self._claim_urgent(queue, hint, want)
+        if walked == want:
             return jobs, True
-        after, rest = hint.after, want - len(jobs)
+        after, rest = hint.after, want - walked
         main = await self._claim(queue, after or FLOOR, CEILING, rest)
-        if after is not None and len(main) < rest and not self._announced:
+        if after is not None and main.walked < rest and not self._announced:
             # No wake-up says where jobs appear: something may sit below the hint.
             after = None
-            main += await self._claim(queue, FLOOR, CEILING, rest - len(main))
+            more = await self._claim(queue, FLOOR, CEILING, rest - main.walked)
+            main.jobs += more.jobs
+            main.walked += more.walked
+            main.top = (
+                max(p for p in (main.top, more.top) if p is not None) if more.top else main.top
+            )
         if after is None:
             hint.urgent.clear()  # the floor claim covered them
             self._reset_deadline(hint)
-        if main:
-            hint.after = max((j.priority, j.id) for j in main)
+        if main.top is not None:
+            hint.after = main.top
         elif after is None and self._announced:
             # An empty claim from the floor: nothing is claimable anywhere, and whatever
             # becomes claimable from now on is announced. Park the hint past everything, or
@@ -146,8 +176,8 @@ class Claimer:
             hint.after = CEILING
         else:
             hint.after = after
-        jobs += main
-        return jobs, len(jobs) == want
+        jobs += main.jobs
+        return jobs, walked + main.walked == want
 
     def _absorb(self, hint: _QueueHint) -> None:
         """Fold the announcements since the last round into the hint."""
@@ -166,25 +196,28 @@ class Claimer:
             else:
                 hint.urgent[priority] = min(job_id - 1, hint.urgent.get(priority, MAX_ID))
 
-    async def _claim_urgent(self, queue: str, hint: _QueueHint, want: int) -> list[ClaimedJob]:
-        """Claim the announced ranges of more urgent priorities than the hint's, in order."""
+    async def _claim_urgent(
+        self, queue: str, hint: _QueueHint, want: int
+    ) -> tuple[list[ClaimedJob], int]:
+        """Claim the announced ranges of more urgent priorities than the hint's, in order;
+        returns the jobs and how many rows were walked."""
         jobs: list[ClaimedJob] = []
+        walked = 0
         for priority in sorted(hint.urgent):
-            ask = want - len(jobs)
+            ask = want - walked
             got = await self._claim(
                 queue, (priority, hint.urgent[priority]), (priority, MAX_ID), ask
             )
-            jobs += got
-            if len(got) < ask:
+            jobs += got.jobs
+            walked += got.walked
+            if got.walked < ask or got.top is None:
                 del hint.urgent[priority]  # that priority is drained
             else:
-                hint.urgent[priority] = got[-1].id
+                hint.urgent[priority] = got.top[1]
                 break
-        return jobs
+        return jobs, walked
 
-    async def _claim(
-        self, queue: str, after: Position, before: Position, limit: int
-    ) -> list[ClaimedJob]:
+    async def _claim(self, queue: str, after: Position, before: Position, limit: int) -> _Batch:
         params = {
             "queue": queue,
             "after_priority": after[0],
@@ -197,9 +230,21 @@ class Claimer:
         }
 
         async def claim(conn: Any) -> list[Any]:
-            cur = await conn.execute(query("job_claim", self.schema), params)
-            rows: list[Any] = await cur.fetchall()
-            return rows
+            if queue not in self._keyed:
+                cur = await conn.execute(query("job_claim_unkeyed", self.schema), params)
+                rows: list[Any] = await cur.fetchall()
+                if not rows or rows[0][8] is not None:
+                    return rows
+                self._keyed.add(queue)  # for good: keyed claims from now on
+            for attempt in range(CLAIM_RETRIES):
+                try:
+                    cur = await conn.execute(query("job_claim", self.schema), params)
+                    rows = await cur.fetchall()
+                    return rows
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == CLAIM_RETRIES - 1:
+                        raise
+            return []
 
         started = time.perf_counter()
         rows = await self.link.run(claim)
@@ -207,11 +252,12 @@ class Claimer:
         self.stats.claims += 1
         if after == FLOOR:
             self.stats.unhinted_claims += 1
-        self.stats.claimed += len(rows)
-        jobs = [ClaimedJob(*row) for row in rows]
+        jobs = [ClaimedJob(*row[:8]) for row in rows if not row[8]]
+        self.stats.claimed += len(jobs)
         jobs.sort(key=lambda j: (j.priority, j.id))
         self.in_hand.extend(jobs)
-        return jobs
+        top = max(((row[3], row[0]) for row in rows), default=None)
+        return _Batch(jobs, len(rows), top)
 
     def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings

@@ -234,6 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_watchdog)
     _add_jobs(sub, common)
+    _tenants_parser(sub, common)
     return parser
 
 
@@ -479,4 +480,69 @@ def _prune(args: argparse.Namespace) -> int:
         f"in {report.batches} batches ({report.seconds:.2f} s)",
         file=sys.stderr,
     )
+    return 0
+
+
+# -- tenants (per-key concurrency limits) ----------------------------------------------------
+
+
+def _tenants_parser(sub: Any, common: Any) -> None:
+    p = sub.add_parser("tenants", help="per-key concurrency limits (tenants)")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    s = verbs.add_parser("set", help="set a key's (or the default) max running jobs")
+    common(s)
+    s.add_argument("key", nargs="?", help="the concurrency key")
+    s.add_argument("--default", action="store_true", help="the limit of keys without one")
+    s.add_argument("--max-running", type=argtypes.non_negative_int, required=True, metavar="N")
+    s.set_defaults(handler=_tenants_set)
+    r = verbs.add_parser("remove", help="remove a key's limit (it falls back to the default)")
+    common(r)
+    r.add_argument("key", nargs="?", help="the concurrency key")
+    r.add_argument("--default", action="store_true", help="remove the default: unlimited")
+    r.set_defaults(handler=_tenants_remove)
+    ls = verbs.add_parser("list", help="keys with a limit, running or waiting jobs")
+    common(ls)
+    ls.add_argument("--json", action="store_true", help="print the keys as JSON")
+    ls.set_defaults(handler=_tenants_list)
+
+
+def _tenant_key(args: argparse.Namespace) -> str | None:
+    if args.default == (args.key is not None):
+        raise UsageError("give either a KEY or --default")
+    key: str | None = args.key
+    return key
+
+
+def _tenants_set(args: argparse.Namespace) -> int:
+    key = _tenant_key(args)
+    queue = Queue(schema=args.schema or "pgqueue")
+    with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
+        queue.set_concurrency_limit(key, args.max_running, conn=conn)
+    print(f"{key or 'default'}: at most {args.max_running} running", file=sys.stderr)
+    return 0
+
+
+def _tenants_remove(args: argparse.Namespace) -> int:
+    key = _tenant_key(args)
+    queue = Queue(schema=args.schema or "pgqueue")
+    with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
+        queue.set_concurrency_limit(key, None, conn=conn)
+    print(f"{key or 'default'}: limit removed", file=sys.stderr)
+    return 0
+
+
+def _tenants_list(args: argparse.Namespace) -> int:
+    import json
+
+    queue = Queue(schema=args.schema or "pgqueue")
+    with connect(resolve_dsn(args.dsn)) as conn:
+        limits = queue.concurrency_limits(conn=conn)
+    if args.json:
+        print(json.dumps([limit.model_dump() for limit in limits], indent=2))
+        return 0
+    print(f"{'KEY':<32} {'MAX_RUNNING':>11} {'RUNNING':>8} {'WAITING':>8}")
+    for limit in limits:
+        name = "* (default)" if limit.key == "*" else limit.key
+        cap = "default" if limit.max_running is None else str(limit.max_running)
+        print(f"{name:<32} {cap:>11} {limit.running:>8} {limit.waiting:>8}")
     return 0

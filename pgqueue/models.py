@@ -34,6 +34,7 @@ MAX_ATTEMPTS_LIMIT = 1000
 DEDUPE_KEY_MAX = 512
 
 MIN_RETENTION, MAX_RETENTION = timedelta(minutes=1), timedelta(days=36_500)
+CONCURRENCY_KEY = re.compile(r"^(?!\*$)[^\x00]{1,255}$", re.DOTALL)
 
 
 _NAME_RULES = {
@@ -58,6 +59,7 @@ class JobStatus(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "waiting"  # queued, but its concurrency key is at its limit (README, tenants)
 
 
 class Settings(BaseModel):
@@ -176,6 +178,17 @@ class JobOptions(Settings):
     @classmethod
     def _dedupe_window_positive(cls, value: timedelta | None) -> timedelta | None:
         return None if value is None else _positive(value, "dedupe_window")
+
+    concurrency_key: str | None = None
+
+    @field_validator("concurrency_key")
+    @classmethod
+    def _concurrency_key(cls, value: str | None) -> str | None:
+        if value is not None and not CONCURRENCY_KEY.fullmatch(value):
+            raise ValueError(
+                "a concurrency key is 1-255 characters without NUL, and not '*' (the default)"
+            )
+        return value
 
     @field_validator("queue")
     @classmethod

@@ -36,6 +36,13 @@ from pgqueue.models import (
 from pgqueue.queries import channel, query
 from pgqueue.registry import NewJob, Registry, Task, derived_name
 from pgqueue.schedule import Periodic, Schedules
+from pgqueue.tenants import (
+    ConcurrencyLimit,
+    decode_limits,
+    list_statement,
+    refuse_keyed_atomic,
+    set_statements,
+)
 
 R = TypeVar("R")
 JobRef = NewJob | str | Task[Any]
@@ -80,6 +87,7 @@ class _Base(abc.ABC):
         compensate_with: str | None = None,
         atomic: bool = False,
         dedupe_window: timedelta | float | None = None,
+        concurrency_key: str | None = None,
     ) -> Callable[[Callable[..., R]], Task[R]]: ...
 
     def task(  # type: ignore[misc]  # R is bound by the decorated function
@@ -98,6 +106,7 @@ class _Base(abc.ABC):
         compensate_with: str | None = None,
         atomic: bool = False,
         dedupe_window: timedelta | float | None = None,
+        concurrency_key: str | None = None,
     ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
         """Register a handler, `def` or `async def`, as a task.
 
@@ -108,6 +117,8 @@ class _Base(abc.ABC):
         `atomic=True` runs claim, handler and completion in one transaction (README, "Atomic
         tasks"); it bounds the job's time (default 60 s, at most 15 min). `dedupe_window`
         applies to jobs enqueued with a dedupe_key (README, "Dedupe").
+        `concurrency_key` caps how many jobs with that key run at once (README, "Per-tenant
+        concurrency"); atomic tasks cannot take one.
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)
@@ -119,7 +130,10 @@ class _Base(abc.ABC):
             max_attempts=max_attempts,
             delay=delay,
             dedupe_window=dedupe_window,
+            concurrency_key=concurrency_key,
         )
+        if atomic and concurrency_key is not None:
+            refuse_keyed_atomic(name or "this atomic task", concurrency_key)
         if isinstance(timeout, (int, float)):
             timeout = timedelta(seconds=timeout)
         if atomic:
@@ -265,6 +279,9 @@ def insert_statement(
     Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
     larger than max_payload_bytes; nothing is stored.
     """
+    for job in jobs:
+        if job.atomic and job.options.concurrency_key is not None:
+            refuse_keyed_atomic(job.task, job.options.concurrency_key)
     rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
@@ -413,6 +430,31 @@ class Queue(_Base):
             self._pool.close()
             self._pool = None
 
+    def set_concurrency_limit(
+        self,
+        key: str | None,
+        max_running: int | None,
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """Let at most `max_running` jobs with concurrency key `key` run at once (key None:
+        the default for keys without a limit of their own; max_running None: remove the
+        limit). Takes effect for the next claims; waiting jobs a raise makes room for are
+        woken at commit."""
+        statements = set_statements(self.schema, key, max_running)
+        with self._connection(conn) as c:
+            for statement, params in statements:
+                c.execute(statement, params)
+
+    def concurrency_limits(
+        self, *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[ConcurrencyLimit]:
+        """Every key with a limit, running jobs or waiting jobs; the default ('*') first."""
+        statement, params = list_statement(self.schema)
+        with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            cur.execute(statement, params)
+            return decode_limits(cur.fetchall())
+
 
 class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
@@ -502,6 +544,26 @@ class AsyncQueue(_Base):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+    async def set_concurrency_limit(
+        self,
+        key: str | None,
+        max_running: int | None,
+        *,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        statements = set_statements(self.schema, key, max_running)
+        async with self._connection(conn) as c:
+            for statement, params in statements:
+                await c.execute(statement, params)
+
+    async def concurrency_limits(
+        self, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[ConcurrencyLimit]:
+        statement, params = list_statement(self.schema)
+        async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(statement, params)
+            return decode_limits(await cur.fetchall())
 
 
 def _probe(dsn: str) -> None:

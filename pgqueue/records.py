@@ -271,12 +271,14 @@ def retry_plan(job_id: int, schema: str, insert: InsertBuilder) -> Plan[Enqueued
         raise JobStateError(
             f"job {job_id} is {job.status.value}: only failed or cancelled jobs can be retried"
         )
-    original, queue, task, args, status, priority, max_attempts, atomic, live_retry = rows[0]
+    original, queue, task, args, status, priority, max_attempts, atomic, live_retry, key = rows[0]
     if status not in (JobStatus.FAILED.value, JobStatus.CANCELLED.value):
         raise JobStateError(f"job {job_id} {status}: only failed or cancelled jobs can be retried")
     if live_retry is not None:
         raise JobStateError(f"job {job_id} is already being retried as job {live_retry}")
-    options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts)
+    options = JobOptions(
+        queue=queue, priority=priority, max_attempts=max_attempts, concurrency_key=key
+    )
     rows = yield insert([NewJob(task, args, options, atomic)])
     new_id = int(rows[0][0])
     try:

@@ -90,6 +90,7 @@ class NewJob:
             "delay": opts.delay.total_seconds() if opts.delay else None,
             "dedupe_key": opts.dedupe_key,
             "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
+            "concurrency_key": opts.concurrency_key,
         }
 
 

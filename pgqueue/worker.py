@@ -36,6 +36,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
+from pgqueue import tenants
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, Position, WorkerStats
 from pgqueue.completer import Completer
@@ -265,13 +266,16 @@ class Worker:
         await conn.execute(query("worker_deregister", self.schema), {"worker_id": self.id})
 
     async def _rescue_loop(self) -> None:
-        """Every rescue_interval (± 50%), look for jobs of dead workers."""
+        """Every rescue_interval (± 50%), look for jobs of dead workers, then sweep the
+        concurrency slots (tenants.py)."""
         interval = self.settings.rescue_interval.total_seconds()
         while True:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             if await self._claims.run(self.rescuer.rescue):
                 self._notified()  # rescued jobs may be claimable now
             await self._check_cancels()
+            if await self._claims.run(lambda conn: tenants.sweep(conn, self.schema)):
+                self._notified()  # waiting jobs of keys with room are queued again
             await self._watch_horizon()
 
     async def _watch_horizon(self) -> None:

@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from pgqueue import JobContext, Queue
+from pgqueue import JobContext, Queue, RetryPolicy
 
 queue = Queue()
 
@@ -125,3 +125,19 @@ async def acancellable(ctx: JobContext) -> None:
     except asyncio.CancelledError:
         _record(f"{ctx.job_id} cancelled")
         raise
+
+
+@queue.task(name="tenant_job", retry=RetryPolicy(base=0, jitter=0))
+async def tenant_job(key: str, seconds: float, fail_first: bool, ctx: JobContext) -> None:
+    """Records its start and end (monotonic ns, one clock for all processes) under its key;
+    fails its first attempt when asked, so retries give their slot back too."""
+    import asyncio
+
+    _record(f"{ctx.job_id} start {key} {time.monotonic_ns()} {ctx.attempt}")
+    await asyncio.sleep(seconds)
+    failing = fail_first and ctx.attempt == 1
+    _record(
+        f"{ctx.job_id} {'fail' if failing else 'end'} {key} {time.monotonic_ns()} {ctx.attempt}"
+    )
+    if failing:
+        raise RuntimeError("first attempt fails")

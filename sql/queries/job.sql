@@ -13,14 +13,16 @@
 -- wake-up per transaction and queue, unless a later statement goes lower.
 WITH input AS (
     SELECT j.queue, j.task, j.args, j.priority, j.max_attempts, coalesce(j.atomic, false) AS atomic,
+           j.concurrency_key,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(queue text, task text, args jsonb, priority smallint, max_attempts integer,
-              run_at timestamptz, delay double precision, atomic boolean)
+              run_at timestamptz, delay double precision, atomic boolean, concurrency_key text)
 ), inserted AS (
-    INSERT INTO {schema}.jobs (queue, task, args, priority, max_attempts, run_at, atomic, status)
-    SELECT queue, task, args, priority, max_attempts, run_at, atomic,
+    INSERT INTO {schema}.jobs
+        (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, status)
+    SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input

@@ -12,13 +12,13 @@
 -- (READ COMMITTED) sees it. Wakes workers exactly as job_insert does ('queue priority id').
 WITH input AS (
     SELECT j.ord, j.queue, j.task, j.args, j.priority, j.max_attempts,
-           coalesce(j.atomic, false) AS atomic, j.dedupe_key, j.dedupe_window,
+           coalesce(j.atomic, false) AS atomic, j.dedupe_key, j.dedupe_window, j.concurrency_key,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(ord integer, queue text, task text, args jsonb, priority smallint,
               max_attempts integer, run_at timestamptz, delay double precision, atomic boolean,
-              dedupe_key text, dedupe_window double precision)
+              dedupe_key text, dedupe_window double precision, concurrency_key text)
 ), recent AS (
     -- One index probe per key (a lateral LIMIT 1), whatever the table statistics say.
     SELECT k.dedupe_key, h.id
@@ -41,11 +41,12 @@ WITH input AS (
     ) AS j
 ), inserted AS (
     INSERT INTO {schema}.jobs
-        (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key)
+        (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key,
+         concurrency_key)
     SELECT f.queue, f.task, f.args, f.priority, f.max_attempts, f.run_at, f.atomic,
            CASE WHEN f.run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END,
-           f.dedupe_key
+           f.dedupe_key, f.concurrency_key
     FROM (
         SELECT DISTINCT ON (i.dedupe_key) i.*
         FROM input AS i
@@ -158,15 +159,16 @@ WITH target AS (
 ), gone AS (
     DELETE FROM {schema}.jobs AS j
     USING target AS t
-    WHERE j.id = t.id AND j.status IN ('queued', 'scheduled')
+    WHERE j.id = t.id AND j.status IN ('queued', 'scheduled', 'waiting')
     RETURNING j.id, j.queue, j.task, j.args, 'cancelled'::text AS status, j.priority, j.attempt,
               j.max_attempts, j.run_at, j.created_at, j.started_at,
               coalesce(%(now)s::timestamptz, now()) AS finished_at, j.worker_id, j.errors,
-              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic
+              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
-         started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic)
+         started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
+         concurrency_key)
     SELECT * FROM gone
     WHERE %(keep_history)s
     RETURNING id
@@ -187,7 +189,8 @@ SELECT (SELECT count(*) FROM target) AS locked,
 -- The finished job a retry copies, and the id of a retry of it still queued or running (the
 -- caller refuses a second one; jobs_retry_of_idx closes the race between two retries).
 SELECT h.id, h.queue, h.task, h.args, h.status, h.priority, h.max_attempts, h.atomic,
-       (SELECT j.id FROM {schema}.jobs AS j WHERE j.retry_of = h.id) AS live_retry
+       (SELECT j.id FROM {schema}.jobs AS j WHERE j.retry_of = h.id) AS live_retry,
+       h.concurrency_key
 FROM {schema}.job_history AS h
 WHERE h.id = %(id)s;
 

@@ -44,13 +44,14 @@ def filled(dsn: str, schema: str) -> str:
 CEILING = (32767, 2**63 - 1)
 
 
+@pytest.mark.parametrize("statement", ["job_claim", "job_claim_unkeyed"])
 @pytest.mark.parametrize(
     ("hint", "stop"),
     [((-32768, 0), CEILING), ((0, 15000), CEILING), ((-1, 3000), (-1, CEILING[1]))],
     ids=["unhinted", "hinted", "range-below-the-hint"],
 )
 def test_claim_is_an_index_range_scan_on_the_claim_index(
-    dsn: str, filled: str, hint: tuple[int, int], stop: tuple[int, int]
+    dsn: str, filled: str, hint: tuple[int, int], stop: tuple[int, int], statement: str
 ) -> None:
     params = {
         "queue": "default",
@@ -60,9 +61,10 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
         "before_id": stop[1],
         "limit": 10,
         "worker_id": 1,
+        "park_limit": 1000,
         "now": None,
     }
-    claim = query("job_claim", filled)
+    claim = query(statement, filled)
     with psycopg.connect(dsn) as conn:
         # Force a generic plan too: what a prepared statement settles on after 5 runs.
         for mode in ("force_custom_plan", "force_generic_plan"):
@@ -70,13 +72,14 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
             explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + claim
             (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
             plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
-            scans = [
+            on_jobs = [
                 n
                 for n in _plan_nodes(plan)
-                if n.get("Relation Name") == "jobs"
-                and "Scan" in n["Node Type"]
-                and n.get("Index Name") != "jobs_pkey"
+                if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
             ]
+            # The keyed CTEs (concurrency keys) read jobs only through indexes too.
+            assert all("Index" in n["Node Type"] for n in on_jobs), json.dumps(plan, indent=1)
+            scans = [n for n in on_jobs if n.get("Index Name") == "jobs_claim_idx"]
             assert len(scans) == 1, json.dumps(plan, indent=1)
             scan = scans[0]
             assert scan["Node Type"] == "Index Scan", (mode, scan["Node Type"])
@@ -89,3 +92,55 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
             predicate = "((NOT atomic) AND (status = 'queued'::text))"
             assert scan.get("Filter", predicate) == predicate, (mode, scan.get("Filter"))
         conn.rollback()
+
+
+def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
+    dsn: str, schema: str
+) -> None:
+    """With concurrency keys, the claim still starts on jobs_claim_idx and parks a saturated
+    key's other jobs through jobs_keyed_queued_idx: no statement of the claim scans jobs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args, concurrency_key) "
+                "SELECT 'default', 't', '{{}}', CASE WHEN g % 3 = 0 THEN NULL "
+                "ELSE 'k' || (g % 5) END FROM generate_series(1, 20000) AS g"
+            ).format(table)
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+        conn.execute(
+            sql.SQL("INSERT INTO {}.concurrency_limits VALUES ('*', 1)").format(
+                sql.Identifier(schema)
+            )
+        )
+    params = {
+        "queue": "default",
+        "after_priority": -32768,
+        "after_id": 0,
+        "before_priority": CEILING[0],
+        "before_id": CEILING[1],
+        "limit": 100,
+        "worker_id": 1,
+        "park_limit": 1000,
+        "now": None,
+    }
+    with psycopg.connect(dsn) as conn:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(f"SET plan_cache_mode = {mode}")
+            explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + query("job_claim", schema)
+            (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
+            plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+            on_jobs = [
+                n
+                for n in _plan_nodes(plan)
+                if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+            ]
+            assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), json.dumps(plan, indent=1)
+            used = {n.get("Index Name") for n in _plan_nodes(plan) if "Index" in n["Node Type"]}
+            parked = [
+                n for n in _plan_nodes(plan) if n.get("Index Name") == "jobs_keyed_queued_idx"
+            ]
+            assert parked and parked[0]["Actual Rows"] > 0  # the saturated keys' rest parked
+            assert {"jobs_claim_idx", "jobs_keyed_queued_idx"} <= used, used
+            conn.rollback()

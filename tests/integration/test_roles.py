@@ -36,8 +36,9 @@ def roles(dsn: str, schema: str) -> Iterator[tuple[str, str]]:
 
 
 def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
-    schema: str, roles: tuple[str, str]
+    dsn: str, schema: str, roles: tuple[str, str]
 ) -> None:
+    owner = psycopg.connect(dsn, autocommit=True)
     worker_dsn, app_dsn = roles
     app = Queue(app_dsn, schema=schema)
     seen: list[int] = []
@@ -50,14 +51,19 @@ def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
         seen.append(i)
         return i
 
+    app.set_concurrency_limit("k", 1, conn=owner)  # an admin's job, not the app's
     with psycopg.connect(app_dsn) as conn:
         ids = app.enqueue_many([t.job(i) for i in range(5)], conn=conn)
+        ids += app.enqueue_many(  # keyed: the claim's slot upsert, parking, the trigger
+            [t.with_options(concurrency_key="k").job(i) for i in range(5, 8)], conn=conn
+        )
         conn.commit()
     stats = drain(app, dsn=worker_dsn, concurrency=2)
-    assert stats.claimed == 6
+    assert stats.claimed == 9 and sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7]
     job = app.get_job(ids[0])  # the app reads history back under its own role
     assert job is not None and job.status == "succeeded" and job.attempt == 2
     app.close()
+    owner.close()
 
 
 def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(
@@ -71,6 +77,8 @@ def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(
         (app_dsn, "DELETE FROM {}.jobs"),
         (app_dsn, "UPDATE {}.jobs SET status = 'running'"),
         (app_dsn, "SELECT * FROM {}.workers"),
+        (worker_dsn, "INSERT INTO {}.concurrency_limits VALUES ('k', 1)"),
+        (app_dsn, "UPDATE {}.concurrency_slots SET running = 0"),
     ]
     for role_dsn, statement in forbidden:
         with psycopg.connect(role_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):

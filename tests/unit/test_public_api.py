@@ -5,6 +5,7 @@ import pgqueue
 EXPECTED = [
     "AsyncQueue",
     "Cancellation",
+    "ConcurrencyLimit",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",

@@ -1,0 +1,50 @@
+"""The tenants bench (bench/tenants.py) as CI runs it: `--short`, a real process.
+
+It must measure every scenario, the fairness run and its control, and draw its chart; the
+figures themselves are not checked here (speed belongs in bench/).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="the bench draws its chart with matplotlib: pip install -e '.[bench]'",
+)
+
+
+def test_short_tenants_bench_measures_every_scenario_and_fairness(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "tenants"
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.tenants", "--short", "--dsn", dsn, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "tenants.json").read_text())
+    expected = {"main", "none", "none-keyed-stmt"}
+    expected |= {f"{kind}-{n}" for kind in ("keys", "naive") for n in (1, 100, 10_000)}
+    expected |= {"saturated-keys", "saturated-naive"}
+    assert set(report["cost"]) == expected
+    for name, cost in report["cost"].items():
+        if not name.startswith("saturated"):
+            assert cost["claimed_per_run"] == 3000, name  # every job claimed exactly once
+        assert cost["jobs_per_second"] > 0
+    assert report["fairness"]["first_small_wait_s"] > 0
+    assert report["fairness"]["claims_before_first_small"] >= 1
+    assert report["fairness_control"]["small_wait_s"] > 0
+    assert (out / "tenants.png").stat().st_size > 0
