@@ -142,7 +142,9 @@ def parse_args(argv: Sequence[str]) -> Config:
         gap=args.gap,
         rate=pick(args.rate, 500.0, 100.0),
         steady_seconds=pick(args.steady_seconds, 5.0, 0.5),
-        claim_sizes=ints("--claim-sizes", args.claim_sizes, "1000,10000,100000,1000000", "100,1000"),
+        claim_sizes=ints(
+            "--claim-sizes", args.claim_sizes, "1000,10000,100000,1000000", "100,1000"
+        ),
         claims=pick(args.claims, 300, 20),
         short=short,
         command=shlex.join([Path(sys.executable).name, "-m", "bench.throughput", *argv]),

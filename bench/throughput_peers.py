@@ -103,9 +103,7 @@ class Procrastinate:
         app, _ = _procrastinate_app(dsn, concurrency + 2)
         async with app.open_async():
             running = asyncio.create_task(
-                app.run_worker_async(
-                    concurrency=concurrency, install_signal_handlers=False
-                )
+                app.run_worker_async(concurrency=concurrency, install_signal_handlers=False)
             )
             watcher = asyncio.create_task(stop_when(stop, running.cancel))
             try:

@@ -25,9 +25,13 @@ _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)", re.MU
 
 
 def pgbench_path() -> str:
-    found = shutil.which("pgbench") or ("/usr/bin/pgbench" if Path("/usr/bin/pgbench").exists() else None)
+    found = shutil.which("pgbench") or (
+        "/usr/bin/pgbench" if Path("/usr/bin/pgbench").exists() else None
+    )
     if found is None:
-        raise RuntimeError("pgbench is needed for the raw SQL bound: apt-get install postgresql-client")
+        raise RuntimeError(
+            "pgbench is needed for the raw SQL bound: apt-get install postgresql-client"
+        )
     return found
 
 
@@ -95,9 +99,10 @@ def copy(dsn: str, jobs: int, batch: int) -> dict[str, Any]:
     with psycopg.connect(dsn) as conn:
         started = time.perf_counter()
         for buffer in buffers:
-            with conn.cursor() as cur, cur.copy(
-                f"COPY {SCHEMA}.jobs (queue, task, args) FROM STDIN"
-            ) as pipe:
+            with (
+                conn.cursor() as cur,
+                cur.copy(f"COPY {SCHEMA}.jobs (queue, task, args) FROM STDIN") as pipe,
+            ):
                 pipe.write(buffer)
             conn.commit()
         seconds = time.perf_counter() - started

@@ -61,7 +61,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     pgqueue_drain = best([median(r, rate) for r in drain_rows])
     peer_drain = best([median(r, rate) for r in rows(results, "drain") if r["system"] in PEERS])
     default_batch = median(find(results, "drain", "pgqueue", concurrency=100), rate)
-    raw_100 = best([median(r, rate) for r in rows(results, "raw") if r["params"].get("batch") == 100 and r["params"]["workload"] == "claim_delete"])
+    raw_100 = best(
+        [
+            median(r, rate)
+            for r in rows(results, "raw")
+            if r["params"].get("batch") == 100 and r["params"]["workload"] == "claim_delete"
+        ]
+    )
     seq = median(find(results, "enqueue", "pgqueue", mode="sequential"), rate)
     conc = median(find(results, "enqueue", "pgqueue", mode="concurrent"), rate)
     bulk = median(find(results, "enqueue", "pgqueue", mode="bulk"), rate)
@@ -90,7 +96,12 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ("claim cost: largest / smallest queue (median ms)", claim_growth, "<= 1.5", lambda v: v <= 1.5),
     ]  # fmt: skip
     return [
-        {"target": name, "measured": value, "goal": goal, "met": None if value is None else ok(value)}
+        {
+            "target": name,
+            "measured": value,
+            "goal": goal,
+            "met": None if value is None else ok(value),
+        }
         for name, value, goal, ok in specs
     ]
 

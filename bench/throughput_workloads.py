@@ -20,6 +20,8 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from bench.throughput_systems import RECORDER, PgQueue, System
 
 CHILD_TIMEOUT_SECONDS = 300.0
@@ -100,6 +102,12 @@ def _stop(process: Any) -> None:
         process.join(5)
 
 
+def analyze(dsn: str) -> None:
+    """Statistics that know the queue is full, as autovacuum would have them by now."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
 # -- 1. drain ----------------------------------------------------------------------------------
 
 
@@ -110,6 +118,7 @@ def drain(ctx: BaseContext, name: str, dsn: str, jobs: int, concurrency: int) ->
     s = system(name)
     s.reset(dsn)
     s.prefill(dsn, jobs)
+    analyze(dsn)
     stop = ctx.Event()  # type: ignore[attr-defined]
     got = _run_child(ctx, _worker_child, (name, dsn, concurrency, jobs, None, stop), name)
     if got["count"] != jobs or got["first"] is None:
@@ -178,9 +187,7 @@ def latency(
     return _latencies(committed, starts, rate)
 
 
-def _produce(
-    producer: Any, jobs: int, gap: float | None, rate: float | None
-) -> dict[int, float]:
+def _produce(producer: Any, jobs: int, gap: float | None, rate: float | None) -> dict[int, float]:
     committed: dict[int, float] = {}
     rng = random.Random(6)
     t0 = time.monotonic()
