@@ -98,7 +98,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     add("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
     add("--drain-jobs", type=int, help="jobs per drain run (default 20000)")
     add("--concurrency", help="drain concurrencies, comma-separated (default 1,10,100)")
-    add("--enqueue-jobs", type=int, help="jobs per one-per-transaction run (default 3000)")
+    add("--enqueue-jobs", type=int, help="jobs per one-per-transaction run (default 2000)")
     add("--bulk-jobs", type=int, help="jobs per bulk run (default 20000)")
     add("--bulk-batch", type=int, default=1000, help="jobs per bulk transaction (default 1000)")
     add("--clients", type=int, default=16, help="concurrent enqueue connections (default 16)")
@@ -134,7 +134,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         workloads=options.choices(parser, "--workloads", args.workloads, WORKLOADS),
         drain_jobs=pick(args.drain_jobs, 20000, 300),
         concurrencies=ints("--concurrency", args.concurrency, "1,10,100", "10"),
-        enqueue_jobs=pick(args.enqueue_jobs, 3000, 100),
+        enqueue_jobs=pick(args.enqueue_jobs, 2000, 100),
         bulk_jobs=pick(args.bulk_jobs, 20000, 2000),
         bulk_batch=args.bulk_batch,
         clients=args.clients,
