@@ -28,6 +28,7 @@ import importlib.util
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import time
@@ -57,8 +58,9 @@ OBAN_NOTE = (
     f"Python {platform.python_version()} and no 3.12 package"
 )
 ROOT = Path(__file__).resolve().parent
-# procrastinate claims one job per query (about 0.5k jobs/s here): a smaller drain keeps each
-# of its runs to a few seconds. Jobs/s does not depend on N once N is well above a batch.
+# procrastinate claims one job per query (about 0.5k jobs/s here), and at concurrency below 10
+# every system claims fewer jobs per statement: smaller drains keep each run to seconds.
+# Jobs/s does not depend on N once N is well above a batch.
 DRAIN_SHARE = {"pgqueue": 1.0, "pgqueuer": 1.0, "procrastinate": 0.2}
 
 
@@ -219,9 +221,11 @@ class Bench:
         entry: dict[str, Any] = {"system": system, "params": params}
         label = " ".join(f"{k}={v}" for k, v in params.items())
         print(f"bench: {workload} {system} {label}", file=sys.stderr, flush=True)
+        started = time.monotonic()
         try:
             runs = [measure() for _ in range(self.config.runs)]
             entry |= {"runs": runs, "summary": summary(runs)}
+            print(f"bench:   done in {time.monotonic() - started:.1f} s", file=sys.stderr)
         except (RuntimeError, psycopg.Error) as exc:
             print(f"bench: {workload} {system} failed: {exc}", file=sys.stderr)
             entry["failed"] = str(exc)[:500]
@@ -242,19 +246,19 @@ def availability(systems: Sequence[str]) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for name in systems:
         missing = importlib.util.find_spec(PACKAGES[name]) is None
-        found[name] = f"not installed: pip install -e '.[peers]'" if missing else None
-    if "pgqueuer" in systems and found["pgqueuer"] is None:
-        if importlib.util.find_spec("asyncpg") is None:
-            found["pgqueuer"] = "not installed: asyncpg (pip install -e '.[peers]')"
+        found[name] = "not installed: pip install -e '.[peers]'" if missing else None
+    no_asyncpg = importlib.util.find_spec("asyncpg") is None
+    if "pgqueuer" in systems and found["pgqueuer"] is None and no_asyncpg:
+        found["pgqueuer"] = "not installed: asyncpg (pip install -e '.[peers]')"
     return found
 
 
 def run_drain(bench: Bench) -> None:
     c = bench.config
+    ctx = work.context()
     for name in bench.systems():
-        jobs = max(100, int(c.drain_jobs * DRAIN_SHARE[name]))
         for conc in c.concurrencies:
-            ctx = work.context()
+            jobs = max(100, int(c.drain_jobs * DRAIN_SHARE[name] * min(1.0, conc / 10)))
             bench.row(
                 "drain",
                 name,
@@ -364,6 +368,24 @@ def install(bench: Bench) -> None:
         work.system(name).install(bench.dsn)
 
 
+def collect(
+    config: Config, server: dict[str, Any], b: Bench, started: float, started_at: datetime
+) -> dict[str, Any]:
+    results = {
+        "bench": "throughput",
+        "command": config.command,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "runtime_s": round(time.monotonic() - started, 1),
+        "database": server,
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "config": {k: v for k, v in vars(config).items() if k not in ("dsn", "out", "command")},
+        "unavailable": {k: v for k, v in b.available.items() if v} | {"oban": OBAN_NOTE},
+        "workloads": b.results,
+    }
+    results["targets"] = report.targets(results)
+    return results
+
+
 def bench(config: Config) -> int:
     started, started_at = time.monotonic(), datetime.now(timezone.utc)
     config.out.mkdir(parents=True, exist_ok=True)
@@ -385,31 +407,31 @@ def bench(config: Config) -> int:
                 b.start(workload)
                 steps[workload]()
                 b.end(workload)
-    results = {
-        "bench": "throughput",
-        "command": config.command,
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "runtime_s": round(time.monotonic() - started, 1),
-        "database": server,
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "config": {k: v for k, v in vars(config).items() if k not in ("dsn", "out", "command")},
-        "unavailable": {k: v for k, v in available.items() if v} | {"oban": OBAN_NOTE},
-        "workloads": b.results,
-    }
-    results["targets"] = report.targets(results)
+                partial = collect(config, server, b, started, started_at)
+                report.write_json(config.out, partial | {"partial": True})
+    results = collect(config, server, b, started, started_at)
     report.write(config.out, results)
     print(report.table(results))
     print(f"bench: wrote {config.out} in {results['runtime_s']} s", file=sys.stderr)
     return 0
 
 
+class Terminated(Exception):
+    """SIGTERM arrived: unwind through the finally blocks that drop the bench database."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return bench(config)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as exc:
         print("bench: stopped early; its database was dropped", file=sys.stderr)
-        return 130
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
     except (psycopg.Error, RuntimeError) as exc:
         print(f"bench: failed: {exc}", file=sys.stderr)
         return 1

@@ -192,9 +192,10 @@ def url(dsn: str) -> str:
     if info.get("password"):
         auth += ":" + quote(str(info["password"]), safe="")
     host = str(info.get("host", "localhost"))
+    port, dbname = info.get("port", 5432), info.get("dbname", "")
     if host.startswith("/"):
-        return f"postgresql://{auth}@/{info.get('dbname', '')}?host={quote(host, safe='')}&port={info.get('port', 5432)}"
-    return f"postgresql://{auth}@{host}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+        return f"postgresql://{auth}@/{dbname}?host={quote(host, safe='')}&port={port}"
+    return f"postgresql://{auth}@{host}:{port}/{dbname}"
 
 
 def _with_queries(dsn: str, body: Any, pool: int = 1) -> None:

@@ -35,6 +35,16 @@ def find(
     return None
 
 
+def raw_rows(results: dict[str, Any], workload: str, **params: Any) -> list[dict[str, Any]]:
+    """The raw-bound rows of one pgbench workload (all client counts), matching `params`."""
+    return [
+        r
+        for r in rows(results, "raw")
+        if r["params"]["workload"] == workload
+        and all(r["params"].get(k) == v for k, v in params.items())
+    ]
+
+
 def median(row: dict[str, Any] | None, key: str) -> float | None:
     if row is None or "summary" not in row or key not in row["summary"]:
         return None
@@ -61,21 +71,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     pgqueue_drain = best([median(r, rate) for r in drain_rows])
     peer_drain = best([median(r, rate) for r in rows(results, "drain") if r["system"] in PEERS])
     default_batch = median(find(results, "drain", "pgqueue", concurrency=100), rate)
-    raw_100 = best(
-        [
-            median(r, rate)
-            for r in rows(results, "raw")
-            if r["params"].get("batch") == 100 and r["params"]["workload"] == "claim_delete"
-        ]
-    )
+    raw_100 = best([median(r, rate) for r in raw_rows(results, "claim_delete", batch=100)])
     seq = median(find(results, "enqueue", "pgqueue", mode="sequential"), rate)
     conc = median(find(results, "enqueue", "pgqueue", mode="concurrent"), rate)
     bulk = median(find(results, "enqueue", "pgqueue", mode="bulk"), rate)
     raw_one = median(find(results, "raw", workload="insert", clients=1), rate)
     raw_many = best(
-        [median(r, rate) for r in rows(results, "raw") if r["params"]["workload"] == "insert"
-         and r["params"]["clients"] > 1]
-    )  # fmt: skip
+        [median(r, rate) for r in raw_rows(results, "insert") if r["params"]["clients"] > 1]
+    )
     raw_copy = median(find(results, "raw", workload="copy"), rate)
     idle = find(results, "idle", "pgqueue")
     claims = [r for r in rows(results, "claim") if "summary" in r]
@@ -84,17 +87,22 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         if len(claims) > 1
         else None
     )
+    drain_peer = "drain: pgqueue best / fastest Python peer best"
+    drain_raw = "drain: pgqueue at batch 100 / raw claim-and-delete at batch 100"
+    seq_raw = "enqueue one per transaction: sequential / raw single-row"
+    conc_raw = "enqueue one per transaction: 16 concurrent / raw single-row, 16 clients"
+    claim = "claim cost: largest / smallest queue (median ms)"
     specs: list[tuple[str, float | None, str, Callable[[float], bool]]] = [
-        ("drain: pgqueue best / fastest Python peer best", _ratio(pgqueue_drain, peer_drain), ">= 3", lambda v: v >= 3),
-        ("drain: pgqueue at batch 100 / raw claim-and-delete at batch 100", _ratio(default_batch, raw_100), ">= 0.40", lambda v: v >= 0.40),
-        ("enqueue one per transaction: sequential / raw single-row", _ratio(seq, raw_one), ">= 0.80", lambda v: v >= 0.80),
-        ("enqueue one per transaction: 16 concurrent / raw single-row, 16 clients", _ratio(conc, raw_many), ">= 0.80", lambda v: v >= 0.80),
+        (drain_peer, _ratio(pgqueue_drain, peer_drain), ">= 3", lambda v: v >= 3),
+        (drain_raw, _ratio(default_batch, raw_100), ">= 0.40", lambda v: v >= 0.40),
+        (seq_raw, _ratio(seq, raw_one), ">= 0.80", lambda v: v >= 0.80),
+        (conc_raw, _ratio(conc, raw_many), ">= 0.80", lambda v: v >= 0.80),
         ("bulk enqueue / raw COPY", _ratio(bulk, raw_copy), ">= 0.50", lambda v: v >= 0.50),
         ("idle latency p50 (ms)", median(idle, "p50_ms"), "<= 2", lambda v: v <= 2),
         ("idle latency p99 (ms)", median(idle, "p99_ms"), "<= 5", lambda v: v <= 5),
         ("idle latency max (ms)", median(idle, "max_ms"), "<= 20", lambda v: v <= 20),
-        ("claim cost: largest / smallest queue (median ms)", claim_growth, "<= 1.5", lambda v: v <= 1.5),
-    ]  # fmt: skip
+        (claim, claim_growth, "<= 1.5", lambda v: v <= 1.5),
+    ]
     return [
         {
             "target": name,
@@ -111,15 +119,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def cell(row: dict[str, Any] | None, key: str, digits: int = 0) -> str:
     if row is None:
-        return "–"
+        return "-"
     if "failed" in row:
-        return "failed"
+        return "failed (see below)"
     s = row["summary"].get(key)
     if s is None:
-        return "–"
+        return "-"
     if digits == 0:
-        return f"{s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f})"
-    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
+        return f"{s['median']:,.0f} ({s['min']:,.0f}-{s['max']:,.0f})"
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
 def _systems(results: dict[str, Any]) -> list[str]:
@@ -141,7 +149,7 @@ def table(results: dict[str, Any]) -> str:
         f"synchronous_commit={db['settings'].get('synchronous_commit')}, "
         f"shared_buffers={db['settings'].get('shared_buffers')}; "
         f"{results['host']['cpus']} cores, Python {results['host']['python']}. "
-        f"Each cell: median (min–max) of {runs} run(s).",
+        f"Each cell: median (min-max) of {runs} run(s).",
         "",
     ]
     for title, render in (
@@ -152,6 +160,7 @@ def table(results: dict[str, Any]) -> str:
         ("Claim cost as the queue grows: pgqueue's job_claim, batch 10, ms", _claim_table),
         ("Raw SQL bound: pgbench on pgqueue's jobs table, rows/s", _raw_table),
         ("Targets (issue 6), ratios from this run", _targets_table),
+        ("Rows that could not be measured", _failures),
     ):
         body = render(results)
         if body:
@@ -164,7 +173,7 @@ def _peer_notes(results: dict[str, Any], columns: int) -> list[str]:
     for name in [*_systems(results), "oban"]:
         note = _unavailable(results, name)
         if note:
-            notes.append(f"| {name} | " + " | ".join([note] + ["–"] * (columns - 1)) + " |")
+            notes.append(f"| {name} | " + " | ".join([note] + ["-"] * (columns - 1)) + " |")
     return notes
 
 
@@ -275,11 +284,21 @@ def _raw_table(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _failures(results: dict[str, Any]) -> list[str]:
+    out = []
+    for workload, found in results["workloads"].items():
+        for row in found.get("rows", []):
+            if "failed" in row:
+                params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+                out.append(f"- {workload}, {row['system']} ({params}): {row['failed']}")
+    return out
+
+
 def _targets_table(results: dict[str, Any]) -> list[str]:
     out = ["| target | measured | goal | met |", "|---|---|---|---|"]
     for t in results["targets"]:
         value = "not measured" if t["measured"] is None else f"{t['measured']:.2f}"
-        met = {True: "yes", False: "**no**", None: "–"}[t["met"]]
+        met = {True: "yes", False: "**no**", None: "-"}[t["met"]]
         out.append(f"| {t['target']} | {value} | {t['goal']} | {met} |")
     return out
 
@@ -287,8 +306,12 @@ def _targets_table(results: dict[str, Any]) -> list[str]:
 # -- files -------------------------------------------------------------------------------------
 
 
-def write(out: Path, results: dict[str, Any]) -> None:
+def write_json(out: Path, results: dict[str, Any]) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def write(out: Path, results: dict[str, Any]) -> None:
+    write_json(out, results)
     (out / "results.md").write_text(table(results) + "\n")
     charts(out, results)
 
@@ -332,8 +355,7 @@ def _bars(
         ax.bar(xs, values, width, label=name)
     if raw_key is not None:
         for batch, style in ((1, ":"), (10, "--"), (100, "-")):
-            bound = best([median(r, key) for r in rows(results, "raw")
-                          if r["params"]["workload"] == raw_key and r["params"]["batch"] == batch])  # fmt: skip
+            bound = best([median(r, key) for r in raw_rows(results, raw_key, batch=batch)])
             if bound:
                 ax.axhline(bound, color="grey", linestyle=style, label=f"raw SQL, batch {batch}")
     ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
@@ -379,3 +401,21 @@ def _claim_chart(plt: Any, path: Path, results: dict[str, Any], where: str) -> N
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m bench.throughput_report DIR`: redraw results.md and the charts of a run
+    from its results.json (nothing is measured again)."""
+    if len(argv) != 1 or not (Path(argv[0]) / "results.json").is_file():
+        print("usage: python -m bench.throughput_report DIR (a folder with results.json)")
+        return 2
+    out = Path(argv[0])
+    write(out, json.loads((out / "results.json").read_text()))
+    print(table(json.loads((out / "results.json").read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import queue
 import random
 import statistics
 import tempfile
@@ -89,7 +90,7 @@ def _result(process: Any, results: Any, label: str) -> dict[str, Any]:
         try:
             found: dict[str, Any] = results.get(timeout=0.2)
             return found
-        except Exception:
+        except queue.Empty:
             if not process.is_alive() and results.empty():
                 raise RuntimeError(f"{label} exited with code {process.exitcode}") from None
     raise RuntimeError(f"{label} did not finish within {CHILD_TIMEOUT_SECONDS:g} s")
