@@ -84,6 +84,7 @@ class Config:
     claim_sizes: tuple[int, ...]
     claims: int
     short: bool
+    worker_pgoptions: str | None = None
     command: str = field(default="")
 
 
@@ -111,6 +112,10 @@ def parse_args(argv: Sequence[str]) -> Config:
     add("--claim-sizes", help="queue sizes for claim cost (default 1000,10000,100000,1000000)")
     add("--claims", type=int, help="claims timed per size and run (default 300)")
     add("--short", action="store_true", help="the CI smoke run: tiny sizes, one run each")
+    add(
+        "--worker-pgoptions",
+        help="PGOPTIONS for worker processes only, e.g. '-c synchronous_commit=off'",
+    )
     args = parser.parse_args(argv)
     short = args.short
 
@@ -149,6 +154,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         ),
         claims=pick(args.claims, 300, 20),
         short=short,
+        worker_pgoptions=args.worker_pgoptions,
         command=shlex.join([Path(sys.executable).name, "-m", "bench.throughput", *argv]),
     )
     numbers = {
@@ -263,7 +269,9 @@ def run_drain(bench: Bench) -> None:
                 "drain",
                 name,
                 {"concurrency": conc, "jobs": jobs},
-                lambda n=name, k=conc, j=jobs: work.drain(ctx, n, bench.dsn, j, k),
+                lambda n=name, k=conc, j=jobs: work.drain(
+                    ctx, n, bench.dsn, j, k, c.worker_pgoptions
+                ),
             )
 
 
@@ -306,7 +314,9 @@ def run_latency(bench: Bench, workload: str) -> None:
             workload,
             name,
             params,
-            lambda n=name, kw=kwargs: work.latency(ctx, n, bench.dsn, **kw),
+            lambda n=name, kw=kwargs: work.latency(
+                ctx, n, bench.dsn, pgoptions=c.worker_pgoptions, **kw
+            ),
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import queue
 import random
 import statistics
@@ -55,9 +56,13 @@ def _worker_child(
     target: int | None,
     log: str | None,
     stop_event: Any,
+    pgoptions: str | None,
     results: Any,
 ) -> None:
-    """A worker that stops when the bench says so, or once `target` handlers started."""
+    """A worker that stops when the bench says so, or once `target` handlers started.
+    `pgoptions` (PGOPTIONS) applies to the worker's own connections only."""
+    if pgoptions:
+        os.environ["PGOPTIONS"] = pgoptions
     RECORDER.open(Path(log) if log else None, target)
     stop = RECORDER.done
     threading.Thread(target=lambda: (stop_event.wait(), stop.set()), daemon=True).start()
@@ -112,7 +117,14 @@ def analyze(dsn: str) -> None:
 # -- 1. drain ----------------------------------------------------------------------------------
 
 
-def drain(ctx: BaseContext, name: str, dsn: str, jobs: int, concurrency: int) -> dict[str, Any]:
+def drain(
+    ctx: BaseContext,
+    name: str,
+    dsn: str,
+    jobs: int,
+    concurrency: int,
+    pgoptions: str | None = None,
+) -> dict[str, Any]:
     """N pre-inserted no-op jobs, one worker process: jobs/s from its first handler call to
     the worker's return (all outcomes written). The worker is stopped gracefully once it has
     started the N-th job, the same way for every system."""
@@ -121,7 +133,9 @@ def drain(ctx: BaseContext, name: str, dsn: str, jobs: int, concurrency: int) ->
     s.prefill(dsn, jobs)
     analyze(dsn)
     stop = ctx.Event()  # type: ignore[attr-defined]
-    got = _run_child(ctx, _worker_child, (name, dsn, concurrency, jobs, None, stop), name)
+    got = _run_child(
+        ctx, _worker_child, (name, dsn, concurrency, jobs, None, stop, pgoptions), name
+    )
     if got["count"] != jobs or got["first"] is None:
         raise RuntimeError(f"{name} drain ran {got['count']} of {jobs} jobs")
     seconds = got["end"] - got["first"]
@@ -159,6 +173,7 @@ def latency(
     gap: float | None = None,
     rate: float | None = None,
     concurrency: int = 10,
+    pgoptions: str | None = None,
 ) -> dict[str, Any]:
     """Enqueue commit -> handler start, with one worker process waiting.
 
@@ -172,7 +187,7 @@ def latency(
     with tempfile.TemporaryDirectory(prefix="pgqueue-throughput-") as tmp:
         log = Path(tmp) / "starts.log"
         log.touch()
-        args = (name, dsn, concurrency, None, str(log), stop, results)
+        args = (name, dsn, concurrency, None, str(log), stop, pgoptions, results)
         process = ctx.Process(target=_worker_child, args=args, name=name, daemon=True)  # type: ignore[attr-defined]
         process.start()
         producer = s.producer(dsn)
