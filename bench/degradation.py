@@ -62,6 +62,12 @@ class Config:
     runaway_seconds: float
     out: Path
     command: str = field(default="")
+    durations: dict[str, float] = field(default_factory=dict)
+
+    def duration_of(self, strategy: str, mode: str) -> float:
+        """--durations for 'strategy.mode', else for 'strategy', else --duration."""
+        found = self.durations.get(f"{strategy}.{mode}", self.durations.get(strategy))
+        return self.duration if found is None else found
 
 
 def parse_args(argv: Sequence[str]) -> Config:
@@ -71,6 +77,12 @@ def parse_args(argv: Sequence[str]) -> Config:
     )
     parser.add_argument("--dsn", help="PostgreSQL to use (default: PGQUEUE_DSN, else embedded)")
     parser.add_argument("--duration", type=float, help="seconds per run (default 600; short 4)")
+    parser.add_argument(
+        "--durations",
+        default="",
+        help="per-run seconds overriding --duration: STRATEGY[.MODE]=S,... "
+        "(e.g. plain=120,hint=120,default.control=300)",
+    )
     parser.add_argument("--rate", type=float, help="jobs enqueued per second (default 1000)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="plain,hint,default")
@@ -97,12 +109,14 @@ def parse_args(argv: Sequence[str]) -> Config:
     for name, value in checks:
         if value <= 0:
             parser.error(f"{name} must be greater than 0, got {value}")
+    durations = _durations(parser, args.durations)
     if args.hold is not None and args.hold <= 0:
         parser.error(f"--hold must be greater than 0 seconds, got {args.hold}")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Config(
         dsn=args.dsn or os.environ.get("PGQUEUE_DSN") or None,
         duration=duration,
+        durations=durations,
         rate=rate,
         workers=args.workers,
         strategies=strategies,
@@ -112,6 +126,25 @@ def parse_args(argv: Sequence[str]) -> Config:
         out=args.out or ROOT / "out" / f"degradation-{stamp}",
         command=shlex.join([Path(sys.executable).name, "-m", "bench.degradation", *argv]),
     )
+
+
+def _durations(parser: argparse.ArgumentParser, value: str) -> dict[str, float]:
+    """'plain=120,default.control=300' -> {'plain': 120.0, 'default.control': 300.0}."""
+    found: dict[str, float] = {}
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        key, _, seconds = item.partition("=")
+        strategy, _, mode = key.partition(".")
+        try:
+            found[key] = float(seconds)
+        except ValueError:
+            found[key] = -1.0
+        if strategy not in STRATEGIES or (mode and mode not in MODES) or found[key] <= 0:
+            parser.error(
+                f"--durations takes STRATEGY[.MODE]=SECONDS items with a strategy of "
+                f"{','.join(STRATEGIES)}, a mode of {','.join(MODES)} and seconds > 0; "
+                f"got {item!r}"
+            )
+    return found
 
 
 # -- the database ------------------------------------------------------------------------------
@@ -182,13 +215,15 @@ def run_all(config: Config, dsn: str) -> tuple[list[Sample], list[dict[str, Any]
     runs: list[dict[str, Any]] = []
     for strategy in config.strategies:
         for mode in config.modes:
-            print(f"bench: {strategy} {mode}: {config.duration:g} s", file=sys.stderr)
+            duration = config.duration_of(strategy, mode)
+            print(f"bench: {strategy} {mode}: {duration:g} s", file=sys.stderr)
+            load_before = os.getloadavg()
             rows, notes = run_one(
                 ctx,
                 dsn,
                 strategy,
                 mode,
-                duration=config.duration,
+                duration=duration,
                 rate=config.rate,
                 workers=config.workers,
                 hold=config.hold,
@@ -199,9 +234,11 @@ def run_all(config: Config, dsn: str) -> tuple[list[Sample], list[dict[str, Any]
                 rows,
                 rate=config.rate,
                 runaway_seconds=config.runaway_seconds,
-                duration=config.duration,
+                duration=duration,
             )
-            runs.append(figures | notes)
+            # The machine's load around the run: other work on the host shows up here.
+            load = {"loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+            runs.append(figures | notes | load | {"duration_s": duration})
     return samples, runs
 
 
@@ -213,6 +250,7 @@ def summarise(config: Config, server: dict[str, Any], runs: list[dict[str, Any]]
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "rate": config.rate,
         "duration_s": config.duration,
+        "durations_s": config.durations,
         "workers": config.workers,
         "hold_s": config.hold,
         "runaway_seconds": config.runaway_seconds,

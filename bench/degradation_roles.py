@@ -31,6 +31,7 @@ from pgqueue import Queue, Worker
 
 QUEUE = "default"
 FLOOR = (-32768, 0)  # below every (priority, id): an unhinted claim, as in pgqueue.claimer
+CEILING = (32767, 2**63 - 1)  # above every (priority, id), as in pgqueue.claimer
 HINT_RESET_SECONDS = 2.0  # pgqueue's default hint_reset_interval, with its ± 50% jitter
 HINT_RESET_JITTER = 0.5
 IDLE_SECONDS = 0.01  # how long a plain/hint worker waits after finding the queue empty
@@ -241,8 +242,9 @@ def _count_claim(counters: Any, seconds: float, floor: bool, row: Any) -> None:
 def pgqueue_worker(dsn: str, schema: str, ready: Any, stop: Any, counters: Any) -> None:
     """Run pgqueue.Worker with its defaults over the bench queue until `stop` is set.
 
-    A reporter thread copies worker.stats into `counters`; the worker's claim times are not
-    seen from here (the sampler probes the claim statement instead).
+    A reporter thread copies worker.stats into `counters`, and the worker's own claim
+    statement times (stats.recent_claims: every claim, hinted, urgent-range and unhinted) into
+    the histogram.
     """
     _as_child()
     worker = Worker(queue, dsn=dsn, schema=schema)
@@ -260,6 +262,10 @@ def _report_stats(worker: Worker, ready: Any, stop: Any, counters: Any) -> None:
         counters[JOBS_CLAIMED] = stats.claimed
         counters[CLAIM_STATEMENTS] = stats.claims
         counters[FLOOR_CLAIMS] = stats.unhinted_claims
+        recent = stats.recent_claims
+        while recent:
+            seconds, _ = recent.popleft()
+            counters[HIST + bucket(seconds)] += 1
         if worker.id:
             ready.set()  # registered: it is claiming
         if stopping:

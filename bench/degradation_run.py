@@ -201,6 +201,8 @@ def _plans(
         "queue": roles.QUEUE,
         "after_priority": roles.FLOOR[0],
         "after_id": roles.FLOOR[1],
+        "before_priority": roles.CEILING[0],
+        "before_id": roles.CEILING[1],
         "limit": 10,
         "worker_id": -1,
         "worker": -1,

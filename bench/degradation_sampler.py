@@ -2,15 +2,14 @@
 
 Owns: the bench process's two connections (`bench:sampler`, `bench:probe`) and the Sample rows.
 The sampler reads the workers' shared counters and one statement of table and server state.
-The prober times pgqueue's real `job_claim` statement inside a transaction it rolls back, so it
-never takes work: every PROBE_INTERVAL_SECONDS with a realistic hint, and once a second from
-the floor (unhinted). A rolled-back probe leaves up to `limit` aborted row versions behind;
-those are removable whatever the long-runner holds.
+The prober times the index walk of pgqueue's `job_claim` (the same filter, order and limit on
+the same partial index) without its row locks, so it never takes work and never makes a worker
+skip a job: every PROBE_INTERVAL_SECONDS with a realistic hint, and once a second from the
+floor (unhinted), which is what an unhinted claim would cost now.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 import time
@@ -22,11 +21,20 @@ import psycopg
 from psycopg import sql
 
 from bench import degradation_roles as roles
-from pgqueue.queries import query
 
 PROBE_INTERVAL_SECONDS = 0.25
 PROBE_LIMIT = 10  # pgqueue's default concurrency: its largest claim batch
-PROBE_WORKER_ID = -1  # no worker has it; the row versions it writes are rolled back anyway
+
+
+def probe_statement(schema: str) -> sql.Composed:
+    """job_claim's index walk (sql/queries/worker.sql) without FOR UPDATE and the UPDATE."""
+    return sql.SQL(
+        """SELECT id FROM {}.jobs
+WHERE queue = %(queue)s AND status = 'queued' AND NOT atomic
+  AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
+ORDER BY priority, id
+LIMIT {}"""
+    ).format(sql.Identifier(schema), sql.Literal(PROBE_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ class Prober(threading.Thread):
             self.error = exc
 
     def _loop(self, conn: psycopg.Connection[Any]) -> None:
-        statement = query("job_claim", self.schema)
+        statement = probe_statement(self.schema)
         next_floor = time.monotonic()
         while not self._halt.is_set():
             started = time.monotonic()
@@ -93,18 +101,10 @@ class Prober(threading.Thread):
     def _probe(
         self, conn: psycopg.Connection[Any], statement: Any, after: tuple[int, int]
     ) -> float:
-        params = {
-            "queue": roles.QUEUE,
-            "after_priority": after[0],
-            "after_id": after[1],
-            "limit": PROBE_LIMIT,
-            "worker_id": PROBE_WORKER_ID,
-            "now": None,
-        }
-        with conn.transaction(force_rollback=True):
-            started = time.perf_counter()
-            conn.execute(statement, params).fetchall()
-            return (time.perf_counter() - started) * 1000
+        params = {"queue": roles.QUEUE, "after_priority": after[0], "after_id": after[1]}
+        started = time.perf_counter()
+        conn.execute(statement, params).fetchall()
+        return (time.perf_counter() - started) * 1000
 
     def take(self) -> tuple[list[float], list[float]]:
         """The hinted and floor probe times (ms) since the last call."""
@@ -215,7 +215,7 @@ class Sampler:
         last, self._last = self._last, now
         hinted, floor = self.prober.take()
         elapsed = max(now.at - last.at, 1e-6)
-        p50, p99, source = self._claim_percentiles(last, now, hinted)
+        p50, p99, source = self._claim_percentiles(last, now)
         return Sample(
             strategy=self.strategy,
             mode=self.mode,
@@ -253,13 +253,8 @@ class Sampler:
         )
 
     def _claim_percentiles(
-        self, last: _Totals, now: _Totals, hinted: list[float]
+        self, last: _Totals, now: _Totals
     ) -> tuple[float | None, float | None, str]:
-        if self.strategy == "default":
-            if not hinted:
-                return None, None, "probe"
-            ordered = sorted(hinted)
-            p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-            return statistics.median(ordered), p99, "probe"
         delta = [b - a for a, b in zip(last.hist, now.hist, strict=True)]
-        return roles.percentile_ms(delta, 0.5), roles.percentile_ms(delta, 0.99), "client"
+        source = "worker" if self.strategy == "default" else "client"
+        return roles.percentile_ms(delta, 0.5), roles.percentile_ms(delta, 0.99), source

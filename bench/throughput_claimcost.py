@@ -2,8 +2,8 @@
 
 Owns: topping pgqueue's jobs table up to each size (server-side INSERT ... generate_series,
 then VACUUM ANALYZE), and timing pgqueue's own job_claim statement there, prepared, as a
-worker runs it: unhinted (from the floor, the worst case) with the default worker's batch of
-10 (concurrency 10). Each claim runs in a transaction that is rolled back, so the queue keeps
+worker runs it: unhinted (floor to ceiling, the worst case) with the batch of a default worker
+(10, its concurrency). Each claim runs in a transaction that is rolled back, so the queue keeps
 its size and every claim sees the same head.
 """
 
@@ -16,9 +16,8 @@ from typing import Any
 import psycopg
 
 from bench.throughput_systems import QUEUE, SCHEMA
+from pgqueue.claimer import CEILING, FLOOR
 from pgqueue.queries import query
-
-FLOOR = (-32768, 0)
 
 
 def top_up(conn: psycopg.Connection[Any], size: int) -> None:
@@ -42,6 +41,8 @@ def claim_cost(dsn: str, size: int, claims: int, batch: int = 10) -> dict[str, A
         "queue": QUEUE,
         "after_priority": FLOOR[0],
         "after_id": FLOOR[1],
+        "before_priority": CEILING[0],
+        "before_id": CEILING[1],
         "limit": batch,
         "worker_id": 1,
         "now": None,

@@ -5,25 +5,41 @@ from pgqueue.errors import (
     DatabaseError,
     EmbeddedServerError,
     InvalidArgumentsError,
+    JobNotFoundError,
+    JobStateError,
     MigrationError,
     PgQueueError,
     TaskError,
     UnknownTaskError,
 )
-from pgqueue.models import Job, JobOptions, JobStatus, RetryPolicy, WorkerSettings
+from pgqueue.models import (
+    Cancellation,
+    Enqueued,
+    Job,
+    JobOptions,
+    JobPage,
+    JobStatus,
+    RetryPolicy,
+    WorkerSettings,
+)
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, NewJob, Task
 from pgqueue.worker import Worker
 
 __all__ = [
     "AsyncQueue",
+    "Cancellation",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",
+    "Enqueued",
     "InvalidArgumentsError",
     "Job",
     "JobContext",
+    "JobNotFoundError",
     "JobOptions",
+    "JobPage",
+    "JobStateError",
     "JobStatus",
     "MigrationError",
     "NewJob",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.models import QUEUE_NAME, SCHEMA_NAME, check_name
@@ -54,23 +54,23 @@ def positive_float(text: str) -> float:
     return value
 
 
-_DURATION = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
 
 
 def duration(text: str) -> timedelta:
-    """90s, 10m, 1h, 1h30m, 1h30m15s, or plain seconds (90, 2.5)."""
+    """90s, 10m, 1h, 1h30m, 1h30m15s, 7d, 1d12h, or plain seconds (90, 2.5)."""
     try:
         if _SECONDS.fullmatch(text):
             return timedelta(seconds=float(text))
         match = _DURATION.fullmatch(text)
         if match and any(match.groups()):
-            hours, minutes, seconds = (float(part or 0) for part in match.groups())
-            return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+            days, hours, minutes, seconds = (float(part or 0) for part in match.groups())
+            return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
     except OverflowError:
         pass
     raise argparse.ArgumentTypeError(
-        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m or a number of seconds"
+        f"{text!r} is not a duration such as 90s, 10m, 1h, 1h30m, 7d or a number of seconds"
     )
 
 
@@ -89,3 +89,64 @@ def schema(text: str) -> str:
         return check_name("schema", text, SCHEMA_NAME)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def job_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a whole number)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a job id (1 or more)")
+    return value
+
+
+def statuses(text: str) -> tuple[str, ...]:
+    from pgqueue.models import JobStatus
+
+    known = [s.value for s in JobStatus]
+    names = tuple(name.strip() for name in text.split(","))
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a job status; use one or more of {', '.join(known)}"
+            )
+    return names
+
+
+def moment(text: str) -> datetime:
+    """A time: an age back from now (90s, 10m, 1h30m) or an ISO 8601 time with its offset."""
+    try:
+        return datetime.now(timezone.utc) - duration(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age such as 10m or 2h, nor an ISO 8601 time with an offset "
+            "such as 2026-11-23T09:00:00+00:00"
+        )
+    return value
+
+
+def queue_name(text: str) -> str:
+    try:
+        return check_name("queue", text, QUEUE_NAME)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def final_statuses(text: str) -> tuple[str, ...]:
+    """Comma-separated statuses a finished job can have."""
+    from pgqueue.retention import FINAL_STATUSES
+
+    chosen = tuple(part.strip() for part in text.split(","))
+    for status in chosen:
+        if status not in FINAL_STATUSES:
+            raise argparse.ArgumentTypeError(
+                f"{status!r} is not a finished status: use {', '.join(FINAL_STATUSES)}"
+            )
+    return chosen

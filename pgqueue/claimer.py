@@ -3,17 +3,25 @@
 Owns: where each queue's next claim starts. Claims take a batch of at most the free slots per
 queue, in (priority, id) order, after a hint: the last (priority, id) claimed, written as a
 row comparison so it is an index start bound and dead entries below it are never walked (seed
-002). The hint is forgotten after a randomised interval (hint_reset_interval ± jitter) and
-whenever a hinted claim comes back short, so a job committed late with a lower id, or one
-promoted from scheduled, waits at most one reset interval (tests/integration/test_hint.py).
-Also owns when due scheduled jobs are next promoted. Runs all its statements on the worker's
-claim connection; raises nothing of its own.
+002). Jobs that become claimable below a hint (committed late, more urgent, promoted, retried,
+put back) are announced by their wake-up, which names the lowest (priority, id) per queue
+(sql/queries/job.sql, job_insert): at the same priority the hint moves back to just before it;
+at a more urgent priority that priority alone is claimed from there, in a range with a stop
+bound, before the hint's range. After a claim from the floor finds nothing, the hint is the
+ceiling, and announcements alone open ranges below it. So the only unhinted claim is the
+safety net, after a randomised interval (hint_reset_interval +- jitter), for a job no wake-up
+named (one locked by someone else when a claim passed it, or a notification lost while the
+listener reconnected, which also forgets the hints). Without a listener (poll_only) nothing
+is announced, and a short hinted claim is retried from the floor at once, as before.
+(tests/integration/test_hint.py pins each case.) Also owns when due scheduled jobs are next
+promoted. Runs all its statements on the worker's claim connection; raises nothing of its own.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -22,7 +30,11 @@ from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.queries import query
 
-FLOOR = (-32768, 0)  # below every (priority, id): an unhinted claim
+Position = tuple[int, int]  # (priority, id) in the claim index
+FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
+MAX_ID = 2**63 - 1
+CEILING: Position = (32767, MAX_ID)  # above every (priority, id)
+RECENT_CLAIMS = 4096
 
 
 @dataclass
@@ -32,6 +44,25 @@ class WorkerStats:
     unhinted_claims: int = 0
     promoted: int = 0
     started: float = field(default_factory=time.monotonic)
+    # The most recent claim statements as (seconds, unhinted), newest last; readers may pop.
+    recent_claims: deque[tuple[float, bool]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_CLAIMS)
+    )
+
+
+@dataclass
+class _QueueHint:
+    """Where one queue's claims start. `after` None: from the floor."""
+
+    after: Position | None = None
+    # More urgent priorities than `after`'s with jobs announced below it: priority -> claim
+    # after this id (a range up to the end of that priority).
+    urgent: dict[int, int] = field(default_factory=dict)
+    deadline: float = 0.0  # when `after` is next forgotten (the safety net)
+    # Announced since the last claim round started; absorbed at the next one, so an
+    # announcement that lands while a claim is in flight is never overwritten by its result.
+    announced: dict[int, int] = field(default_factory=dict)
+    forget: bool = False
 
 
 class Claimer:
@@ -48,14 +79,32 @@ class Claimer:
         self.settings = settings
         self.worker_id = worker_id
         self.stats = stats
-        self._hints: dict[str, tuple[int, int] | None] = {q: None for q in settings.queues}
-        self._hint_deadline: dict[str, float] = {q: 0.0 for q in settings.queues}
+        self._hints = {q: _QueueHint() for q in settings.queues}
+        # Wake-ups say where jobs appear only when a listener runs.
+        self._announced = not settings.poll_only
         self._rng = random.Random()
         self._next_promote = 0.0
         self._next_due: float | None = None
         # Jobs claimed in the current round, from the moment their claim returns: a broken
         # connection during the round's next claim must not make them look like orphans.
         self.in_hand: list[ClaimedJob] = []
+
+    def announce(self, queue: str, position: Position | None) -> None:
+        """A wake-up: jobs became claimable in `queue` at `position` or after it (None: where
+        is not known, so the next claim starts from the floor)."""
+        hint = self._hints.get(queue)
+        if hint is None:
+            return
+        if position is None:
+            hint.forget = True
+            return
+        priority, job_id = position
+        hint.announced[priority] = min(job_id, hint.announced.get(priority, MAX_ID))
+
+    def forget_hints(self) -> None:
+        """Claim every queue from the floor next time (jobs may sit below any hint now)."""
+        for hint in self._hints.values():
+            hint.forget = True
 
     async def claim_round(self, free: int) -> tuple[list[ClaimedJob], bool]:
         """Claim up to `free` jobs across the queues, starting at a random one; `full` if
@@ -75,26 +124,73 @@ class Claimer:
 
     async def _claim_queue(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
         hint = self._hints[queue]
-        if hint is not None and time.monotonic() >= self._hint_deadline[queue]:
-            hint = None
-        jobs = await self._claim(queue, hint or FLOOR, want)
-        last, last_want = jobs, want
-        if hint is not None and len(jobs) < want:
-            # Short: something may sit below the hint (committed late, promoted, put back).
-            hint = None
-            last_want = want - len(jobs)
-            last = await self._claim(queue, FLOOR, last_want)
-            jobs = jobs + last
-        if hint is None:
-            self._reset_hint_deadline(queue)
-        self._hints[queue] = _next_hint(jobs, last, last_want, hint)
+        self._absorb(hint)
+        jobs = await self._claim_urgent(queue, hint, want)
+        if len(jobs) == want:
+            return jobs, True
+        after, rest = hint.after, want - len(jobs)
+        main = await self._claim(queue, after or FLOOR, CEILING, rest)
+        if after is not None and len(main) < rest and not self._announced:
+            # No wake-up says where jobs appear: something may sit below the hint.
+            after = None
+            main += await self._claim(queue, FLOOR, CEILING, rest - len(main))
+        if after is None:
+            hint.urgent.clear()  # the floor claim covered them
+            self._reset_deadline(hint)
+        if main:
+            hint.after = max((j.priority, j.id) for j in main)
+        elif after is None and self._announced:
+            # An empty claim from the floor: nothing is claimable anywhere, and whatever
+            # becomes claimable from now on is announced. Park the hint past everything, or
+            # the next claims would walk from the floor again while the queue stays empty.
+            hint.after = CEILING
+        else:
+            hint.after = after
+        jobs += main
         return jobs, len(jobs) == want
 
-    async def _claim(self, queue: str, after: tuple[int, int], limit: int) -> list[ClaimedJob]:
+    def _absorb(self, hint: _QueueHint) -> None:
+        """Fold the announcements since the last round into the hint."""
+        if hint.forget or (hint.after is not None and time.monotonic() >= hint.deadline):
+            hint.after, hint.forget = None, False
+            hint.announced.clear()
+        announced, hint.announced = hint.announced, {}
+        if hint.after is None:
+            return  # the floor claim covers everything announced
+        for priority, job_id in announced.items():
+            below = (priority, job_id - 1)
+            if below >= hint.after:
+                continue  # the hint's range covers it
+            if priority == hint.after[0]:
+                hint.after = below
+            else:
+                hint.urgent[priority] = min(job_id - 1, hint.urgent.get(priority, MAX_ID))
+
+    async def _claim_urgent(self, queue: str, hint: _QueueHint, want: int) -> list[ClaimedJob]:
+        """Claim the announced ranges of more urgent priorities than the hint's, in order."""
+        jobs: list[ClaimedJob] = []
+        for priority in sorted(hint.urgent):
+            ask = want - len(jobs)
+            got = await self._claim(
+                queue, (priority, hint.urgent[priority]), (priority, MAX_ID), ask
+            )
+            jobs += got
+            if len(got) < ask:
+                del hint.urgent[priority]  # that priority is drained
+            else:
+                hint.urgent[priority] = got[-1].id
+                break
+        return jobs
+
+    async def _claim(
+        self, queue: str, after: Position, before: Position, limit: int
+    ) -> list[ClaimedJob]:
         params = {
             "queue": queue,
             "after_priority": after[0],
             "after_id": after[1],
+            "before_priority": before[0],
+            "before_id": before[1],
             "limit": limit,
             "worker_id": self.worker_id,
             "now": None,
@@ -105,7 +201,9 @@ class Claimer:
             rows: list[Any] = await cur.fetchall()
             return rows
 
+        started = time.perf_counter()
         rows = await self.link.run(claim)
+        self.stats.recent_claims.append((time.perf_counter() - started, after == FLOOR))
         self.stats.claims += 1
         if after == FLOOR:
             self.stats.unhinted_claims += 1
@@ -115,16 +213,10 @@ class Claimer:
         self.in_hand.extend(jobs)
         return jobs
 
-    def _reset_hint_deadline(self, queue: str) -> None:
+    def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings
         spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
-        self._hint_deadline[queue] = (
-            time.monotonic() + s.hint_reset_interval.total_seconds() * spread
-        )
-
-    def forget_hints(self) -> None:
-        """Claim every queue from the start next time (jobs were put back below the hints)."""
-        self._hints = dict.fromkeys(self._hints)
+        hint.deadline = time.monotonic() + s.hint_reset_interval.total_seconds() * spread
 
     def promotion_due(self, now: float) -> bool:
         return now >= self._next_promote or (self._next_due is not None and now >= self._next_due)
@@ -156,19 +248,3 @@ class Claimer:
         if self._next_due is None:
             return self._next_promote
         return min(self._next_promote, self._next_due)
-
-
-def _next_hint(
-    jobs: list[ClaimedJob], last: list[ClaimedJob], last_want: int, hint: tuple[int, int] | None
-) -> tuple[int, int] | None:
-    """Where the next claim of a queue starts.
-
-    After a full batch, claimable jobs may follow right after it: start after its highest.
-    After a short batch, nothing claimable was left past anything we took: start after the
-    highest of all; and with nothing taken, keep the hint (None after a reset).
-    """
-    if last and len(last) == last_want:
-        return max((j.priority, j.id) for j in last)
-    if jobs:
-        return max((j.priority, j.id) for j in jobs)
-    return hint

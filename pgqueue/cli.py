@@ -20,8 +20,8 @@ import psycopg
 
 from pgqueue import argtypes, console, health
 from pgqueue import migrate as migrations
-from pgqueue.errors import ConfigurationError, PgQueueError
-from pgqueue.models import WorkerSettings
+from pgqueue.errors import ConfigurationError, JobNotFoundError, PgQueueError
+from pgqueue.models import Cancellation, WorkerSettings
 from pgqueue.queue import AsyncQueue, Queue
 
 EMBEDDED_DIR = Path(".pgqueue") / "pgdata"
@@ -141,7 +141,49 @@ def _parser() -> argparse.ArgumentParser:
         metavar="AGE",
         help="warn when a transaction holds back VACUUM for longer (default 5m)",
     )
+    p.add_argument(
+        "--history-retention",
+        type=argtypes.duration,
+        metavar="AGE",
+        help="delete finished jobs older than this, in batches (e.g. 7d; default: keep)",
+    )
+    p.add_argument(
+        "--no-periodic",
+        action="store_true",
+        help="do not schedule the application's recurring jobs on this worker",
+    )
     p.set_defaults(handler=_worker)
+
+    p = sub.add_parser(
+        "prune",
+        help="delete finished jobs older than a given age from the history, in batches",
+        description="Delete finished jobs (and, without --status/--queue, periodic ticks) "
+        "that finished more than --older-than ago, in batches of --batch-size, each its own "
+        "short transaction. Safe to run while workers run.",
+    )
+    common(p)
+    p.add_argument(
+        "--older-than",
+        type=argtypes.duration,
+        required=True,
+        metavar="AGE",
+        help="finished at least this long ago: 7d, 12h, 1d12h, 90m or seconds",
+    )
+    p.add_argument(
+        "--status",
+        type=argtypes.final_statuses,
+        metavar="STATUS",
+        help="only these: succeeded, failed, cancelled (comma-separated)",
+    )
+    p.add_argument("--queue", type=argtypes.queue_name, help="only jobs of this queue")
+    p.add_argument(
+        "--batch-size",
+        type=argtypes.positive_int,
+        default=1000,
+        metavar="N",
+        help="rows deleted per transaction (default 1000)",
+    )
+    p.set_defaults(handler=_prune)
 
     p = sub.add_parser("grant", help="grant a role what a worker or an app needs, nothing more")
     common(p)
@@ -191,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_watchdog)
+    _add_jobs(sub, common)
     return parser
 
 
@@ -275,6 +318,8 @@ def _worker(args: argparse.Namespace) -> int:
         "rescue_interval": args.rescue_interval,
         "atomic_concurrency": args.atomic_concurrency,
         "horizon_warning": args.horizon_warning,
+        "history_retention": args.history_retention,
+        "periodic": False if args.no_periodic else None,
     }
     options.update({name: value for name, value in optional.items() if value is not None})
     settings = WorkerSettings(**options)
@@ -328,3 +373,110 @@ def _watchdog(args: argparse.Namespace) -> int:
     else:
         console.print_watchdog(console.make_console(), report)
     return 0 if report.clear else 3
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def _add_jobs(sub: Any, common: Any) -> None:
+    jobs = sub.add_parser(
+        "jobs", help="list, show, cancel or retry jobs", description="Job records and actions."
+    ).add_subparsers(dest="action", required=True)
+
+    p = jobs.add_parser("list", help="job records, newest first, live and finished")
+    common(p)
+    p.add_argument("--queue", type=argtypes.queue_name)
+    p.add_argument("--task")
+    p.add_argument(
+        "--status", type=argtypes.statuses, help="comma-separated: queued,running,failed..."
+    )
+    p.add_argument("--since", type=argtypes.moment, help="created since: 10m, 2h, or ISO time")
+    p.add_argument("--until", type=argtypes.moment, help="created before: 10m, 2h, or ISO time")
+    p.add_argument("--before-id", type=argtypes.job_id, help="the next page: ids below this")
+    p.add_argument("--limit", type=argtypes.positive_int, default=50, help="1-1000 (default 50)")
+    p.add_argument("--json", action="store_true", help="print the page as JSON")
+    p.set_defaults(handler=_jobs_list)
+
+    for action, help_text, handler in (
+        ("show", "one job's record: status, attempts, times, errors, result", _jobs_show),
+        ("cancel", "cancel a queued job now, or ask a running job's worker to stop", _jobs_cancel),
+        ("retry", "enqueue a failed or cancelled job again, linked to it", _jobs_retry),
+    ):
+        p = jobs.add_parser(action, help=help_text)
+        common(p)
+        p.add_argument("id", type=argtypes.job_id, metavar="ID")
+        if action == "show":
+            p.add_argument("--json", action="store_true", help="print the record as JSON")
+        p.set_defaults(handler=handler)
+
+
+def _jobs_queue(args: argparse.Namespace) -> Queue:
+    return Queue(schema=args.schema or "pgqueue")
+
+
+def _jobs_list(args: argparse.Namespace) -> int:
+    if args.limit > 1000:
+        raise UsageError(f"--limit {args.limit} is over 1000: page with --before-id instead")
+    filters = {
+        "queue": args.queue,
+        "task": args.task,
+        "status": args.status,
+        "created_after": args.since,
+        "created_before": args.until,
+        "before_id": args.before_id,
+        "limit": args.limit,
+    }
+    with connect(resolve_dsn(args.dsn)) as conn:
+        page = _jobs_queue(args).list_jobs(conn=conn, **filters)
+    if args.json:
+        print(page.model_dump_json(indent=2))
+    else:
+        console.print_jobs(console.make_console(), page)
+    return 0
+
+
+def _jobs_show(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        job = _jobs_queue(args).get_job(args.id, conn=conn)
+    if job is None:
+        raise JobNotFoundError(f"no job has id {args.id}, live or in history")
+    if args.json:
+        print(job.model_dump_json(indent=2))
+    else:
+        console.print_job(console.make_console(), job)
+    return 0
+
+
+def _jobs_cancel(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        done = _jobs_queue(args).cancel_job(args.id, conn=conn)
+    print(
+        {
+            Cancellation.CANCELLED: f"job {args.id} cancelled",
+            Cancellation.REQUESTED: f"job {args.id} is running: its worker was asked to stop it",
+            Cancellation.FINISHED: f"job {args.id} had already finished; nothing changed",
+        }[done]
+    )
+    return 0
+
+
+def _jobs_retry(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        retry = _jobs_queue(args).retry_job(args.id, conn=conn)
+    print(f"job {args.id} retried as job {retry}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from pgqueue import retention
+
+    cutoff = retention.Cutoff(args.older_than, args.status, args.queue, args.batch_size)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = retention.prune(conn, args.schema or "pgqueue", cutoff)
+    ticks = f" and {report.ticks_deleted:,} periodic ticks" if cutoff.whole_history else ""
+    print(
+        f"deleted {report.deleted:,} finished jobs{ticks} older than {args.older_than} "
+        f"in {report.batches} batches ({report.seconds:.2f} s)",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,15 +1,18 @@
-"""How `pgqueue status` and `pgqueue watchdog` look in a terminal (rich tables). No I/O but
+"""How `pgqueue status`, `watchdog` and `jobs` look in a terminal (rich tables). No I/O but
 printing to the console it is given."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from pgqueue import health
+from pgqueue.models import Job, JobPage
 
 
 def make_console() -> Console:
@@ -113,3 +116,71 @@ def _human(age: timedelta | None) -> str:
 
 def _when(moment: datetime | None) -> str:
     return "never" if moment is None else moment.isoformat(timespec="seconds")
+
+
+def print_jobs(console: Console, page: JobPage) -> None:
+    """A page of job records as a table, and how to get the next page."""
+    if not page.jobs:
+        console.print("no jobs match")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("queue", overflow="ellipsis", no_wrap=True, max_width=16)
+    table.add_column("task", overflow="ellipsis", no_wrap=True, max_width=28)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("created", no_wrap=True)
+    table.add_column("run", justify="right", no_wrap=True)
+    # The last error only where it fits (`jobs show` has it in full): rich squeezes the
+    # other columns to nothing before it drops a no_wrap one.
+    error_width = console.width - 90
+    if error_width >= 16:
+        table.add_column("last error", overflow="ellipsis", no_wrap=True, max_width=error_width)
+    for job in page.jobs:
+        cells = [
+            str(job.id),
+            job.status.value,
+            job.queue,
+            job.task,
+            f"{job.attempt}/{job.max_attempts}",
+            job.created_at.astimezone().strftime("%m-%d %H:%M:%S"),
+            _human(job.run_time),
+        ]
+        table.add_row(*cells, *([job.last_error or ""] if error_width >= 16 else []))
+    console.print(table)
+    if page.next_before_id is not None:
+        console.print(f"more: --before-id {page.next_before_id}")
+
+
+def print_job(console: Console, job: Job) -> None:
+    """One job's record, field by field, with each failed attempt and the last traceback."""
+    fields = {
+        "id": job.id,
+        "status": job.status.value,
+        "queue": job.queue,
+        "task": job.task,
+        "args": json.dumps(job.args),
+        "attempt": f"{job.attempt} of {job.max_attempts}",
+        "priority": job.priority,
+        "created": _when(job.created_at),
+        "run at": _when(job.run_at),
+        "started": _when(job.started_at),
+        "finished": _when(job.finished_at),
+        "queue wait": _human(job.wait_time),
+        "run time": _human(job.run_time),
+        "worker": job.worker_id if job.worker_id is not None else "-",
+        "result": json.dumps(job.result),
+    }
+    optional = {
+        "dedupe key": job.dedupe_key,
+        "retry of": job.retry_of,
+        "cancel requested": _when(job.cancel_requested_at) if job.cancel_requested_at else None,
+        "atomic": "yes" if job.atomic else None,
+    }
+    fields |= {name: value for name, value in optional.items() if value is not None}
+    for name, value in fields.items():
+        console.print(f"{name:>16}: {value}")
+    for error in job.errors:
+        console.print(f"attempt {error.get('attempt')} at {error.get('at')}: {error.get('error')}")
+    if job.errors and job.errors[-1].get("traceback"):
+        console.print(str(job.errors[-1]["traceback"]).rstrip())

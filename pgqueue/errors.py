@@ -6,6 +6,8 @@
     ├── TaskError
     │   ├── UnknownTaskError    no task is registered under that name
     │   └── InvalidArgumentsError   arguments fail validation, or are not storable as JSON
+    ├── JobNotFoundError        no job has that id, live or in history
+    ├── JobStateError           the job's state does not allow it (retry a succeeded job, ...)
     ├── MigrationError          a migration failed; the transaction was rolled back
     └── EmbeddedServerError     the throwaway local PostgreSQL could not start
 
@@ -45,3 +47,11 @@ class MigrationError(PgQueueError):
 
 class EmbeddedServerError(PgQueueError):
     """The embedded PostgreSQL could not be started."""
+
+
+class JobNotFoundError(PgQueueError, LookupError):
+    """No job has the given id, in the hot table or in history."""
+
+
+class JobStateError(PgQueueError):
+    """The job's state does not allow the operation; nothing was changed."""

@@ -1,7 +1,9 @@
 """Runs one job and returns its outcome. No SQL.
 
 Owns: finding the handler, loading its arguments, calling it (`async def` on the event loop,
-`def` in the worker's thread pool), and turning whatever happens into an Outcome. Nothing a
+`def` in the worker's thread pool), and turning whatever happens into an Outcome. A requested
+cancellation cancels an `async def` handler and sets `ctx.cancel_requested` for a `def` one;
+an attempt during which cancellation was requested ends as cancelled, however it ended. Nothing a
 handler does escapes as an exception, not SystemExit, KeyboardInterrupt or an exception whose
 str() raises: the worker lives on and the job's failure is recorded. The one exception that
 does escape is asyncio.CancelledError, raised when the worker is stopping; the job is then
@@ -22,7 +24,7 @@ from typing import Any
 
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import ClaimedJob, RetryPolicy
-from pgqueue.registry import JobContext, Registry, to_json_result
+from pgqueue.registry import CancelSignal, JobContext, Registry, to_json_result
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -66,13 +68,18 @@ class Executor:
         self.threads = threads
         self.max_result_bytes = max_result_bytes
 
-    async def run(self, job: ClaimedJob, connection: Any = None) -> Outcome:
-        """Run one attempt; `connection` is handed to an atomic task's JobContext."""
+    async def run(
+        self, job: ClaimedJob, connection: Any = None, cancel: CancelSignal | None = None
+    ) -> Outcome:
+        """Run one attempt; `connection` is handed to an atomic task's JobContext, `cancel`
+        tells it (and this attempt) that cancellation was requested."""
         started = time.monotonic()
         try:
-            task, args, kwargs = self._prepare(job, connection)
+            task, args, kwargs = self._prepare(job, connection, cancel)
             if task.is_async:
                 running = task.fn(*args, **kwargs)
+                if cancel is not None:
+                    running = _until_cancelled(running, cancel)
             else:
                 call = functools.partial(task.fn, *args, **kwargs)
                 running = asyncio.get_running_loop().run_in_executor(self.threads, call)
@@ -80,7 +87,11 @@ class Executor:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
+            if cancel is not None and cancel.requested:
+                return self._cancelled(job, started)
             return self._failed(job, exc, started)
+        if cancel is not None and cancel.requested:
+            return self._cancelled(job, started)
         return self._succeeded(job, value, started)
 
     def run_sync(self, job: ClaimedJob, connection: Any) -> Outcome:
@@ -102,13 +113,17 @@ class Executor:
             return self._failed(job, exc, started)
         return self._succeeded(job, value, started)
 
-    def _prepare(self, job: ClaimedJob, connection: Any) -> tuple[Any, list[Any], dict[str, Any]]:
+    def _prepare(
+        self, job: ClaimedJob, connection: Any, cancel: CancelSignal | None = None
+    ) -> tuple[Any, list[Any], dict[str, Any]]:
         """The job's task and typed call arguments; raises UnknownTaskError or
         InvalidArgumentsError, which _failed turns into the right outcome."""
         task = self.registry.get(job.task)
         if task.fn is None:
             raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
-        context = JobContext(job.id, job.task, job.queue, job.attempt, job.max_attempts, connection)
+        context = JobContext(
+            job.id, job.task, job.queue, job.attempt, job.max_attempts, connection, cancel
+        )
         args, kwargs = task.load_args(job.args, context)
         return task, args, kwargs
 
@@ -142,6 +157,10 @@ class Executor:
             )
         return outcome
 
+    def _cancelled(self, job: ClaimedJob, started: float) -> Outcome:
+        log.info("job %s %s attempt %s cancelled on request", job.id, job.task, job.attempt)
+        return cancelled(job, time.monotonic() - started)
+
     def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         # Retrying cannot make stored arguments valid for this code: those fail at once.
         retryable = not isinstance(exc, InvalidArgumentsError)
@@ -173,8 +192,55 @@ class Executor:
         return Outcome(job, "failed", duration, error=error)
 
 
+def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
+    """The outcome of an attempt stopped because its cancellation was requested."""
+    error = {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": "cancelled",
+        "error": "cancelled on request",
+        "traceback": "",
+    }
+    return Outcome(job, "cancelled", duration, error=error)
+
+
 class JobTimeoutError(Exception):
     """The handler ran longer than its task's timeout."""
+
+
+async def _until_cancelled(running: Any, cancel: CancelSignal) -> Any:
+    """Await an async handler, cancelling it when cancellation of its job is requested;
+    then raise JobCancelledError. A cancellation of our own caller (the worker stopping, a
+    timeout) propagates unchanged."""
+    inner = asyncio.ensure_future(_boxed(running))
+    cancel.on_request(inner.cancel)
+    try:
+        ok, value = await inner
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        stopping = current is not None and getattr(current, "cancelling", lambda: 0)()
+        if cancel.requested and not stopping:
+            raise JobCancelledError("cancellation was requested") from None
+        raise
+    if not ok:
+        raise value
+    return value
+
+
+async def _boxed(running: Any) -> tuple[bool, Any]:
+    """The handler's result or exception as a value: a task that raised SystemExit or
+    KeyboardInterrupt would take the event loop down with it
+    (tests/integration/test_worker.py::test_handler_raising_exit_or_interrupt_fails_the_job_not_the_worker)."""
+    try:
+        return True, await running
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return False, exc
+
+
+class JobCancelledError(Exception):
+    """The job's cancellation was requested and its handler was cancelled."""
 
 
 async def _within(running: Any, timeout: timedelta | None) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -29,6 +31,9 @@ TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,254}$")
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
 MAX_ATTEMPTS_LIMIT = 1000
+DEDUPE_KEY_MAX = 512
+
+MIN_RETENTION, MAX_RETENTION = timedelta(minutes=1), timedelta(days=36_500)
 
 
 _NAME_RULES = {
@@ -157,6 +162,20 @@ class JobOptions(Settings):
     max_attempts: int = Field(default=25, ge=1, le=MAX_ATTEMPTS_LIMIT)
     run_at: datetime | None = None
     delay: timedelta | None = None
+    dedupe_key: str | None = Field(default=None, min_length=1, max_length=DEDUPE_KEY_MAX)
+    dedupe_window: timedelta | None = None
+
+    @field_validator("dedupe_key")
+    @classmethod
+    def _dedupe_key_storable(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("dedupe_key cannot contain a NUL character (\\x00)")
+        return value
+
+    @field_validator("dedupe_window")
+    @classmethod
+    def _dedupe_window_positive(cls, value: timedelta | None) -> timedelta | None:
+        return None if value is None else _positive(value, "dedupe_window")
 
     @field_validator("queue")
     @classmethod
@@ -205,7 +224,7 @@ class WorkerSettings(Settings):
     batch_size: int = Field(default=100, ge=1, le=10_000)
     poll_interval: timedelta = timedelta(seconds=1)
     poll_only: bool = False
-    hint_reset_interval: timedelta = timedelta(seconds=2)
+    hint_reset_interval: timedelta = timedelta(seconds=10)
     hint_reset_jitter: float = Field(default=0.5, ge=0.0, le=1.0)
     shutdown_grace: timedelta = timedelta(seconds=30)
     heartbeat_interval: timedelta = timedelta(seconds=5)
@@ -216,6 +235,27 @@ class WorkerSettings(Settings):
     horizon_warning: timedelta = timedelta(minutes=5)
     burst: bool = False
     name: str | None = None
+    periodic: bool = True
+    history_retention: timedelta | None = None
+    prune_interval: timedelta = timedelta(minutes=10)
+    prune_batch: int = Field(default=1000, ge=10, le=100_000)
+
+    @field_validator("history_retention")
+    @classmethod
+    def _retention_in_range(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and not MIN_RETENTION <= value <= MAX_RETENTION:
+            raise ValueError(
+                f"history_retention must be from {MIN_RETENTION} to {MAX_RETENTION.days} days "
+                "(or None to keep history forever; Queue(keep_history=False) keeps none)"
+            )
+        return value
+
+    @field_validator("prune_interval")
+    @classmethod
+    def _prune_interval_in_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(days=1):
+            raise ValueError("prune_interval must be from 1 second to 1 day")
+        return value
 
     @field_validator("queues")
     @classmethod
@@ -272,43 +312,140 @@ class ClaimedJob:
 
 
 class Job(BaseModel):
-    """A job's record, from the hot table or history (see Queue.get_job).
+    """A job's record, from the hot table or, once finished, from history (Queue.get_job,
+    Queue.list_jobs). Times are timezone-aware; durations are timedeltas (None until known).
 
-    status is one of JobStatus; `scheduled` means queued with run_at in the future.
-    errors lists each failed attempt: {"attempt", "error", "traceback", "at"}.
+    An atomic job shows as `queued` while it runs: its claim commits with its completion.
     """
 
     model_config = ConfigDict(frozen=True)
 
-    id: int
-    queue: str
-    task: str
-    args: dict[str, Any]
-    status: JobStatus
-    priority: int
-    attempt: int
-    max_attempts: int
-    run_at: datetime
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    worker_id: int | None
-    errors: list[dict[str, Any]]
-    result: Any = None
+    id: int = Field(description="the job's id, as enqueue returned it")
+    queue: str = Field(description="the queue it runs on")
+    task: str = Field(description="the registered task name")
+    args: dict[str, Any] = Field(description="its arguments, as stored (JSON)")
+    status: JobStatus = Field(
+        description="queued, scheduled (waiting for run_at), running, or finally "
+        "succeeded, failed or cancelled"
+    )
+    priority: int = Field(description="-100..100, lower runs first")
+    attempt: int = Field(description="attempts started so far (0 while never started)")
+    max_attempts: int = Field(description="attempts allowed before the job fails")
+    run_at: datetime = Field(description="not run before this time")
+    created_at: datetime = Field(description="when it was enqueued")
+    started_at: datetime | None = Field(description="start of the latest attempt")
+    finished_at: datetime | None = Field(description="when it succeeded, failed or was cancelled")
+    worker_id: int | None = Field(description="the worker running it, or that ran it last")
+    errors: list[dict[str, Any]] = Field(
+        description='each failed attempt: {"attempt", "at", "kind", "error", "traceback"}'
+    )
+    result: Any = Field(default=None, description="the handler's return value (JSON), if any")
+    dedupe_key: str | None = Field(default=None, description="the dedupe key it was enqueued with")
+    retry_of: int | None = Field(default=None, description="the job this one re-runs (retry)")
+    cancel_requested_at: datetime | None = Field(
+        default=None, description="when cancellation of the running job was requested"
+    )
+    atomic: bool = Field(default=False, description="claim, run and completion in one transaction")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def last_error(self) -> str | None:
+        """The error of the latest failed attempt, as `Type: message`."""
         return str(self.errors[-1].get("error")) if self.errors else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def wait_time(self) -> timedelta | None:
-        """From creation (or run_at, if later) to the start of the last attempt."""
+        """Queue wait: from creation (or run_at, if later) to the start of the last attempt."""
         if self.started_at is None:
             return None
         return self.started_at - max(self.created_at, self.run_at)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def run_time(self) -> timedelta | None:
+        """Run time of the last attempt: from its start to the finish."""
         if self.started_at is None or self.finished_at is None:
             return None
         return self.finished_at - self.started_at
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> Job:
+        """A record from a row in JOB_COLUMNS order (trailing columns may be missing)."""
+        return cls(**dict(zip(JOB_COLUMNS, row, strict=False)))
+
+
+# The columns of job_get and job_list, in order.
+JOB_COLUMNS = (
+    "id",
+    "queue",
+    "task",
+    "args",
+    "status",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "worker_id",
+    "errors",
+    "result",
+    "dedupe_key",
+    "retry_of",
+    "cancel_requested_at",
+    "atomic",
+)
+
+
+FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class Enqueued(int):
+    """The id of an enqueued job (an int, as before), and whether this call created it.
+
+    `created` is False when a dedupe key resolved to an existing job: one still queued,
+    scheduled or running, or one finished within the dedupe window.
+    """
+
+    created: bool
+
+    def __new__(cls, job_id: int, created: bool = True) -> Enqueued:
+        self = super().__new__(cls, job_id)
+        self.created = created
+        return self
+
+    @property
+    def id(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"Enqueued(id={int(self)}, created={self.created})"
+
+    __str__ = int.__repr__
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Enqueued, (int(self), self.created))
+
+
+class JobPage(BaseModel):
+    """One page of Queue.list_jobs, newest first. Pass `next_before_id` as `before_id` to get
+    the next page; it is None on the last page."""
+
+    model_config = ConfigDict(frozen=True)
+
+    jobs: list[Job]
+    next_before_id: int | None
+
+
+class Cancellation(str, enum.Enum):
+    """What Queue.cancel_job did."""
+
+    CANCELLED = "cancelled"  # it was queued or scheduled: it is in history as cancelled now
+    REQUESTED = "requested"  # it is running: its worker was told, it ends as cancelled
+    FINISHED = "finished"  # it had already finished: nothing was changed

@@ -74,7 +74,9 @@ def dead_channel(schema: str) -> str:
 
 def _render(text: str, schema: str) -> sql.Composed:
     return sql.SQL(text).format(
-        schema=sql.Identifier(schema), channel=sql.Identifier(channel(schema))
+        schema=sql.Identifier(schema),
+        channel=sql.Identifier(channel(schema)),
+        wake_channel=sql.Literal(channel(schema)),
     )
 
 

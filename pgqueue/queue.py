@@ -20,12 +20,22 @@ import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import migrate
+from pgqueue import migrate, records
 from pgqueue.errors import ConfigurationError, DatabaseError, InvalidArgumentsError
 from pgqueue.link import redact
-from pgqueue.models import Job, JobOptions, QueueSettings, RetryPolicy, TaskPolicy
+from pgqueue.models import (
+    Cancellation,
+    Enqueued,
+    Job,
+    JobOptions,
+    JobPage,
+    QueueSettings,
+    RetryPolicy,
+    TaskPolicy,
+)
 from pgqueue.queries import channel, query
 from pgqueue.registry import NewJob, Registry, Task, derived_name
+from pgqueue.schedule import Periodic, Schedules
 
 R = TypeVar("R")
 JobRef = NewJob | str | Task[Any]
@@ -42,6 +52,7 @@ class _Base(abc.ABC):
             schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
         )
         self.registry = Registry()
+        self.periodics = Schedules()
 
     @property
     def schema(self) -> str:
@@ -68,6 +79,7 @@ class _Base(abc.ABC):
         on_lost: str = "retry",
         compensate_with: str | None = None,
         atomic: bool = False,
+        dedupe_window: timedelta | float | None = None,
     ) -> Callable[[Callable[..., R]], Task[R]]: ...
 
     def task(  # type: ignore[misc]  # R is bound by the decorated function
@@ -85,6 +97,7 @@ class _Base(abc.ABC):
         on_lost: str = "retry",
         compensate_with: str | None = None,
         atomic: bool = False,
+        dedupe_window: timedelta | float | None = None,
     ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
         """Register a handler, `def` or `async def`, as a task.
 
@@ -93,11 +106,20 @@ class _Base(abc.ABC):
         stored jobs refer to tasks by name. `timeout` stops a job that runs longer (see
         README, "Timeouts"); `on_lost` says what happens to a job whose worker died.
         `atomic=True` runs claim, handler and completion in one transaction (README, "Atomic
-        tasks"); it bounds the job's time (default 60 s, at most 15 min).
+        tasks"); it bounds the job's time (default 60 s, at most 15 min). `dedupe_window`
+        applies to jobs enqueued with a dedupe_key (README, "Dedupe").
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)
-        options = JobOptions(queue=queue, priority=priority, max_attempts=max_attempts, delay=delay)
+        if isinstance(dedupe_window, (int, float)):
+            dedupe_window = timedelta(seconds=dedupe_window)
+        options = JobOptions(
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            delay=delay,
+            dedupe_window=dedupe_window,
+        )
         if isinstance(timeout, (int, float)):
             timeout = timedelta(seconds=timeout)
         if atomic:
@@ -131,11 +153,60 @@ class _Base(abc.ABC):
         task: Task[Any] = Task(
             None, name=name, options=JobOptions(**options), policy=TaskPolicy(), atomic=atomic
         )
+        task.enqueuer = self._enqueue_task(task)
         self.registry.add(task)
         return task
 
+    def periodic(
+        self,
+        task: Task[R] | Callable[..., R] | str | None = None,
+        /,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        args: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: str = "skip",
+        grace: timedelta | float | None = None,
+    ) -> Any:
+        """Run a task on a schedule: `@queue.periodic(cron="*/5 * * * *")` above `@queue.task`,
+        or `queue.periodic(task, every=timedelta(minutes=5), args={...}, name=...)`.
+
+        Every worker of this application schedules it; each tick becomes one job, exactly
+        once. `args` are validated now, like an enqueue's. `missed` ("skip" or "run_once")
+        says what happens to ticks no worker enqueued within `grace` (default 1 min, at most
+        `every`). A plain function is registered as a task with default options first.
+        Returns the task. See README, "Recurring jobs".
+        """
+        if isinstance(every, (int, float)):
+            every = timedelta(seconds=every)
+        if isinstance(grace, (int, float)):
+            grace = timedelta(seconds=grace)
+
+        def register(target: Task[R] | Callable[..., R] | str) -> Task[R]:
+            if isinstance(target, str):
+                found: Task[R] = self.registry.get(target)
+            else:
+                found = target if isinstance(target, Task) else self.task(target)
+            job = found.job(**(args or {}))
+            definition = Periodic(
+                name=name or found.name,
+                task=found.name,
+                args=job.args,
+                cron=cron,
+                every=every,
+                timezone=timezone,
+                missed=missed,
+                grace=grace,
+            )
+            self.periodics.add(definition, job)
+            return found
+
+        return register(task) if task is not None else register
+
     @abc.abstractmethod
-    def _enqueue_task(self, task: Task[Any]) -> Callable[..., Any]:
+    def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:
         """The twin's enqueue for `task.enqueue(...)`: sync for Queue, async for AsyncQueue."""
 
     def _new_job(self, job: JobRef, args: dict[str, Any] | None, options: dict[str, Any]) -> NewJob:
@@ -155,6 +226,18 @@ class _Base(abc.ABC):
 
     def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
         return query("job_get", self.schema), {"id": job_id}
+
+    def _enqueue_plan(self, jobs: Sequence[NewJob]) -> records.Plan[list[Enqueued]]:
+        return records.enqueue_plan(jobs, self.schema, self._insert)
+
+    def _list_plan(self, filters: dict[str, Any]) -> records.Plan[JobPage]:
+        return records.list_plan(records.JobFilter(**filters), self.schema)
+
+    def _cancel_plan(self, job_id: int) -> records.Plan[Cancellation]:
+        return records.cancel_plan(job_id, self.schema, self.settings.keep_history)
+
+    def _retry_plan(self, job_id: int) -> records.Plan[Enqueued]:
+        return records.retry_plan(job_id, self.schema, self._insert)
 
 
 ATOMIC_DEFAULT_TIMEOUT = timedelta(seconds=60)
@@ -208,27 +291,8 @@ def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
             )
 
 
-_JOB_FIELDS = (
-    "id",
-    "queue",
-    "task",
-    "args",
-    "status",
-    "priority",
-    "attempt",
-    "max_attempts",
-    "run_at",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "worker_id",
-    "errors",
-    "result",
-)
-
-
 def decode_job(row: Sequence[Any] | None) -> Job | None:
-    return None if row is None else Job(**dict(zip(_JOB_FIELDS, row, strict=False)))
+    return None if row is None else Job.from_row(row)
 
 
 def _require(conn: object, kind: type, method: str) -> None:
@@ -254,11 +318,8 @@ class Queue(_Base):
         )
         self._pool: ConnectionPool | None = None
 
-    def _enqueue_task(self, task: Task[Any]) -> Callable[..., int]:
-        def enqueue(*args: Any, **kwargs: Any) -> int:
-            return self.enqueue(task.job(*args, **kwargs))
-
-        return enqueue
+    def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Enqueued]:
+        return self.enqueue
 
     def enqueue(
         self,
@@ -267,21 +328,47 @@ class Queue(_Base):
         *,
         conn: psycopg.Connection[Any] | None = None,
         **options: Any,
-    ) -> int:
-        """Store one job and return its id. `job` is task.job(...), a task, or a task name."""
+    ) -> Enqueued:
+        """Store one job and return its id. `job` is task.job(...), a task, or a task name.
+
+        The id is an `Enqueued`, an int whose `created` is False when `dedupe_key` found an
+        existing job (queued, scheduled, running, or finished within `dedupe_window`).
+        """
         return self.enqueue_many([self._new_job(job, args, options)], conn=conn)[0]
 
     def enqueue_many(
         self, jobs: Iterable[NewJob], *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[int]:
-        """Store many jobs in one round trip; ids come back in the order given."""
+    ) -> list[Enqueued]:
+        """Store many jobs in one round trip (two with dedupe keys); ids come back in the
+        order given."""
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        statement, params = self._insert(batch)
-        with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
-            cur.execute(statement, params)
-            return [row[0] for row in cur.fetchall()]
+        with self._connection(conn) as c:
+            return records.run(c, self._enqueue_plan(batch), together=records.keyed(batch))
+
+    def list_jobs(self, *, conn: psycopg.Connection[Any] | None = None, **filters: Any) -> JobPage:
+        """A page of job records, newest first, live and finished. Filters: queue, task,
+        status (one or several), created_after, created_before; before_id and limit (1-1000,
+        default 50) page through: pass the page's `next_before_id` as `before_id`."""
+        with self._connection(conn) as c:
+            return records.run(c, self._list_plan(filters), together=False)
+
+    def cancel_job(
+        self, job_id: int, *, conn: psycopg.Connection[Any] | None = None
+    ) -> Cancellation:
+        """Cancel a job: at once if queued or scheduled; if running, its worker is told and
+        it ends as cancelled (README, "Cancellation"). Raises JobNotFoundError, or
+        JobStateError for a running atomic job."""
+        with self._connection(conn) as c:
+            return records.run(c, self._cancel_plan(job_id), together=False)
+
+    def retry_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
+        """Enqueue a failed or cancelled job again, with a fresh attempt count; the new
+        job's `retry_of` is `job_id`. Raises JobStateError otherwise, or if a retry of it is
+        still queued or running."""
+        with self._connection(conn) as c:
+            return records.run(c, self._retry_plan(job_id))
 
     def migrate(self, *, conn: psycopg.Connection[Any] | None = None) -> list[str]:
         """Apply pending migrations to this queue's schema; returns their names.
@@ -343,11 +430,8 @@ class AsyncQueue(_Base):
         )
         self._pool: AsyncConnectionPool | None = None
 
-    def _enqueue_task(self, task: Task[Any]) -> Callable[..., Any]:
-        async def enqueue(*args: Any, **kwargs: Any) -> int:
-            return await self.enqueue(task.job(*args, **kwargs))
-
-        return enqueue
+    def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:
+        return self.enqueue
 
     async def enqueue(
         self,
@@ -356,19 +440,36 @@ class AsyncQueue(_Base):
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
         **options: Any,
-    ) -> int:
+    ) -> Enqueued:
         return (await self.enqueue_many([self._new_job(job, args, options)], conn=conn))[0]
 
     async def enqueue_many(
         self, jobs: Iterable[NewJob], *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> list[int]:
+    ) -> list[Enqueued]:
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        statement, params = self._insert(batch)
-        async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(statement, params)
-            return [row[0] for row in await cur.fetchall()]
+        async with self._connection(conn) as c:
+            plan = self._enqueue_plan(batch)
+            return await records.run_async(c, plan, together=records.keyed(batch))
+
+    async def list_jobs(
+        self, *, conn: psycopg.AsyncConnection[Any] | None = None, **filters: Any
+    ) -> JobPage:
+        async with self._connection(conn) as c:
+            return await records.run_async(c, self._list_plan(filters), together=False)
+
+    async def cancel_job(
+        self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> Cancellation:
+        async with self._connection(conn) as c:
+            return await records.run_async(c, self._cancel_plan(job_id), together=False)
+
+    async def retry_job(
+        self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> Enqueued:
+        async with self._connection(conn) as c:
+            return await records.run_async(c, self._retry_plan(job_id))
 
     async def get_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None

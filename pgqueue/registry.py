@@ -37,6 +37,36 @@ class JobContext:
     connection: Any = None
     """For atomic tasks: the AsyncConnection whose transaction claims and completes the job.
     Writes made on it commit together with the job's completion, or not at all."""
+    cancel: CancelSignal | None = None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once cancellation of this job was requested (Queue.cancel_job): a `def`
+        handler should return soon; the job then ends as cancelled. An `async def` handler
+        need not look: it is cancelled (CancelledError at its next await)."""
+        return self.cancel is not None and self.cancel.requested
+
+
+class CancelSignal:
+    """Set by the worker when this job's cancellation is requested; read from any thread."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._waiters: list[Callable[[], object]] = []
+
+    def request(self) -> None:
+        if not self.requested:
+            self.requested = True
+            for waiter in self._waiters:
+                waiter()
+
+    def on_request(self, callback: Callable[[], object]) -> None:
+        """Call `callback` (on the worker's event loop) when cancellation is requested, or at
+        once if it already was."""
+        if self.requested:
+            callback()
+        else:
+            self._waiters.append(callback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +89,8 @@ class NewJob:
             "max_attempts": opts.max_attempts,
             "run_at": opts.run_at.isoformat() if opts.run_at else None,
             "delay": opts.delay.total_seconds() if opts.delay else None,
+            "dedupe_key": opts.dedupe_key,
+            "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
         }
 
 
@@ -87,7 +119,7 @@ class Task(Generic[R]):
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
         self._plain = _plain_fields(self) if fn is not None else None
-        self.enqueuer: Callable[..., Any] | None = None
+        self.enqueuer: Callable[[NewJob], Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         if self.fn is None:
@@ -98,21 +130,21 @@ class Task(Generic[R]):
         return f"<Task {self.name} queue={self.options.queue}>"
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Any:
-        """Enqueue on the owning queue's own connection and commit; returns the job id.
+        """Enqueue on the owning queue's own connection and commit; returns the job id (an
+        `Enqueued`: an int that also says whether it was `created` or deduplicated).
 
         For an AsyncQueue's task this returns an awaitable. Inside your own transaction use
         `queue.enqueue(task.job(...), conn=conn)` instead.
         """
-        if self.enqueuer is None:
-            raise ConfigurationError(f"task {self.name!r} is not registered on a queue")
-        return self.enqueuer(*args, **kwargs)
+        return _enqueuer(self)(self.job(*args, **kwargs))
 
     def job(self, *args: Any, **kwargs: Any) -> NewJob:
         """Validate arguments as a call would and return a job carrying them as JSON."""
         return NewJob(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
     def with_options(self, **options: Any) -> NewJobFactory:
-        """Same task, other job options (queue, priority, delay, run_at, max_attempts)."""
+        """Same task, other job options (queue, priority, delay, run_at, max_attempts,
+        dedupe_key, dedupe_window)."""
         merged = self.options.model_dump(exclude_none=True) | options
         return NewJobFactory(self, JobOptions(**merged))
 
@@ -186,6 +218,16 @@ class NewJobFactory:
         return NewJob(
             self.task.name, self.task.dump_args(args, kwargs), self.options, self.task.atomic
         )
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        """Like Task.enqueue, with these options: `task.with_options(delay=60).enqueue(x)`."""
+        return _enqueuer(self.task)(self.job(*args, **kwargs))
+
+
+def _enqueuer(task: Task[Any]) -> Callable[[NewJob], Any]:
+    if task.enqueuer is None:
+        raise ConfigurationError(f"task {task.name!r} is not registered on a queue")
+    return task.enqueuer
 
 
 class Registry:

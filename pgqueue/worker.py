@@ -7,7 +7,13 @@ handlers in a thread pool (with headroom for sync jobs that outlived their timeo
 
 Claims go through the Claimer (claimer.py: batches, the hint and its resets, promotion of
 due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
-their own lanes (atomic.py).
+their own lanes (atomic.py). Recurring jobs (periodic.py) and history retention (retention.py)
+each get a connection of their own, only when the application has recurring jobs or
+`history_retention` is set, and never in burst mode.
+
+Cancellation of a running job reaches the worker as a notification ('!cancel <id>' on the
+wake-up channel), with a check every rescue interval as the fallback: an async handler is
+cancelled, a sync one sees `ctx.cancel_requested`; the job ends as cancelled.
 
 Stopping (SIGTERM/SIGINT, or stop()): claiming stops, running jobs get `shutdown_grace` to
 finish, the rest are cancelled and put back as queued without spending an attempt, outcomes
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -30,18 +37,21 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from pgqueue.atomic import AtomicLane
-from pgqueue.claimer import Claimer, WorkerStats
+from pgqueue.claimer import Claimer, Position, WorkerStats
 from pgqueue.completer import Completer
 from pgqueue.errors import DatabaseError
-from pgqueue.executor import Executor
+from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
+from pgqueue.periodic import Scheduler
 from pgqueue.queries import query
 from pgqueue.queue import ATOMIC_MAX_TIMEOUT
-from pgqueue.registry import Registry
+from pgqueue.registry import CancelSignal, Registry
 from pgqueue.rescuer import Rescuer
+from pgqueue.retention import Pruner
+from pgqueue.schedule import Schedules
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64
@@ -61,6 +71,9 @@ class Worker:
         **overrides: Any,
     ) -> None:
         self.registry: Registry = queue.registry
+        self.periodics: Schedules = queue.periodics
+        self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
+        self.pruner: Pruner | None = None  # set at start with history_retention
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -73,11 +86,13 @@ class Worker:
         self.stats = WorkerStats()
         self.abandoned_threads = 0
         self._running: dict[asyncio.Task[None], ClaimedJob] = {}
+        self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
         self._unfinished: list[ClaimedJob] = []
         self._stopping = False
         self._force = False
         self._maybe_more = True
         self._retried_seen = 0
+        self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self.horizon_checks = 0
         self._next_horizon_warning = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,9 +166,17 @@ class Worker:
             asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
             for n, lane in enumerate(self.lanes)
         ]
+        helpers += self._maintenance()
         notifier = None
         if not s.poll_only:
-            notifier = Notifier(self.dsn, self.schema, set(s.queues), self._notified)
+            notifier = Notifier(
+                self.dsn,
+                self.schema,
+                set(s.queues),
+                self._announced,
+                self._relistened,
+                self._cancel_requested,
+            )
             helpers.append(asyncio.create_task(notifier.run(), name="pgqueue-listen"))
         log.info(
             "worker %s started: queues=%s concurrency=%s schema=%s%s",
@@ -173,6 +196,7 @@ class Worker:
             for helper in helpers[1:]:
                 helper.cancel()
             await asyncio.gather(*helpers[1:], return_exceptions=True)
+            await self._cancel_unfinished()
             await self._release_unfinished()
             heartbeat.stop()
             await self._claims.run(self._deregister)
@@ -187,6 +211,24 @@ class Worker:
                 self.stats.claimed,
                 len(self._unfinished),
             )
+
+    def _maintenance(self) -> list[asyncio.Task[None]]:
+        """The periodic scheduler and the history pruner, each on a connection of its own,
+        when this worker has something for them to do (never in burst mode)."""
+        s = self.settings
+        tasks = []
+        prepare = not s.poll_only
+        if s.periodic and len(self.periodics) and not s.burst:
+            scheduler = self.scheduler = Scheduler(self.periodics, self.schema, self.id)
+            link = Link(self.dsn, "periodic", prepare=prepare)
+            tasks.append(asyncio.create_task(scheduler.run(link), name="pgqueue-periodic"))
+        if s.history_retention is not None and not s.burst:
+            pruner = self.pruner = Pruner(
+                self.schema, s.history_retention, s.prune_interval, s.prune_batch
+            )
+            link = Link(self.dsn, "prune", prepare=prepare)
+            tasks.append(asyncio.create_task(pruner.run(link), name="pgqueue-prune"))
+        return tasks
 
     async def _check_schema(self) -> None:
         async def check(conn: Any) -> bool:
@@ -229,6 +271,7 @@ class Worker:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             if await self._claims.run(self.rescuer.rescue):
                 self._notified()  # rescued jobs may be claimable now
+            await self._check_cancels()
             await self._watch_horizon()
 
     async def _watch_horizon(self) -> None:
@@ -281,6 +324,8 @@ class Worker:
             full = False
             if free > 0 and self._maybe_more:
                 jobs, full = await self.claimer.claim_round(free)
+                if jobs:
+                    self._floor_checked = False
                 for job in jobs:
                     self._start(job)
                 self._maybe_more = full
@@ -292,14 +337,20 @@ class Worker:
             await self._sleep(min(next_poll, self.claimer.next_wake()) - time.monotonic())
 
     async def _burst_done(self) -> bool:
-        """In burst mode: nothing running, nothing claimable, nothing due to promote."""
+        """In burst mode: nothing running, nothing claimable, nothing due to promote.
+
+        "Nothing claimable" is only believed after a claim from the floor came back empty:
+        a wake-up naming a job below the hint may still be on its way."""
         if self._running or not all(lane.idle for lane in self.lanes):
             return False
         await self.completer.flushed()
         retried_before, self._retried_seen = self._retried_seen, self.completer.retried
         promoted = await self.claimer.promote()
-        if self._retried_seen != retried_before or promoted:
-            self._maybe_more = True  # retried or promoted jobs may be claimable now
+        if self._retried_seen != retried_before or promoted or not self._floor_checked:
+            # Retried or promoted jobs sit below the hints: look from the floor.
+            self._floor_checked = True
+            self.claimer.forget_hints()
+            self._maybe_more = True
             return False
         return True
 
@@ -311,12 +362,41 @@ class Worker:
         task.add_done_callback(self._finished)
 
     async def _run(self, job: ClaimedJob) -> None:
+        self._cancels[job.id] = cancel = CancelSignal()
         try:
-            outcome = await self.executor.run(job)
+            outcome = await self.executor.run(job, cancel=cancel)
         except asyncio.CancelledError:
             self._unfinished.append(job)
             raise
+        finally:
+            del self._cancels[job.id]
         self.completer.add(outcome)
+
+    # -- cancellation -----------------------------------------------------------------------
+
+    def _cancel_requested(self, job_id: int) -> None:
+        """Cancellation of a job was requested (a notification, or the fallback check); a job
+        this worker is not running is none of its business."""
+        cancel = self._cancels.get(job_id)
+        if cancel is not None and not cancel.requested:
+            log.info("job %s: cancellation requested, stopping it", job_id)
+            cancel.request()
+
+    async def _check_cancels(self) -> None:
+        """The fallback for a lost notification (or poll_only): look for requests on the
+        jobs this worker runs, every rescue interval."""
+        if not self._cancels:
+            return
+
+        async def requested(conn: Any) -> list[Any]:
+            cur = await conn.execute(
+                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+            )
+            rows: list[Any] = await cur.fetchall()
+            return rows
+
+        for (job_id,) in await self._claims.run(requested):
+            self._cancel_requested(job_id)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
@@ -324,6 +404,16 @@ class Worker:
             self._wake.set()
 
     # -- waking and stopping ----------------------------------------------------------------
+
+    def _announced(self, queue: str, position: Position | None) -> None:
+        """A wake-up naming where jobs became claimable (claimer.py)."""
+        self.claimer.announce(queue, position)
+        self._notified()
+
+    def _relistened(self) -> None:
+        """Listening (again): wake-ups sent meanwhile were missed, so claim from the floor."""
+        self.claimer.forget_hints()
+        self._notified()
 
     def _notified(self) -> None:
         self._maybe_more = True
@@ -438,6 +528,33 @@ class Worker:
             log.warning("put back %d jobs claimed while the connection broke", len(orphans))
             self.claimer.forget_hints()  # they sit below any hint now
             self._notified()  # and nobody else was told they are back
+
+    async def _cancel_unfinished(self) -> None:
+        """Unfinished jobs whose cancellation was requested (and not heard of in time) end as
+        cancelled instead of going back to run again; guarded like any outcome."""
+        if not self._unfinished:
+            return
+
+        async def cancel(conn: Any) -> list[ClaimedJob]:
+            cur = await conn.execute(
+                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+            )
+            requested = {row[0] for row in await cur.fetchall()}
+            jobs = [job for job in self._unfinished if job.id in requested]
+            if jobs:
+                outcomes = [cancelled(job, None).as_row() for job in jobs]
+                params = {
+                    "outcomes": json.dumps(outcomes),
+                    "keep_history": self.queue_settings.keep_history,
+                    "now": None,
+                }
+                await conn.execute(query("job_finish_many", self.schema), params)
+            return jobs
+
+        done = await self._claims.run(cancel)
+        if done:
+            log.info("cancelled %d unfinished jobs whose cancellation was requested", len(done))
+            self._unfinished = [job for job in self._unfinished if job not in done]
 
     async def _release_unfinished(self) -> None:
         if not self._unfinished:

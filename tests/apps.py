@@ -94,3 +94,34 @@ async def atomic_effect(table: str, marker: str, ctx: JobContext) -> int:
         Path(marker).touch()
         await asyncio.sleep(3600)
     return ctx.attempt
+
+
+@queue.task(name="noop")
+def noop() -> None:
+    """Does nothing: for tests that count jobs, not effects."""
+
+
+@queue.task(name="cancellable")
+def cancellable(ctx: JobContext) -> str:
+    """A sync handler that runs until its cancellation is requested, checking the flag."""
+    _record(f"{ctx.job_id} start")
+    deadline = time.monotonic() + 120
+    while not ctx.cancel_requested:
+        if time.monotonic() > deadline:
+            return "never cancelled"
+        time.sleep(0.01)
+    _record(f"{ctx.job_id} saw cancel")
+    return "stopped"
+
+
+@queue.task(name="acancellable")
+async def acancellable(ctx: JobContext) -> None:
+    """An async handler that waits until it is cancelled (a long job)."""
+    import asyncio
+
+    _record(f"{ctx.job_id} start")
+    try:
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        _record(f"{ctx.job_id} cancelled")
+        raise

@@ -8,6 +8,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history, {sc
     TO {role};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.migrations TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.periodic, {schema}.periodic_ticks TO {role};
 
 -- name: grant_app
 -- What an application that only enqueues and reads its jobs back needs.

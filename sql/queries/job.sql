@@ -4,8 +4,13 @@
 -- Inserts a batch of jobs in one statement and wakes the workers of their queues at commit.
 -- Rows arrive in input order, so ids come back in that order. A job whose run_at is in the
 -- future is 'scheduled' and stays out of the claim index until it is promoted.
--- pg_notify is called once per distinct queue, and PostgreSQL collapses identical notifications
--- within a transaction, so listeners get at most one wake-up per transaction per queue.
+-- Wake-up: one pg_notify per queue that got queued rows, with payload 'queue priority id', the
+-- lowest (priority, id) this transaction made claimable there. A worker whose claim hint has
+-- passed that position (the job committed late, or has a more urgent priority) claims from it
+-- next, instead of walking the whole index from the start (seed 002). The position is merged
+-- with what earlier statements of the transaction announced (transaction-local setting
+-- pgqueue.woken), so the payloads stay identical and PostgreSQL folds them: listeners get one
+-- wake-up per transaction and queue, unless a later statement goes lower.
 WITH input AS (
     SELECT j.queue, j.task, j.args, j.priority, j.max_attempts, coalesce(j.atomic, false) AS atomic,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
@@ -19,24 +24,46 @@ WITH input AS (
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input
-    RETURNING id, queue, status
+    RETURNING id, queue, status, priority
+), announced AS (
+    SELECT coalesce(nullif(current_setting('pgqueue.woken', true), ''), '{{}}')::jsonb AS woken
+), lowest AS (
+    SELECT DISTINCT ON (queue) queue, priority, id
+    FROM (
+        SELECT queue, priority, id FROM inserted WHERE status = 'queued'
+        UNION ALL
+        SELECT substr(e.key, length({wake_channel}) + 2), (e.value ->> 0)::smallint,
+               (e.value ->> 1)::bigint
+        FROM announced AS a, jsonb_each(a.woken) AS e
+        WHERE starts_with(e.key, {wake_channel} || ' ')
+    ) AS seen
+    WHERE queue IN (SELECT queue FROM inserted WHERE status = 'queued')
+    ORDER BY queue, priority, id
 )
 SELECT i.id
 FROM inserted AS i
 CROSS JOIN (
-    SELECT count(pg_notify(%(channel)s, q.queue)) AS woken
-    FROM (SELECT DISTINCT queue FROM inserted) AS q
+    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken,
+           set_config('pgqueue.woken',
+                      ((SELECT woken FROM announced)
+                       || coalesce(jsonb_object_agg({wake_channel} || ' ' || l.queue,
+                                                    jsonb_build_array(l.priority, l.id)),
+                                   '{{}}'))::text,
+                      true) AS remembered
+    FROM lowest AS l
 ) AS n
 ORDER BY i.id;
 
 -- name: job_get
 -- One job by id, from the hot table or, once finished, from history.
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
-       started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result
+       started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
+       dedupe_key, retry_of, cancel_requested_at, atomic
 FROM {schema}.jobs WHERE id = %(id)s
 UNION ALL
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
-       started_at, finished_at, worker_id, errors, result
+       started_at, finished_at, worker_id, errors, result,
+       dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic
 FROM {schema}.job_history WHERE id = %(id)s
 LIMIT 1;
 

@@ -22,10 +22,11 @@ DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 
 -- name: job_claim
 -- Claims up to %(limit)s queued jobs of one queue in (priority, id) order, skipping rows other
--- workers hold. The row comparison against the hint is an index start bound on jobs_claim_idx,
--- so dead entries below the hint are never visited (seed 002). The floor hint (-32768, 0)
--- claims from the start. A row updated concurrently is re-checked against status = 'queued'
--- when its lock is taken, so a job is never claimed twice.
+-- workers hold, between two positions. The row comparisons are the start and stop bounds of
+-- an index range scan on jobs_claim_idx, so dead entries outside the range are never visited
+-- (seed 002). The floor (-32768, 0) and the ceiling (32767, max bigint) claim everything.
+-- A row updated concurrently is re-checked against status = 'queued' when its lock is taken,
+-- so a job is never claimed twice.
 WITH picked AS (
     SELECT id
     FROM {schema}.jobs
@@ -33,6 +34,7 @@ WITH picked AS (
       AND status = 'queued'
       AND NOT atomic
       AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
+      AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -49,7 +51,9 @@ RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, 
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and
 -- returns the next run_at still ahead so the worker can sleep until then. SKIP LOCKED lets
--- several workers promote at once without waiting on each other.
+-- several workers promote at once without waiting on each other. Promoted jobs keep their ids,
+-- which claim hints have usually passed: the wake-up names the lowest (priority, id) promoted
+-- per queue, so every worker claims from there next (see job_insert).
 WITH due AS (
     SELECT id
     FROM {schema}.jobs
@@ -62,20 +66,27 @@ WITH due AS (
 ), promoted AS (
     UPDATE {schema}.jobs AS j SET status = 'queued'
     FROM due WHERE j.id = due.id
-    RETURNING j.id
+    RETURNING j.id, j.queue, j.priority
+), woken AS (
+    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM promoted
+          ORDER BY queue, priority, id) AS l
 )
 SELECT (SELECT count(*) FROM promoted) AS promoted,
        (SELECT min(run_at) FROM {schema}.jobs
         WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled'
-          AND run_at > coalesce(%(now)s::timestamptz, now())) AS next_run_at;
+          AND run_at > coalesce(%(now)s::timestamptz, now())) AS next_run_at,
+       (SELECT n FROM woken) AS woken;
 
 -- name: job_finish_many
 -- Writes a batch of outcomes in one statement. Finished jobs (succeeded, failed, cancelled)
 -- leave the hot table and, unless history is off, land in job_history in the same statement;
--- retried jobs go back to scheduled (or queued when due now) with the error appended.
+-- retried jobs go back to scheduled (or queued when due now) with the error appended; those
+-- queued now wake the workers with their lowest (priority, id) per queue (see job_insert).
 -- Guard: a row moves only while it is still running this attempt for the worker that claimed it
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
+-- A retry of a job whose cancellation was requested ends it as cancelled instead.
 -- `j.id = ANY(ARRAY(SELECT id FROM outcome))` keeps each write O(batch): without it, stale
 -- statistics (a table analysed while empty) make the planner walk every running row once per
 -- outcome, and with thousands running a batch took a second (bench/throughput.py, issue 6).
@@ -89,18 +100,21 @@ WITH outcome AS (
     USING outcome AS o
     WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
       AND j.status = 'running' AND j.worker_id = o.worker_id
-      AND o.status IN ('succeeded', 'failed', 'cancelled')
-    RETURNING j.id, j.queue, j.task, j.args, o.status, j.priority, j.attempt, j.max_attempts,
+      AND (o.status IN ('succeeded', 'failed', 'cancelled')
+           OR (o.status = 'retry' AND j.cancel_requested_at IS NOT NULL))
+    RETURNING j.id, j.queue, j.task, j.args,
+              CASE WHEN o.status = 'retry' THEN 'cancelled' ELSE o.status END AS status,
+              j.priority, j.attempt, j.max_attempts,
               j.run_at, j.created_at, j.started_at,
               coalesce(j.started_at + make_interval(secs => o.duration),
                        coalesce(%(now)s::timestamptz, now())) AS finished_at, j.worker_id,
               CASE WHEN o.error IS NULL THEN j.errors
                    ELSE j.errors || jsonb_build_array(o.error) END AS errors,
-              o.result
+              o.result, j.dedupe_key, j.retry_of, j.atomic
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
-         started_at, finished_at, worker_id, errors, result)
+         started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic)
     SELECT * FROM finished
     WHERE %(keep_history)s
     RETURNING id
@@ -113,19 +127,31 @@ WITH outcome AS (
     FROM outcome AS o
     WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
       AND j.status = 'running' AND j.worker_id = o.worker_id
-      AND o.status = 'retry'
-    RETURNING j.id
+      AND o.status = 'retry' AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.queue, j.priority, j.status
+), woken AS (
+    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM retried
+          WHERE status = 'queued' ORDER BY queue, priority, id) AS l
 )
 SELECT (SELECT count(*) FROM finished) AS finished,
        (SELECT count(*) FROM retried) AS retried,
-       (SELECT count(*) FROM archived) AS archived;
+       (SELECT count(*) FROM archived) AS archived,
+       (SELECT n FROM woken) AS woken;
 
 -- name: job_release_many
 -- Puts a stopping worker's unfinished jobs back to queued without spending an attempt: the
--- job did not fail, its worker went away. Guarded like job_finish_many.
-UPDATE {schema}.jobs
-SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
-WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s;
+-- job did not fail, its worker went away. Guarded like job_finish_many. Wakes the workers with
+-- the lowest (priority, id) put back per queue, since claim hints have passed them.
+WITH released AS (
+    UPDATE {schema}.jobs
+    SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s
+    RETURNING id, queue, priority
+)
+SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken
+FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM released
+      ORDER BY queue, priority, id) AS l;
 
 -- name: worker_listen
 -- Subscribes to the schema's wake-up channel; the payload of each notification is a queue name.
@@ -195,8 +221,16 @@ SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
 -- After the claim connection broke, puts back running jobs this worker holds but never
 -- received (the claim committed, its reply was lost). Claims only run on that connection, one
 -- at a time, so every job of ours not in `known` is such an orphan; its attempt is returned.
-UPDATE {schema}.jobs
-SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
-WHERE worker_id = %(worker_id)s AND status = 'running'
-  AND NOT (id = ANY(%(known)s::bigint[]))
-RETURNING id;
+-- Wakes the workers with the lowest (priority, id) put back per queue.
+WITH released AS (
+    UPDATE {schema}.jobs
+    SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
+    WHERE worker_id = %(worker_id)s AND status = 'running'
+      AND NOT (id = ANY(%(known)s::bigint[]))
+    RETURNING id, queue, priority
+), woken AS (
+    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM released
+          ORDER BY queue, priority, id) AS l
+)
+SELECT id FROM released WHERE (SELECT n FROM woken) IS NOT NULL;

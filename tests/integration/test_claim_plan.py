@@ -1,4 +1,9 @@
-"""The claim stays an index range scan on jobs_claim_idx, hinted or not (STYLE: SQL)."""
+"""The claim stays an index range scan on jobs_claim_idx, hinted or not (STYLE: SQL).
+
+Both row comparisons must be index conditions: the lower one is where the scan starts (the
+hint), the upper one where it stops (a range below the hint, claimed after a wake-up named a
+job there). A bound applied as a filter would walk every dead entry past it (seed 002).
+"""
 
 from __future__ import annotations
 
@@ -36,14 +41,23 @@ def filled(dsn: str, schema: str) -> str:
     return schema
 
 
-@pytest.mark.parametrize("hint", [(-32768, 0), (0, 15000)], ids=["unhinted", "hinted"])
+CEILING = (32767, 2**63 - 1)
+
+
+@pytest.mark.parametrize(
+    ("hint", "stop"),
+    [((-32768, 0), CEILING), ((0, 15000), CEILING), ((-1, 3000), (-1, CEILING[1]))],
+    ids=["unhinted", "hinted", "range-below-the-hint"],
+)
 def test_claim_is_an_index_range_scan_on_the_claim_index(
-    dsn: str, filled: str, hint: tuple[int, int]
+    dsn: str, filled: str, hint: tuple[int, int], stop: tuple[int, int]
 ) -> None:
     params = {
         "queue": "default",
         "after_priority": hint[0],
         "after_id": hint[1],
+        "before_priority": stop[0],
+        "before_id": stop[1],
         "limit": 10,
         "worker_id": 1,
         "now": None,
@@ -69,6 +83,7 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
             assert scan["Index Name"] == "jobs_claim_idx"
             cond = scan.get("Index Cond", "")
             assert "queue =" in cond and "ROW(priority, id) >" in cond, (mode, cond)
+            assert "ROW(priority, id) <" in cond, (mode, cond)
             # FOR UPDATE keeps the partial index's predicate as a recheck of the locked row
             # (that recheck is what stops a double claim); nothing else may be filtered.
             predicate = "((NOT atomic) AND (status = 'queued'::text))"

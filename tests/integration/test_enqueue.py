@@ -28,6 +28,8 @@ def _claim_one(dsn: str, schema: str) -> list[Any]:
         params = {
             "queue": "default",
             "after_priority": -32768,
+            "before_priority": 32767,
+            "before_id": 2**63 - 1,
             "after_id": 0,
             "limit": 10,
             "worker_id": 999,
@@ -121,9 +123,15 @@ def test_enqueue_sends_one_notification_per_transaction_per_queue(queue: Queue, 
                 queue.enqueue(t.job(i), conn=conn)
                 queue.enqueue(t.job(i), conn=conn, queue="other")
             queue.enqueue_many([t.job(i) for i in range(50)], conn=conn)
+            first = queue.enqueue(t.job(0), conn=conn, queue="third")
+            urgent = queue.enqueue(t.job(1), conn=conn, queue="third", priority=-1)
             conn.commit()
         notes = list(listener.notifies(timeout=0.5))
-    assert sorted(n.payload for n in notes) == ["default", "other"]
+    payloads = sorted(n.payload for n in notes)
+    # Each names the lowest (priority, id) the transaction made claimable in its queue; a
+    # later statement that goes lower (more urgent) sends one more.
+    assert [p.split()[0] for p in payloads] == ["default", "other", "third", "third"]
+    assert f"third 0 {first}" in payloads and f"third -1 {urgent}" in payloads
 
 
 def test_enqueue_options_are_stored(queue: Queue, conn: psycopg.Connection[Any]) -> None:
@@ -215,3 +223,46 @@ def test_pooled_enqueue_with_a_bad_dsn_raises_a_clear_error_at_once(
     with pytest.raises(error, match=message) as caught:
         t.enqueue()
     assert "s3cret" not in str(caught.value)
+
+
+def test_a_task_defined_in_another_service_is_enqueued_by_name_and_run_there(
+    dsn: str, schema: str
+) -> None:
+    """The caller declares the name only; the service that defines the function runs it."""
+    caller, service = Queue(dsn, schema=schema), Queue(dsn, schema=schema)
+    charge = caller.declare("billing.charge", queue="billing")
+    ran: list[tuple[int, str]] = []
+
+    @service.task(name="billing.charge", queue="billing")
+    def real_charge(customer: int, amount: str) -> str:
+        ran.append((customer, amount))
+        return "charged"
+
+    by_name = caller.enqueue("billing.charge", {"customer": 7, "amount": "12.50"})
+    by_handle = charge.enqueue(customer=8, amount="1.00")
+    assert real_charge(9, "0.10") == "charged"  # a plain call runs it now
+    assert ran == [(9, "0.10")]
+    drain(service, queues=["billing"])
+    assert sorted(ran) == [(7, "12.50"), (8, "1.00"), (9, "0.10")]
+    for job_id in (by_name, by_handle):
+        assert service.get_job(job_id).result == "charged"  # type: ignore[union-attr]
+    caller.close()
+    service.close()
+
+
+def test_async_task_enqueue_and_call_read_like_the_sync_ones(dsn: str, schema: str) -> None:
+    async def main() -> None:
+        queue = AsyncQueue(dsn, schema=schema)
+
+        @queue.task(name="double")
+        async def double(x: int) -> int:
+            return 2 * x
+
+        assert await double(4) == 8  # runs now
+        job_id = await double.enqueue(5)  # queued
+        assert job_id.created
+        job = await queue.get_job(job_id)
+        assert job is not None and job.status == "queued" and job.args == {"x": 5}
+        await queue.close()
+
+    asyncio.run(main())

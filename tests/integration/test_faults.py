@@ -154,13 +154,13 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
         returned_this_round[0] = 0
         return await original_round(self, free)
 
-    async def claim(self: Any, name: str, after: Any, limit: int) -> Any:
+    async def claim(self: Any, name: str, after: Any, before: Any, limit: int) -> Any:
         if armed.is_set() and returned_this_round[0] > 0:
             armed.clear()
             with psycopg.connect(dsn, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", [self.link.conn.info.backend_pid])
             fired.set()
-        jobs = await original_claim(self, name, after, limit)
+        jobs = await original_claim(self, name, after, before, limit)
         returned_this_round[0] += len(jobs)
         return jobs
 

@@ -153,6 +153,8 @@ def _claim_one(conn: psycopg.Connection[Any], schema: str, queue_name: str) -> N
     params = {
         "queue": queue_name,
         "after_priority": -32768,
+        "before_priority": 32767,
+        "before_id": 2**63 - 1,
         "after_id": 0,
         "limit": 1,
         "worker_id": worker[0],

@@ -75,3 +75,62 @@ def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(
     for role_dsn, statement in forbidden:
         with psycopg.connect(role_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(sql.SQL(statement).format(sql.Identifier(schema)))
+
+
+def test_the_app_role_dedupes_and_lists_and_the_worker_role_cancels_and_retries(
+    schema: str, roles: tuple[str, str]
+) -> None:
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+    ops = Queue(worker_dsn, schema=schema)
+    t = app.task(name="t", dedupe_window=600)(lambda: None)
+    first = t.with_options(dedupe_key="k").enqueue()
+    assert t.with_options(dedupe_key="k").enqueue() == first  # also reads history
+    assert [job.id for job in app.list_jobs().jobs] == [first]
+    assert ops.cancel_job(first) == "cancelled"
+    retry = ops.retry_job(first)
+    assert app.get_job(retry).retry_of == first  # type: ignore[union-attr]
+    app.close()
+    ops.close()
+
+
+def test_the_worker_role_can_schedule_recurring_jobs_and_prune_history(
+    schema: str, roles: tuple[str, str]
+) -> None:
+    import asyncio
+    from datetime import datetime, timedelta, timezone
+
+    from pgqueue.link import Link
+    from pgqueue.periodic import Scheduler
+    from pgqueue.retention import Cutoff, Pruner, prune
+
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+
+    @app.periodic(every=60)
+    @app.task(name="minutely")
+    def minutely() -> None:
+        pass
+
+    start = datetime(2026, 6, 1, 12, 0, 30, tzinfo=timezone.utc)
+
+    async def schedule_and_prune() -> int:
+        async with await psycopg.AsyncConnection.connect(worker_dsn, autocommit=True) as conn:
+            scheduler = Scheduler(app.periodics, schema, worker_id=1)
+            await scheduler.run_pass(conn, now=start)
+            done = await scheduler.run_pass(conn, now=start + timedelta(seconds=30))
+        link = Link(worker_dsn, "prune")
+        try:
+            await Pruner(schema, timedelta(days=1), timedelta(minutes=1), 100).prune_once(link)
+        finally:
+            await link.close()
+        return done.enqueued[0][2]
+
+    job_id = asyncio.run(schedule_and_prune())
+    job = app.get_job(job_id)
+    assert job is not None and job.task == "minutely"
+    with psycopg.connect(worker_dsn, autocommit=True) as conn:
+        prune(conn, schema, Cutoff(timedelta(0)))  # the CLI's path, under the worker role
+    with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(sql.SQL("DELETE FROM {}.periodic_ticks").format(sql.Identifier(schema)))
+    app.close()

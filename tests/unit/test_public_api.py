@@ -4,13 +4,18 @@ import pgqueue
 
 EXPECTED = [
     "AsyncQueue",
+    "Cancellation",
     "ConfigurationError",
     "DatabaseError",
     "EmbeddedServerError",
+    "Enqueued",
     "InvalidArgumentsError",
     "Job",
     "JobContext",
+    "JobNotFoundError",
     "JobOptions",
+    "JobPage",
+    "JobStateError",
     "JobStatus",
     "MigrationError",
     "NewJob",

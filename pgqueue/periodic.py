@@ -1,0 +1,194 @@
+"""The scheduler every worker runs for the recurring jobs its application defines.
+
+Owns: one pass (one transaction on the worker's `periodic` connection) that locks the
+definitions' rows, decides with schedule.plan which ticks are due, claims them in
+periodic_ticks and enqueues a job for each tick it claimed through the ordinary job_insert
+(so workers are woken the standard way), then sleeps until the next tick of any definition.
+
+Invariants: a tick becomes a job exactly once across any number of workers and processes:
+the primary key (name, tick) admits it once and the job is inserted in the same transaction,
+so a rolled-back pass leaves the tick free for the next one. No worker leads: every worker
+passes at every tick and the database sorts them out.
+
+Failures: a lost connection is retried by the Link. A worker frozen in the middle of a pass
+(SIGSTOP, a blocked event loop) holds the row locks only until PostgreSQL ends its idle
+transaction (idle_backstop, 10 s); the other workers then go on. Any other error (for
+example the tables of migration 0004 missing) is logged and the pass retried later. The
+scheduler never stops the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from pgqueue.link import Link
+from pgqueue.queries import query
+from pgqueue.queue import insert_statement
+from pgqueue.schedule import Entry, Plan, Schedules, plan
+
+log = logging.getLogger("pgqueue.periodic")
+MAX_SLEEP = timedelta(minutes=1)  # also how soon a new definition's first pass may come
+RETRY_AFTER = timedelta(seconds=10)
+WAKE_MARGIN = timedelta(milliseconds=5)  # wake just after the tick, never just before it
+IDLE_BACKSTOP = timedelta(seconds=10)  # the server ends a pass frozen (idle) for longer
+
+
+@dataclasses.dataclass
+class PassResult:
+    """What one pass did: the database's time, the jobs it enqueued, the next tick."""
+
+    now: datetime
+    enqueued: list[tuple[str, datetime, int]]
+    next_tick: datetime
+
+
+class Scheduler:
+    """Schedules `schedules` for the worker `worker_id` on the worker's schema."""
+
+    def __init__(
+        self,
+        schedules: Schedules,
+        schema: str,
+        worker_id: int,
+        *,
+        idle_backstop: timedelta = IDLE_BACKSTOP,
+    ) -> None:
+        self.entries = list(schedules)
+        self.schema = schema
+        self.worker_id = worker_id
+        self.idle_backstop = idle_backstop
+        self.passes = 0
+        self.enqueued = 0
+
+    async def run_pass(self, conn: Any, now: datetime | None = None) -> PassResult:
+        """One pass in one transaction on `conn` (autocommit). `now` pins time for tests."""
+        entries = {e.periodic.name: e for e in self.entries}
+        async with conn.transaction():
+            # A worker that freezes mid-pass must not hold the definitions' row locks, and so
+            # every other worker's scheduler, for longer than this.
+            backstop = str(int(self.idle_backstop.total_seconds() * 1000))
+            await conn.execute(query("transaction_bound_idle", self.schema), {"ms": backstop})
+            states = await self._lock(conn, now)
+            db_now: datetime = states[0][3]
+            plans = {
+                name: plan(entries[name].periodic, definition, last_tick, db_now)
+                for name, definition, last_tick, _ in states
+            }
+            claimed = await self._claim(conn, plans, now)
+            enqueued = await self._enqueue(conn, entries, claimed, now)
+            await self._advance(conn, entries, plans, now)
+        self.passes += 1
+        self.enqueued += len(enqueued)
+        for name, p in plans.items():
+            _report(name, p, entries[name])
+        next_tick = min(e.periodic.next_after(db_now) for e in self.entries)
+        return PassResult(db_now, enqueued, next_tick)
+
+    async def run(self, link: Link) -> None:
+        """Pass at every tick until cancelled; closes `link` when it ends."""
+        try:
+            while True:
+                try:
+                    result = await link.run(self.run_pass)
+                    wait = min(result.next_tick - result.now + WAKE_MARGIN, MAX_SLEEP)
+                except Exception as exc:  # any failure: log, keep the worker, retry later
+                    log.error(
+                        "periodic scheduler pass failed, retrying in %s: %s", RETRY_AFTER, exc
+                    )
+                    wait = RETRY_AFTER
+                await asyncio.sleep(max(wait.total_seconds(), 0.0))
+        finally:
+            await link.close()
+
+    async def _lock(self, conn: Any, now: datetime | None) -> list[tuple[Any, ...]]:
+        rows = [
+            {"name": e.periodic.name, "definition": e.periodic.definition()} for e in self.entries
+        ]
+        await conn.execute(
+            query("periodic_state_ensure", self.schema),
+            {"periodics": json.dumps(rows), "now": now},
+        )
+        cur = await conn.execute(
+            query("periodic_state_lock", self.schema),
+            {"names": [r["name"] for r in rows], "now": now},
+        )
+        return list(await cur.fetchall())
+
+    async def _claim(
+        self, conn: Any, plans: dict[str, Plan], now: datetime | None
+    ) -> list[tuple[str, datetime]]:
+        ticks = [
+            {"name": name, "tick": tick.isoformat()}
+            for name, p in plans.items()
+            for tick in p.enqueue
+        ]
+        if not ticks:
+            return []
+        cur = await conn.execute(
+            query("periodic_tick_claim", self.schema),
+            {"ticks": json.dumps(ticks), "worker_id": self.worker_id, "now": now},
+        )
+        return sorted(await cur.fetchall())
+
+    async def _enqueue(
+        self,
+        conn: Any,
+        entries: dict[str, Entry],
+        claimed: list[tuple[str, datetime]],
+        now: datetime | None,
+    ) -> list[tuple[str, datetime, int]]:
+        if not claimed:
+            return []
+        statement, params = insert_statement(
+            [entries[name].job for name, _ in claimed], self.schema
+        )
+        cur = await conn.execute(statement, params | {"now": now})
+        ids = [row[0] for row in await cur.fetchall()]
+        links = [
+            {"name": name, "tick": tick.isoformat(), "job_id": job_id}
+            for (name, tick), job_id in zip(claimed, ids, strict=True)
+        ]
+        await conn.execute(query("periodic_tick_link", self.schema), {"links": json.dumps(links)})
+        return [(name, tick, job_id) for (name, tick), job_id in zip(claimed, ids, strict=True)]
+
+    async def _advance(
+        self, conn: Any, entries: dict[str, Entry], plans: dict[str, Plan], now: datetime | None
+    ) -> None:
+        states = [
+            {
+                "name": name,
+                "definition": entries[name].periodic.definition(),
+                "last_tick": p.last_tick.isoformat(),
+            }
+            for name, p in plans.items()
+        ]
+        await conn.execute(
+            query("periodic_state_advance", self.schema), {"states": json.dumps(states), "now": now}
+        )
+
+
+def _report(name: str, p: Plan, entry: Entry) -> None:
+    if p.changed:
+        log.info(
+            "periodic job %s: definition changed; ticks missed before the change are not caught up",
+            name,
+        )
+    if p.missed is not None:
+        first, last = p.missed
+        what = (
+            f"one job enqueued for {last.isoformat()} (missed='run_once')"
+            if entry.periodic.missed == "run_once"
+            else "not enqueued (missed='skip')"
+        )
+        log.warning(
+            "periodic job %s: ticks from %s to %s were missed while no worker ran: %s",
+            name,
+            first.isoformat(),
+            last.isoformat(),
+            what,
+        )

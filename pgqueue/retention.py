@@ -1,0 +1,204 @@
+"""History retention: `pgqueue prune` and the workers' automatic `history_retention`.
+
+Owns: deleting finished jobs older than a cutoff (optionally of some statuses or one queue)
+in bounded batches, `DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short
+transaction; and, when no filter is given, periodic ticks older than the cutoff. Workers with
+`history_retention` set prune every `prune_interval` (± 50%), one worker at a time: each batch
+first takes a try-advisory lock, and a worker that finds it taken stops until its next
+interval. Nothing on the hot path reads history, so pruning never slows claims.
+
+Fails: a bad status or duration is a ConfigurationError; database errors reach the caller
+(the CLI), or are logged by the worker's pruner, which tries again next interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import random
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pgqueue.errors import ConfigurationError
+from pgqueue.link import Link
+from pgqueue.queries import query
+
+log = logging.getLogger("pgqueue.retention")
+FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cutoff:
+    """Which history rows a prune deletes: finished more than `older_than` before now."""
+
+    older_than: timedelta
+    statuses: tuple[str, ...] | None = None
+    queue: str | None = None
+    batch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.older_than < timedelta(0):
+            raise ConfigurationError(f"older_than={self.older_than} must be 0 or more")
+        unknown = [s for s in self.statuses or () if s not in FINAL_STATUSES]
+        if unknown:
+            raise ConfigurationError(
+                f"cannot prune status {unknown[0]!r}: history holds only "
+                f"{', '.join(FINAL_STATUSES)}"
+            )
+        if not 1 <= self.batch_size <= 100_000:
+            raise ConfigurationError(f"batch_size={self.batch_size} must be from 1 to 100000")
+
+    @property
+    def whole_history(self) -> bool:
+        """No filter: periodic ticks past the cutoff go too."""
+        return self.statuses is None and self.queue is None
+
+    def params(self, now: datetime | None) -> dict[str, Any]:
+        return {
+            "older_than": self.older_than.total_seconds(),
+            "statuses": list(self.statuses) if self.statuses else None,
+            "queue": self.queue,
+            "limit": self.batch_size,
+            "now": now,
+        }
+
+
+@dataclasses.dataclass
+class PruneReport:
+    """What a prune deleted, in how many batches, and how long each batch took."""
+
+    deleted: int = 0
+    ticks_deleted: int = 0
+    batch_seconds: list[float] = dataclasses.field(default_factory=list)
+    locked_out: bool = False  # another worker held the prune lock
+    after: dict[str, datetime] = dataclasses.field(default_factory=dict)  # per statement
+
+    def params(self, cutoff: Cutoff, step: str, now: datetime | None) -> dict[str, Any]:
+        """The next batch starts where the previous one ended (see job_history_prune)."""
+        return cutoff.params(now) | {"after": self.after.get(step)}
+
+    def record(self, step: str, rows: list[tuple[datetime]], seconds: float) -> int:
+        if rows:
+            self.after[step] = max(row[0] for row in rows)
+        if step == "job_history_prune":
+            self.deleted += len(rows)
+        else:
+            self.ticks_deleted += len(rows)
+        self.batch_seconds.append(seconds)
+        return len(rows)
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_seconds)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.batch_seconds)
+
+
+def _steps(cutoff: Cutoff) -> Sequence[str]:
+    return (
+        ("job_history_prune", "periodic_tick_prune")
+        if cutoff.whole_history
+        else ("job_history_prune",)
+    )
+
+
+def prune(conn: Any, schema: str, cutoff: Cutoff, *, now: datetime | None = None) -> PruneReport:
+    """Delete what `cutoff` selects, batch after batch, until none is left. `conn` must be
+    in autocommit mode: each batch commits on its own."""
+    report = PruneReport()
+    for step in _steps(cutoff):
+        while True:
+            started = time.perf_counter()
+            with conn.transaction():
+                rows = conn.execute(query(step, schema), report.params(cutoff, step, now))
+                deleted = report.record(step, rows.fetchall(), time.perf_counter() - started)
+            if deleted < cutoff.batch_size:
+                break
+    return report
+
+
+async def abatch(
+    conn: Any,
+    schema: str,
+    cutoff: Cutoff,
+    step: str,
+    report: PruneReport,
+    *,
+    now: datetime | None = None,
+    lock: bool = False,
+) -> int | None:
+    """One batch in its own transaction on `conn` (autocommit); the async twin of a `prune`
+    step. With `lock` it first takes the prune lock, and returns None (and sets
+    `report.locked_out`) if another worker holds it."""
+    started = time.perf_counter()
+    async with conn.transaction():
+        if lock:
+            cur = await conn.execute(query("retention_lock", schema), {"schema": schema})
+            row = await cur.fetchone()
+            if not row or not row[0]:
+                report.locked_out = True
+                return None
+        cur = await conn.execute(query(step, schema), report.params(cutoff, step, now))
+        return report.record(step, await cur.fetchall(), time.perf_counter() - started)
+
+
+class Pruner:
+    """A worker's automatic retention: history older than `retention`, every `interval`."""
+
+    def __init__(self, schema: str, retention: timedelta, interval: timedelta, batch: int) -> None:
+        self.schema = schema
+        self.cutoff = Cutoff(retention, batch_size=batch)
+        self.interval = interval
+        self.runs = 0
+        self.deleted = 0
+
+    async def prune_once(self, link: Link, now: datetime | None = None) -> PruneReport:
+        """One full prune, batch by batch; each batch is one Link operation, so a lost
+        connection costs at most the batch in flight."""
+        report = PruneReport()
+        for step in _steps(self.cutoff):
+            while not report.locked_out:
+                batch = functools.partial(
+                    abatch,
+                    schema=self.schema,
+                    cutoff=self.cutoff,
+                    step=step,
+                    report=report,
+                    now=now,
+                    lock=True,
+                )
+                deleted = await link.run(batch)
+                if deleted is None or deleted < self.cutoff.batch_size:
+                    break
+        self.runs += 1
+        self.deleted += report.deleted
+        if report.deleted or report.ticks_deleted:
+            log.info(
+                "pruned %d finished jobs and %d periodic ticks older than %s in %d batches "
+                "(%.2f s)",
+                report.deleted,
+                report.ticks_deleted,
+                self.cutoff.older_than,
+                report.batches,
+                report.seconds,
+            )
+        return report
+
+    async def run(self, link: Link) -> None:
+        """Prune every interval (± 50%) until cancelled; closes `link` when it ends."""
+        seconds = self.interval.total_seconds()
+        try:
+            while True:
+                await asyncio.sleep(seconds * random.uniform(0.5, 1.5))
+                try:
+                    await self.prune_once(link)
+                except Exception as exc:  # log and keep the worker; try again next interval
+                    log.error("history prune failed, retrying next interval: %s", exc)
+        finally:
+            await link.close()

@@ -1,0 +1,44 @@
+-- History retention: deleting finished jobs (and old periodic ticks) in small batches.
+-- Nothing here is on the hot path: claims and completions never read job_history.
+
+-- name: retention_lock
+-- Lets one worker prune at a time across the schema; held for one batch, released at commit.
+-- A worker that finds it taken leaves the pruning to the holder until its next interval.
+SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.prune'), hashtext(%(schema)s));
+
+-- name: job_history_prune
+-- Deletes at most `limit` finished jobs that finished before the cutoff, oldest first,
+-- optionally of some statuses or one queue; returns each deleted row's finished_at. Bounded,
+-- so each batch is a short transaction that holds few locks and leaves VACUUM a little work.
+-- `after` (the latest finished_at of the previous batch) starts the index walk past the rows
+-- already deleted, whose dead entries stay in the index while a long transaction holds back
+-- VACUUM (seed 002): batches never re-walk them. Rows another pruner is deleting are
+-- skipped, so concurrent prunes never wait on each other.
+DELETE FROM {schema}.job_history
+WHERE id IN (
+    SELECT id FROM {schema}.job_history
+    WHERE finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+      AND finished_at >= coalesce(%(after)s::timestamptz, '-infinity')
+      AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+    ORDER BY finished_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING finished_at;
+
+-- name: periodic_tick_prune
+-- Deletes at most `limit` periodic ticks older than the cutoff, oldest first, starting at
+-- `after` like job_history_prune; returns each deleted tick. Guard: only ticks at or before
+-- their definition's last_tick, which no scheduler pass looks at again.
+DELETE FROM {schema}.periodic_ticks
+WHERE (name, tick) IN (
+    SELECT t.name, t.tick FROM {schema}.periodic_ticks AS t
+    JOIN {schema}.periodic AS p ON p.name = t.name AND t.tick <= p.last_tick
+    WHERE t.tick < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+      AND t.tick >= coalesce(%(after)s::timestamptz, '-infinity')
+    ORDER BY t.tick
+    LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
+)
+RETURNING tick;

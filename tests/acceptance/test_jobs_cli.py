@@ -1,0 +1,131 @@
+"""`pgqueue jobs list|show|cancel|retry` as a user meets them: a real process, a real database.
+
+Malformed arguments exit 2 naming the argument; a job that does not exist, or whose state does
+not allow the action, exits 1 with one line and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pgqueue import Queue, RetryPolicy
+from pgqueue.testing import drain
+from tests.acceptance.test_cli import assert_usage_error, run_pgqueue
+
+
+@pytest.fixture
+def jobs(dsn: str, schema: str) -> dict[str, int]:
+    """One succeeded, one failed, one queued job."""
+    queue = Queue(dsn, schema=schema)
+    ok = queue.task(name="ok")(lambda: "done")
+
+    @queue.task(name="bad", max_attempts=1, retry=RetryPolicy(base=0))
+    def bad() -> None:
+        raise RuntimeError("report query timed out")
+
+    made = {"succeeded": ok.enqueue(), "failed": bad.enqueue()}
+    drain(queue)
+    made["queued"] = ok.with_options(queue="later").enqueue()
+    queue.close()
+    return made
+
+
+def jobs_cli(dsn: str, schema: str, *args: str, columns: int = 80) -> str:
+    env = {"COLUMNS": str(columns)}
+    result = run_pgqueue("jobs", *args, "--dsn", dsn, "--schema", schema, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_jobs_list_shows_live_and_finished_jobs_and_filters(
+    dsn: str, schema: str, jobs: dict[str, int]
+) -> None:
+    narrow, wide = jobs_cli(dsn, schema, "list"), jobs_cli(dsn, schema, "list", columns=160)
+    for status in ("succeeded", "failed", "queued"):
+        assert status in narrow and status in wide
+    assert "report query timed out" in wide
+    page = json.loads(jobs_cli(dsn, schema, "list", "--status", "failed,queued", "--json"))
+    assert sorted(job["id"] for job in page["jobs"]) == sorted([jobs["failed"], jobs["queued"]])
+    assert (
+        json.loads(jobs_cli(dsn, schema, "list", "--queue", "later", "--json"))["jobs"][0]["id"]
+        == jobs["queued"]
+    )
+    assert "no jobs match" in jobs_cli(
+        dsn,
+        schema,
+        "list",
+        "--since",
+        "2026-01-01T00:00:00+00:00",
+        "--until",
+        "2026-01-02T00:00:00+00:00",
+    )
+
+
+def test_jobs_list_pages_with_before_id(dsn: str, schema: str, jobs: dict[str, int]) -> None:
+    first = json.loads(jobs_cli(dsn, schema, "list", "--limit", "2", "--json"))
+    assert len(first["jobs"]) == 2 and first["next_before_id"] is not None
+    rest = json.loads(
+        jobs_cli(dsn, schema, "list", "--before-id", str(first["next_before_id"]), "--json")
+    )
+    ids = [job["id"] for job in first["jobs"] + rest["jobs"]]
+    assert ids == sorted(jobs.values(), reverse=True)
+    assert "more: --before-id" in jobs_cli(dsn, schema, "list", "--limit", "1")
+
+
+def test_jobs_show_prints_the_record_with_its_error(
+    dsn: str, schema: str, jobs: dict[str, int]
+) -> None:
+    text = jobs_cli(dsn, schema, "show", str(jobs["failed"]))
+    assert "failed" in text and "RuntimeError: report query timed out" in text
+    assert "Traceback" in text  # the job's own, recorded traceback
+    record = json.loads(jobs_cli(dsn, schema, "show", str(jobs["succeeded"]), "--json"))
+    assert record["status"] == "succeeded" and record["result"] == "done"
+    assert record["run_time"] is not None
+
+
+def test_jobs_cancel_and_retry_change_the_jobs(dsn: str, schema: str, jobs: dict[str, int]) -> None:
+    assert "cancelled" in jobs_cli(dsn, schema, "cancel", str(jobs["queued"]))
+    assert "already finished" in jobs_cli(dsn, schema, "cancel", str(jobs["queued"]))
+    out = jobs_cli(dsn, schema, "retry", str(jobs["failed"]))
+    retry_id = int(out.split()[-1])
+    record = json.loads(jobs_cli(dsn, schema, "show", str(retry_id), "--json"))
+    assert record["retry_of"] == jobs["failed"] and record["status"] == "queued"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("show", "abc"), ["argument ID", "'abc' is not a job id"]),
+        (("cancel", "0"), ["argument ID", "0 is not a job id"]),
+        (("list", "--status", "done"), ["argument --status", "'done' is not a job status"]),
+        (("list", "--limit", "5000"), ["--limit 5000 is over 1000"]),
+        (("list", "--since", "yesterday"), ["argument --since", "'yesterday' is not an age"]),
+        (("list", "--since", "2026-01-01T00:00"), ["argument --since", "with an offset"]),
+        (("list", "--queue", "a b"), ["argument --queue", "invalid queue name"]),
+        (("frobnicate",), ["invalid choice"]),
+    ],
+)
+def test_malformed_jobs_arguments_exit_2_naming_them(
+    dsn: str, schema: str, args: tuple[str, ...], fragments: list[str]
+) -> None:
+    result = run_pgqueue("jobs", *args, "--dsn", dsn, "--schema", schema)
+    assert_usage_error(result, *fragments)
+
+
+@pytest.mark.parametrize(
+    ("action", "which", "message"),
+    [
+        ("show", None, "no job has id 99999999"),
+        ("cancel", None, "no job has id 99999999"),
+        ("retry", "succeeded", "only failed or cancelled jobs can be retried"),
+    ],
+)
+def test_impossible_job_actions_exit_1_with_one_line(
+    dsn: str, schema: str, jobs: dict[str, int], action: str, which: str | None, message: str
+) -> None:
+    job_id = str(jobs[which]) if which else "99999999"
+    result = run_pgqueue("jobs", action, job_id, "--dsn", dsn, "--schema", schema)
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
