@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -118,6 +119,7 @@ class Task(Generic[R]):
         self._signature = inspect.signature(fn) if fn is not None else None
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
+        self._plain = _plain_fields(self) if fn is not None else None
         self.enqueuer: Callable[[NewJob], Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
@@ -148,6 +150,10 @@ class Task(Generic[R]):
         return NewJobFactory(self, JobOptions(**merged))
 
     def dump_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._plain is not None:
+            plain = self._plain.dump(args, kwargs)
+            if plain is not None:
+                return plain
         if self._signature is None or self._model is None:
             if args or not _is_json_object(kwargs):
                 raise InvalidArgumentsError(
@@ -175,6 +181,10 @@ class Task(Generic[R]):
         self, stored: dict[str, Any], context: JobContext
     ) -> tuple[list[Any], dict[str, Any]]:
         """Stored JSON args -> (positional, keyword) call arguments of the declared types."""
+        if self._plain is not None:
+            plain = self._plain.load(stored, context)
+            if plain is not None:
+                return plain
         assert self._signature is not None and self._model is not None
         try:
             model = self._model.model_validate(stored)
@@ -282,6 +292,98 @@ def _argument_model(task: Task[Any]) -> type[BaseModel]:
     # default would store them as null without a word.
     config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, ser_json_inf_nan="constants")
     return create_model(f"{task.name}:args", __config__=config, **fields)
+
+
+_PLAIN_TYPES = (int, str, float, bool)
+
+
+@dataclass(frozen=True)
+class _PlainFields:
+    """The fast path for tasks whose parameters are all int, str, float or bool.
+
+    Values of exactly the declared type are what pydantic would validate and dump unchanged,
+    so they skip it, in both directions (keeping pydantic off the per-job hot path, issue 6).
+    Anything else (another type, a missing or unknown argument, a non-finite float, a string
+    jsonb cannot store) returns None and goes the validated way, which gives the same result
+    or raises the same error: tests/unit/test_registry.py compares the two paths.
+    """
+
+    params: tuple[inspect.Parameter, ...]
+    types: dict[str, type]
+    positional: tuple[str, ...]
+    positional_only: frozenset[str]
+    required: frozenset[str]
+    context: str | None
+
+    def dump(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        if self.context is not None or len(args) > len(self.positional):
+            return None
+        out = dict(zip(self.positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name in out or name in self.positional_only or name not in self.types:
+                return None
+            out[name] = value
+        if not self.required <= out.keys():
+            return None
+        if all(_plain_value(self.types[name], value) for name, value in out.items()):
+            return out
+        return None
+
+    def load(
+        self, stored: dict[str, Any], context: JobContext
+    ) -> tuple[list[Any], dict[str, Any]] | None:
+        if not stored.keys() <= self.types.keys() or not self.required <= stored.keys():
+            return None
+        positional: list[Any] = []
+        keyword: dict[str, Any] = {}
+        for param in self.params:
+            if param.name == self.context:
+                value: Any = context
+            elif param.name in stored:
+                value = stored[param.name]
+                if not _plain_value(self.types[param.name], value):
+                    return None
+            else:
+                continue
+            if param.kind is param.POSITIONAL_ONLY:
+                positional.append(value)
+            else:
+                keyword[param.name] = value
+        return positional, keyword
+
+
+def _plain_value(kind: type, value: Any) -> bool:
+    if type(value) is not kind:
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return "\x00" not in value and (value.isascii() or _utf8(value))
+    return True
+
+
+def _plain_fields(task: Task[Any]) -> _PlainFields | None:
+    """The fast path's view of a task, or None if some parameter is not a plain type."""
+    assert task._signature is not None and task.fn is not None
+    hints = typing.get_type_hints(task.fn)
+    params = tuple(task._signature.parameters.values())
+    types: dict[str, type] = {}
+    for param in params:
+        if param.name == task._context_param:
+            continue
+        annotation = hints.get(param.name)
+        if annotation not in _PLAIN_TYPES:
+            return None
+        types[param.name] = annotation
+    kept = [p for p in params if p.name != task._context_param]
+    return _PlainFields(
+        params=params,
+        types=types,
+        positional=tuple(p.name for p in kept if p.kind is not p.KEYWORD_ONLY),
+        positional_only=frozenset(p.name for p in kept if p.kind is p.POSITIONAL_ONLY),
+        required=frozenset(p.name for p in kept if p.default is p.empty),
+        context=task._context_param,
+    )
 
 
 def _with_context_placeholder(task: Task[Any], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -184,6 +184,9 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
 -- A retry of a job whose cancellation was requested ends it as cancelled instead.
+-- `j.id = ANY(ARRAY(SELECT id FROM outcome))` keeps each write O(batch): without it, stale
+-- statistics (a table analysed while empty) make the planner walk every running row once per
+-- outcome, and with thousands running a batch took a second (bench/throughput.py, issue 6).
 WITH outcome AS (
     SELECT *
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
@@ -192,7 +195,7 @@ WITH outcome AS (
 ), finished AS (
     DELETE FROM {schema}.jobs AS j
     USING outcome AS o
-    WHERE j.id = o.id AND j.attempt = o.attempt
+    WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
       AND j.status = 'running' AND j.worker_id = o.worker_id
       AND (o.status IN ('succeeded', 'failed', 'cancelled')
            OR (o.status = 'retry' AND j.cancel_requested_at IS NOT NULL))
@@ -220,7 +223,7 @@ WITH outcome AS (
         worker_id = NULL,
         errors = j.errors || jsonb_build_array(o.error)
     FROM outcome AS o
-    WHERE j.id = o.id AND j.attempt = o.attempt
+    WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
       AND j.status = 'running' AND j.worker_id = o.worker_id
       AND o.status = 'retry' AND j.cancel_requested_at IS NULL
     RETURNING j.id, j.queue, j.priority, j.status

@@ -1,0 +1,91 @@
+"""The throughput bench (bench/throughput.py) as CI runs it: `--short`, a real process.
+
+It must write results.json, results.md and every chart, with a row for every workload and
+every system that can run here (or a note saying why it cannot), each with positive figures.
+Figures are never compared here: speed belongs in bench/.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer")
+CHARTS = ("drain.png", "enqueue.png", "latency.png", "claim_cost.png")
+RAW = {"claim_delete", "insert", "insert_notify", "insert_many", "copy"}
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="the bench draws its charts with matplotlib: pip install -e '.[bench]'",
+)
+
+
+def positive_figures(row: dict[str, Any]) -> None:
+    assert "failed" not in row, row
+    assert row["runs"], row
+    for name, figure in row["summary"].items():
+        assert figure["min"] > 0, (row["system"], row["params"], name, figure)
+        assert figure["min"] <= figure["median"] <= figure["max"], (row["params"], name)
+
+
+def test_short_throughput_bench_writes_every_workload_row_and_chart(
+    dsn: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "throughput"
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.throughput", "--short", "--dsn", dsn, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    results = json.loads((out / "results.json").read_text())
+    workloads = results["workloads"]
+    runnable = [s for s in SYSTEMS if s not in results["unavailable"]]
+    assert "pgqueue" in runnable
+    assert "oban" in results["unavailable"]
+    for name in set(SYSTEMS) - set(runnable):
+        assert results["unavailable"][name].startswith("not installed"), name
+
+    expected = {
+        "drain": {(s, 10) for s in runnable},
+        "enqueue": {(s, m) for s in runnable for m in ("sequential", "concurrent", "bulk")},
+        "idle": {(s, None) for s in runnable},
+        "steady": {(s, None) for s in runnable},
+        "claim": {("pgqueue", 100), ("pgqueue", 1000)},
+    }
+    keys = {"drain": "concurrency", "enqueue": "mode", "claim": "queued"}
+    for workload, want in expected.items():
+        rows = workloads[workload]["rows"]
+        got = {(r["system"], r["params"].get(keys.get(workload, ""))) for r in rows}
+        assert got == want, workload
+        for row in rows:
+            positive_figures(row)
+        assert len(workloads[workload]["loadavg_start"]) == 3
+
+    if shutil.which("pgbench") or Path("/usr/bin/pgbench").exists():
+        raw_rows = workloads["raw"]["rows"]
+        assert {r["params"]["workload"] for r in raw_rows} == RAW
+        for row in raw_rows:
+            positive_figures(row)
+
+    assert len(results["targets"]) == 9
+    for chart in CHARTS:
+        assert (out / chart).stat().st_size > 0, chart
+    table = (out / "results.md").read_text()
+    assert "### Drain" in table and "oban" in table
+    assert results["command"].endswith(f"--out {out}")
