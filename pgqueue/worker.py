@@ -94,6 +94,7 @@ class Worker:
         self._maybe_more = True
         self._retried_seen = 0
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
+        self._wakes = 0  # wake-ups so far: one during a claim means claim again
         self.horizon_checks = 0
         self._next_horizon_warning = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -327,12 +328,14 @@ class Worker:
                 self._maybe_more = True
             full = False
             if free > 0 and self._maybe_more:
+                wakes = self._wakes
                 jobs, full = await self.claimer.claim_round(free)
                 if jobs:
                     self._floor_checked = False
                 for job in jobs:
                     self._start(job)
-                self._maybe_more = full
+                # A wake-up that arrived while the claim ran may be for a job it did not see.
+                self._maybe_more = full or self._wakes != wakes
                 next_poll = time.monotonic() + poll
             if s.burst and not full and not self._running and await self._burst_done():
                 break
@@ -420,6 +423,7 @@ class Worker:
         self._notified()
 
     def _notified(self) -> None:
+        self._wakes += 1
         self._maybe_more = True
         self._atomic_wake.set()
         if self._wake is not None:

@@ -57,3 +57,39 @@ def test_poll_only_worker_opens_no_listener_and_still_runs_jobs(
         conn.commit()
         assert ran.wait(20)
         assert _listeners(conn) == 0
+
+
+def test_wake_up_that_arrives_during_a_claim_is_not_lost(
+    queue: Queue, dsn: str, monkeypatch: Any
+) -> None:
+    # Regression (bench/throughput.py saw 1 s maxima): the fetch loop set "nothing more to
+    # claim" after a claim returned, erasing a wake-up that had arrived while the claim ran,
+    # so the job it announced waited for the next poll. Here the poll is a minute away.
+    import asyncio
+
+    from pgqueue import claimer as claimer_module
+
+    ran = threading.Event()
+    t = queue.task(name="t")(lambda: ran.set())
+    armed = threading.Event()
+    original = claimer_module.Claimer.claim_round
+
+    async def claim_round(self: Any, free: int) -> Any:
+        result = await original(self, free)
+        if armed.is_set():
+            armed.clear()
+            woken = worker._wakes
+            await asyncio.to_thread(queue.enqueue, t.job())  # committed after the claim ran
+            while worker._wakes == woken:  # its wake-up arrives before this round ends
+                await asyncio.sleep(0.01)
+        return result
+
+    monkeypatch.setattr(claimer_module.Claimer, "claim_round", claim_round)
+    worker = Worker(queue, dsn=dsn, poll_interval=60)
+    with worker_in_thread(worker, force=True):
+        wait_until(lambda: worker._wakes >= 1, what="the listener's first wake-up")
+        armed.set()
+        # A round to arm: a wake-up with nothing behind it, on the worker's own loop.
+        assert worker._loop is not None
+        worker._loop.call_soon_threadsafe(worker._notified)
+        assert ran.wait(20)
