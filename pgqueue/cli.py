@@ -388,6 +388,7 @@ def _add_jobs(sub: Any, common: Any) -> None:
     common(p)
     p.add_argument("--queue", type=argtypes.queue_name)
     p.add_argument("--task")
+    p.add_argument("--key", "--tenant", dest="key", help="only jobs of this concurrency key")
     p.add_argument(
         "--status", type=argtypes.statuses, help="comma-separated: queued,running,failed..."
     )
@@ -421,6 +422,7 @@ def _jobs_list(args: argparse.Namespace) -> int:
     filters = {
         "queue": args.queue,
         "task": args.task,
+        "concurrency_key": args.key,
         "status": args.status,
         "created_after": args.since,
         "created_before": args.until,

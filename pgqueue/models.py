@@ -359,6 +359,9 @@ class Job(BaseModel):
         default=None, description="when cancellation of the running job was requested"
     )
     atomic: bool = Field(default=False, description="claim, run and completion in one transaction")
+    concurrency_key: str | None = Field(
+        default=None, description="the tenant or other key whose concurrency limit it counts in"
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -413,6 +416,7 @@ JOB_COLUMNS = (
     "retry_of",
     "cancel_requested_at",
     "atomic",
+    "concurrency_key",
 )
 
 

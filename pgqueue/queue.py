@@ -366,8 +366,9 @@ class Queue(_Base):
 
     def list_jobs(self, *, conn: psycopg.Connection[Any] | None = None, **filters: Any) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
-        status (one or several), created_after, created_before; before_id and limit (1-1000,
-        default 50) page through: pass the page's `next_before_id` as `before_id`."""
+        concurrency_key (the tenant), status (one or several), created_after, created_before;
+        before_id and limit (1-1000, default 50) page through: pass the page's
+        `next_before_id` as `before_id`."""
         with self._connection(conn) as c:
             return records.run(c, self._list_plan(filters), together=False)
 

@@ -191,11 +191,12 @@ def _lost_to_a_finish(
 
 
 class JobFilter(Settings):
-    """Filters of list_jobs; None means any. Tenant filtering will be one more field here and
-    one more line per branch of the job_list statement."""
+    """Filters of list_jobs; None means any. `concurrency_key` is the tenant (or other key) a
+    job was enqueued with."""
 
     queue: str | None = None
     task: str | None = None
+    concurrency_key: str | None = None
     status: tuple[JobStatus, ...] | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None

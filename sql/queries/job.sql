@@ -60,12 +60,12 @@ ORDER BY i.id;
 -- One job by id, from the hot table or, once finished, from history.
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
        started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
-       dedupe_key, retry_of, cancel_requested_at, atomic
+       dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key
 FROM {schema}.jobs WHERE id = %(id)s
 UNION ALL
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, errors, result,
-       dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic
+       dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key
 FROM {schema}.job_history WHERE id = %(id)s
 LIMIT 1;
 

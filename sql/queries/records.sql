@@ -119,11 +119,12 @@ RELEASE SAVEPOINT pgqueue_dedupe;
 -- Time filters apply to created_at. A new filter is one parameter and one line per branch.
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
-        dedupe_key, retry_of, cancel_requested_at, atomic
+        dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key
  FROM {schema}.jobs
  WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(task)s::text IS NULL OR task = %(task)s::text)
+   AND (%(concurrency_key)s::text IS NULL OR concurrency_key = %(concurrency_key)s::text)
    AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
    AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
    AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
@@ -132,13 +133,14 @@ RELEASE SAVEPOINT pgqueue_dedupe;
 UNION ALL
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, finished_at, worker_id, errors, result,
-        dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic
+        dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key
  FROM {schema}.job_history
  WHERE (%(statuses)s::text[] IS NULL
         OR %(statuses)s::text[] && ARRAY['succeeded', 'failed', 'cancelled'])
    AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(task)s::text IS NULL OR task = %(task)s::text)
+   AND (%(concurrency_key)s::text IS NULL OR concurrency_key = %(concurrency_key)s::text)
    AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
    AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
    AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)

@@ -27,7 +27,7 @@ def jobs(dsn: str, schema: str) -> dict[str, int]:
 
     made = {"succeeded": ok.enqueue(), "failed": bad.enqueue()}
     drain(queue)
-    made["queued"] = ok.with_options(queue="later").enqueue()
+    made["queued"] = ok.with_options(queue="later", concurrency_key="acme").enqueue()
     queue.close()
     return made
 
@@ -52,6 +52,9 @@ def test_jobs_list_shows_live_and_finished_jobs_and_filters(
         json.loads(jobs_cli(dsn, schema, "list", "--queue", "later", "--json"))["jobs"][0]["id"]
         == jobs["queued"]
     )
+    tenant = json.loads(jobs_cli(dsn, schema, "list", "--tenant", "acme", "--json"))
+    assert [job["id"] for job in tenant["jobs"]] == [jobs["queued"]]
+    assert "no jobs match" in jobs_cli(dsn, schema, "list", "--key", "nobody")
     assert "no jobs match" in jobs_cli(
         dsn,
         schema,

@@ -113,6 +113,7 @@ def test_a_live_only_listing_never_reads_history(queue: Queue, dsn: str, schema:
         "before_id": None,
         "queue": None,
         "task": None,
+        "concurrency_key": None,
         "statuses": ["queued", "running"],
         "created_after": None,
         "created_before": None,
@@ -154,3 +155,17 @@ def test_bad_filters_are_refused_naming_them(
 ) -> None:
     with pytest.raises(ConfigurationError, match=named):
         queue.list_jobs(**filters)
+
+
+def test_list_jobs_filters_by_tenant_live_and_finished(queue: Queue) -> None:
+    t = queue.task(name="t")(lambda: None)
+    acme = [t.with_options(concurrency_key="acme").enqueue() for _ in range(3)]
+    other = t.with_options(concurrency_key="other").enqueue()
+    drain(queue)
+    live = t.with_options(concurrency_key="acme").enqueue()  # still queued
+    page = queue.list_jobs(concurrency_key="acme")
+    assert [job.id for job in page.jobs] == [live, *reversed(acme)]
+    assert {job.concurrency_key for job in page.jobs} == {"acme"}
+    assert [job.id for job in queue.list_jobs(concurrency_key="other").jobs] == [other]
+    record = queue.get_job(other)
+    assert record is not None and record.concurrency_key == "other"
