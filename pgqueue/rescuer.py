@@ -2,9 +2,11 @@
 
 Owns: one rescue pass, run by every worker every rescue_interval (± jitter) inside a
 transaction that first takes a try-advisory lock, so only one rescuer acts at a time. A job is
-stranded when its worker has not heartbeated for longer than lease_timeout (or its worker row
-is gone): a dead worker's jobs are back within about lease + one rescue interval, never
-sooner, and a worker that keeps heartbeating never loses a job however long it runs.
+stranded when its worker has not heartbeated for longer than lease_timeout: a dead worker's
+jobs are back within about lease + one rescue interval, never sooner, and a worker that keeps
+heartbeating never loses a job however long it runs. A running job whose worker row is gone
+(job_find_orphaned, sql/queries/worker.sql) is looked for on the first pass and then every
+ORPHAN_PASSES passes, because that look walks every running entry of the table.
 
 Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed
 once attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and
@@ -29,6 +31,7 @@ from pgqueue.registry import NewJob, Registry
 
 log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()
+ORPHAN_PASSES = 6  # about once a minute per worker at the default rescue_interval
 
 
 class Rescuer:
@@ -40,6 +43,7 @@ class Rescuer:
         self.lease = lease
         self.keep_history = keep_history
         self.rescued = 0
+        self.passes = 0
 
     async def rescue(self, conn: Any, limit: int = 1000) -> int:
         """One pass on `conn` (autocommit). Returns how many jobs it rescued."""
@@ -55,6 +59,12 @@ class Rescuer:
                 query("job_find_stranded", self.schema), params | {"limit": limit}
             )
             jobs = [ClaimedJob(*row) for row in await cur.fetchall()]
+            if self.passes % ORPHAN_PASSES == 0 and len(jobs) < limit:
+                cur = await conn.execute(
+                    query("job_find_orphaned", self.schema), {"limit": limit - len(jobs)}
+                )
+                jobs += [ClaimedJob(*row) for row in await cur.fetchall()]
+            self.passes += 1
             if jobs:
                 await self._apply(conn, jobs)
             await conn.execute(query("worker_delete_dead", self.schema), params)

@@ -397,7 +397,8 @@ class Worker:
 
         async def requested(conn: Any) -> list[Any]:
             cur = await conn.execute(
-                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+                query("job_list_cancel_requested", self.schema),
+                {"worker_id": self.id, "ids": list(self._cancels)},
             )
             rows: list[Any] = await cur.fetchall()
             return rows
@@ -545,7 +546,8 @@ class Worker:
 
         async def cancel(conn: Any) -> list[ClaimedJob]:
             cur = await conn.execute(
-                query("job_list_cancel_requested", self.schema), {"worker_id": self.id}
+                query("job_list_cancel_requested", self.schema),
+                {"worker_id": self.id, "ids": [job.id for job in self._unfinished]},
             )
             requested = {row[0] for row in await cur.fetchall()}
             jobs = [job for job in self._unfinished if job.id in requested]

@@ -202,11 +202,13 @@ WHERE h.id = %(id)s;
 UPDATE {schema}.jobs SET retry_of = %(retry_of)s WHERE id = %(id)s AND retry_of IS NULL;
 
 -- name: job_list_cancel_requested
--- This worker's running jobs whose cancellation was requested: the fallback for a lost NOTIFY.
--- Uses jobs_running_idx (worker_id WHERE status = 'running').
+-- Those of this worker's running jobs `ids` whose cancellation was requested: the fallback
+-- for a lost NOTIFY. By primary key, like job_finish_many (worker.sql): jobs_running_idx
+-- would walk an entry for every job this worker ran while a long transaction holds the horizon.
 SELECT id
 FROM {schema}.jobs
-WHERE worker_id = %(worker_id)s AND status = 'running' AND cancel_requested_at IS NOT NULL;
+WHERE id = ANY(%(ids)s::bigint[]) AND status = (SELECT 'running'::text)
+  AND worker_id = %(worker_id)s AND cancel_requested_at IS NOT NULL;
 
 -- name: job_cancel_pause
 -- A short wait between two tries of job_cancel on a row a claim or completion holds locked.

@@ -184,11 +184,16 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
 -- A retry of a job whose cancellation was requested ends it as cancelled instead.
+-- Rows are found by primary key only, whatever the statistics (test_finish_plan.py):
 -- `j.id = ANY(ARRAY(SELECT id FROM outcome))` keeps each write O(batch): without it, stale
 -- statistics (a table analysed while empty) make the planner walk every running row once per
 -- outcome, and with thousands running a batch took a second (bench/throughput.py, issue 6).
+-- The running guard compares with `o.was` ('running', a column of the materialized outcome)
+-- rather than a constant, so it cannot select the partial index jobs_running_idx: while a
+-- long transaction holds the horizon that index keeps an entry for every job that ever ran,
+-- and a batch walking it took 250 ms on PostgreSQL 15 (bench/degradation.py, issue 3).
 WITH outcome AS (
-    SELECT *
+    SELECT *, 'running'::text AS was
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
          AS o(id bigint, attempt integer, worker_id bigint, status text, error jsonb,
               result jsonb, duration double precision, retry_in double precision)
@@ -196,7 +201,7 @@ WITH outcome AS (
     DELETE FROM {schema}.jobs AS j
     USING outcome AS o
     WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
-      AND j.status = 'running' AND j.worker_id = o.worker_id
+      AND j.status = o.was AND j.worker_id = o.worker_id
       AND (o.status IN ('succeeded', 'failed', 'cancelled')
            OR (o.status = 'retry' AND j.cancel_requested_at IS NOT NULL))
     RETURNING j.id, j.queue, j.task, j.args,
@@ -224,7 +229,7 @@ WITH outcome AS (
         errors = j.errors || jsonb_build_array(o.error)
     FROM outcome AS o
     WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
-      AND j.status = 'running' AND j.worker_id = o.worker_id
+      AND j.status = o.was AND j.worker_id = o.worker_id
       AND o.status = 'retry' AND j.cancel_requested_at IS NULL
     RETURNING j.id, j.queue, j.priority, j.status
 ), woken AS (
@@ -241,10 +246,13 @@ SELECT (SELECT count(*) FROM finished) AS finished,
 -- Puts a stopping worker's unfinished jobs back to queued without spending an attempt: the
 -- job did not fail, its worker went away. Guarded like job_finish_many. Wakes the workers with
 -- the lowest (priority, id) put back per queue, since claim hints have passed them.
+-- By primary key only, like job_finish_many: `(SELECT 'running')` is a value the planner
+-- does not know, so the guard cannot select jobs_running_idx (see there).
 WITH released AS (
     UPDATE {schema}.jobs
     SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
-    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND worker_id = %(worker_id)s
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = (SELECT 'running'::text)
+      AND worker_id = %(worker_id)s
     RETURNING id, queue, priority
 )
 SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken
@@ -260,16 +268,28 @@ LISTEN {channel};
 SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.rescue'), hashtext(%(schema)s));
 
 -- name: job_find_stranded
--- Running jobs whose worker missed its heartbeats for longer than the lease, or whose worker
--- row is gone. Locks them (skipping rows a live completion holds) for the rescuing
--- transaction. A worker that heartbeats is never matched, however long its jobs run.
+-- Running jobs whose worker missed its heartbeats for longer than the lease. Locks them
+-- (skipping rows a live completion holds) for the rescuing transaction. A worker that
+-- heartbeats is never matched, however long its jobs run. It starts from the silent workers
+-- and reads only their entries of jobs_running_idx: while a long transaction holds the
+-- horizon, that index keeps an entry for every job that ever ran, and walking all of it took
+-- 120-350 ms per pass on PostgreSQL 15 (bench/degradation.py).
+SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+FROM {schema}.workers AS w
+JOIN {schema}.jobs AS j ON j.worker_id = w.id AND j.status = 'running'
+WHERE w.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease)s)
+ORDER BY j.id
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: job_find_orphaned
+-- Running jobs whose worker row is gone: a worker presumed dead (its row removed) that claimed
+-- before its next heartbeat put the row back, then died. Rare, and a walk over every running
+-- entry, so the rescuer runs it on its first pass and then every ORPHAN_PASSES passes.
 SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
 FROM {schema}.jobs AS j
-LEFT JOIN {schema}.workers AS w ON w.id = j.worker_id
 WHERE j.status = 'running'
-  AND (w.id IS NULL
-       OR w.heartbeat_at < coalesce(%(now)s::timestamptz, now())
-                           - make_interval(secs => %(lease)s))
+  AND NOT EXISTS (SELECT 1 FROM {schema}.workers AS w WHERE w.id = j.worker_id)
 ORDER BY j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from psycopg import sql
 
 from pgqueue import JobContext, Queue, Worker
 from pgqueue.queries import dead_channel
-from pgqueue.rescuer import Rescuer
+from pgqueue.rescuer import ORPHAN_PASSES, Rescuer
 from pgqueue.testing import drain
 from tests import apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
@@ -196,3 +196,29 @@ def test_lost_job_policies_fail_abandon_and_compensate(dsn: str, schema: str) ->
     }
     assert notes == [{"id": ids[2], "task": "lost_abandon", "queue": "default"}]
     assert undone == [{"job_id": ids[3], "task": "lost_comp", "args": {"order": 7}}]
+
+
+def test_jobs_whose_worker_row_is_gone_are_rescued_within_orphan_passes(
+    dsn: str, schema: str
+) -> None:
+    """The look for orphans walks every running entry, so it runs on the first pass and then
+    every ORPHAN_PASSES passes; a job stranded under a vanished worker in between waits for
+    the next one, and no longer."""
+    queue = Queue(dsn, schema=schema)
+
+    @queue.task(name="orphan", max_attempts=1)
+    def orphan() -> None: ...
+
+    rescuer = Rescuer(queue.registry, schema, lease=timedelta(0), keep_history=True)
+
+    async def passes(n: int) -> list[int]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            return [await rescuer.rescue(aconn) for _ in range(n)]
+
+    assert asyncio.run(passes(1)) == [0]  # the first pass: nothing stranded yet
+    (job_id,) = queue.enqueue_many([orphan.job()])
+    with psycopg.connect(dsn) as conn:
+        _strand(conn, schema, [job_id])
+    assert asyncio.run(passes(ORPHAN_PASSES)) == [0] * (ORPHAN_PASSES - 1) + [1]
+    with psycopg.connect(dsn) as conn:
+        assert [(row[0], row[1]) for row in _history(conn, schema)] == [(job_id, "failed")]

@@ -1,0 +1,117 @@
+"""A worker's writes look its jobs up by primary key, whatever the table's statistics say.
+
+job_finish_many's rows are named by id, and each one must still be running. jobs_running_idx
+(worker_id, WHERE status = 'running') matches that filter too, and with statistics that make
+it look small (a table never analyzed, as on a server with autovacuum off, or analyzed while
+empty) the planner preferred it. While a long transaction holds the horizon, that index keeps
+an entry for every job that ever ran: the degradation bench on PostgreSQL 15 saw each batch of
+100 outcomes walk 8,700 of its pages and take 130-250 ms, which starved the claims of CPU.
+A primary-key lookup costs the same whatever the index holds. The same holds for putting
+jobs back (job_release_many) and for the cancellation fallback (job_list_cancel_requested).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue.queries import query
+
+RUNNING = 5000
+QUEUED = 45000  # a table of some size: on a handful of pages a sequential scan is cheapest
+
+
+def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(_plan_nodes(child))
+    return nodes
+
+
+def _fill(conn: psycopg.Connection[Any], schema: str, stats: str) -> None:
+    table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+    if stats == "analyzed-empty":
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, args, status, worker_id, attempt, started_at) "
+            "SELECT 'default', 't', '{{}}', 'running', g %% 4 + 1, 1, now() "
+            "FROM generate_series(1, %s) AS g"
+        ).format(table),
+        [RUNNING],
+    )
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (queue, task, args) SELECT 'default', 't', '{{}}' "
+            "FROM generate_series(1, %s)"
+        ).format(table),
+        [QUEUED],
+    )
+    if stats == "analyzed-full":
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+
+
+def _reads_of_jobs(conn: psycopg.Connection[Any], statement: Any, params: Any) -> list[str]:
+    """How the plan reads jobs: the index of each index or bitmap scan, "Seq Scan"."""
+    explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + statement
+    (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
+    plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+    reads = []
+    for node in _plan_nodes(plan):
+        index = node.get("Index Name", "")
+        if index.startswith("jobs_"):
+            reads.append(index)
+        elif node.get("Relation Name") == "jobs" and node["Node Type"] == "Seq Scan":
+            reads.append("Seq Scan")
+    return reads
+
+
+@pytest.mark.parametrize("stats", ["never-analyzed", "analyzed-empty", "analyzed-full"])
+def test_a_workers_writes_find_their_jobs_by_primary_key(dsn: str, schema: str, stats: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # The embedded server runs autovacuum: keep it off this table, so "never analyzed"
+        # stays true for the length of the test.
+        conn.execute(
+            sql.SQL("ALTER TABLE {}.jobs SET (autovacuum_enabled = off)").format(
+                sql.Identifier(schema)
+            )
+        )
+        _fill(conn, schema, stats)
+        ids = [
+            r[0]
+            for r in conn.execute(
+                sql.SQL("SELECT id FROM {}.jobs WHERE worker_id = 1 ORDER BY id LIMIT 100").format(
+                    sql.Identifier(schema)
+                )
+            )
+        ]
+    outcomes = [
+        {
+            "id": i,
+            "attempt": 1,
+            "worker_id": 1,
+            "status": "succeeded",
+            "error": None,
+            "result": None,
+            "duration": 0.001,
+            "retry_in": None,
+        }
+        for i in ids
+    ]
+    statements = {
+        "job_finish_many": {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None},
+        "job_release_many": {"ids": ids, "worker_id": 1},
+        "job_list_cancel_requested": {"ids": ids, "worker_id": 1},
+    }
+    with psycopg.connect(dsn) as conn:
+        for name, params in statements.items():
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                conn.execute(f"SET plan_cache_mode = {mode}")
+                reads = _reads_of_jobs(conn, query(name, schema), params)
+                assert reads, name
+                assert set(reads) == {"jobs_pkey"}, (name, mode, reads)
+        conn.rollback()
