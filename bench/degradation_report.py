@@ -23,7 +23,8 @@ CHARTS = {
     "depth.png": ("depth", "queue depth (queued jobs)", False),
     "claim_p50.png": ("claim_p50_ms", "claim time p50 (ms)", True),
     "dead_tuples.png": ("n_dead_tup", "n_dead_tup of jobs", False),
-    "floor_claim.png": ("probe_floor_ms", "unhinted (floor) claim probe (ms)", True),
+    "floor_claim.png": ("floor_claim_ms", "the workers' unhinted (floor) claims, p50 (ms)", True),
+    "floor_probe.png": ("probe_floor_ms", "unhinted (floor) claim probe (ms)", True),
 }
 
 
@@ -72,6 +73,8 @@ def summarise_run(
         ],
         "probe_hint_end_ms": _median(end, lambda s: s.probe_hint_ms),
         "probe_floor_end_ms": _median(end, lambda s: s.probe_floor_ms),
+        "floor_claim_end_ms": _median(end, lambda s: s.floor_claim_ms),
+        "floor_claim_max_ms": max((s.floor_claim_ms or 0.0 for s in samples), default=None),
         "produced_per_s_end": _mean(end, lambda s: s.produced_per_s),
         "claims_per_s_end": _mean(end, lambda s: s.claims_per_s),
         "completions_per_s_end": _mean(end, lambda s: s.completions_per_s),
@@ -80,15 +83,17 @@ def summarise_run(
         "n_dead_tup_max": max((s.n_dead_tup or 0 for s in samples), default=None),
         "oldest_xact_max_s": max((s.oldest_xact_s or 0.0 for s in samples), default=None),
         "sample_ms_max": round(max((s.sample_ms for s in samples), default=0.0), 1),
+        "depth_count_gap_max": max(
+            (abs(s.depth - s.depth_counted) for s in samples if s.depth_counted is not None),
+            default=None,
+        ),
     }
 
 
 def _floor_load(rows: Sequence[Sample]) -> float | None:
-    """Seconds per second the workers spend in unhinted claims, estimated as unhinted claims
-    per second times the floor probe: the cost a hinted probe alone does not show."""
-    loads = [
-        s.floor_claims_per_s * s.probe_floor_ms / 1000 for s in rows if s.probe_floor_ms is not None
-    ]
+    """Seconds per second the workers spend in unhinted claims: their rate times the median of
+    the workers' own unhinted claim times that second (0 in seconds without any)."""
+    loads = [s.floor_claims_per_s * (s.floor_claim_ms or 0.0) / 1000 for s in rows]
     return round(statistics.fmean(loads), 3) if loads else None
 
 
@@ -152,16 +157,15 @@ def table(summary: dict[str, Any]) -> str:
                 f"{_fmt(run['claims_per_s_end'], '.0f'):>8} "
                 f"{_fmt(run['completions_per_s_end'], '.0f'):>8} {p50:>14} "
                 f"{_fmt(ratio, '.2f'):>9} {_fmt(worst, '.2f'):>9} "
-                f"{_fmt(run['probe_floor_end_ms'], '.3f'):>9} "
+                f"{_fmt(run['floor_claim_end_ms'], '.3f'):>9} "
                 f"{_fmt(run['floor_claim_load_end'], '.3f'):>9} {run['n_dead_tup_max']:>11}"
             )
     lines.append(
-        "claims/s, done/s, claim p50, floor ms (unhinted probe) and floor s/s (unhinted claims/s x "
-        "floor ms): the last 20% of each run. worst min: the hold run's slowest minute (median "
-        "of its per-second claim p50) over the control run's median.\nclaim p50: c = timed "
-        "around each claim statement by the claim loop, w = by pgqueue's Worker itself "
-        "(stats.recent_claims). floor ms: job_claim's index walk from the floor, without locks. "
-        "dead tuples: max."
+        "claims/s, done/s, claim p50, floor ms (the workers' unhinted claims, p50) and floor s/s "
+        "(unhinted claims/s x their time): the last 20% of each run. worst min: the hold run's "
+        "slowest minute (median of its per-second claim p50) over the control run's median.\n"
+        "claim p50: c = timed around each claim statement by the claim loop, w = by pgqueue's "
+        "Worker itself (stats.recent_claims). dead tuples: max."
     )
     return "\n".join(lines)
 

@@ -8,7 +8,7 @@ to the bench process, which stops its children through `stop`.
 
 Counters are one shared int64 array per worker process with a single writer (the worker)
 and one reader (the sampler): totals in the first slots, then a log-bucket histogram of claim
-statement times. Nothing here prints.
+statement times, then one of the unhinted claims among them. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ HIST = 5
 HIST_LOW_SECONDS = 1e-5
 HIST_RATIO = 1.05  # bucket width: percentiles are within ± 2.5%
 HIST_BUCKETS = 340  # up to about 160 s
-SLOTS = HIST + HIST_BUCKETS
+FLOOR_HIST = HIST + HIST_BUCKETS  # the unhinted claims' own histogram
+SLOTS = FLOOR_HIST + HIST_BUCKETS
 
 # The no-op task every strategy works: the bench measures the queue, not the handler.
 queue = Queue()
@@ -230,6 +231,7 @@ def _count_claim(counters: Any, seconds: float, floor: bool, row: Any) -> None:
     counters[HIST + bucket(seconds)] += 1
     if floor:
         counters[FLOOR_CLAIMS] += 1
+        counters[FLOOR_HIST + bucket(seconds)] += 1
     if row is not None:
         counters[JOBS_CLAIMED] += 1
         if row[0] > counters[MAX_CLAIMED_ID]:
@@ -242,9 +244,9 @@ def _count_claim(counters: Any, seconds: float, floor: bool, row: Any) -> None:
 def pgqueue_worker(dsn: str, schema: str, ready: Any, stop: Any, counters: Any) -> None:
     """Run pgqueue.Worker with its defaults over the bench queue until `stop` is set.
 
-    A reporter thread copies worker.stats into `counters`, and the worker's own claim
-    statement times (stats.recent_claims: every claim, hinted, urgent-range and unhinted) into
-    the histogram.
+    A reporter thread copies worker.stats and the outcomes written (completions) into
+    `counters`, and the worker's own claim statement times (stats.recent_claims: every claim,
+    hinted, urgent-range and unhinted) into the histograms.
     """
     _as_child()
     worker = Worker(queue, dsn=dsn, schema=schema)
@@ -262,10 +264,14 @@ def _report_stats(worker: Worker, ready: Any, stop: Any, counters: Any) -> None:
         counters[JOBS_CLAIMED] = stats.claimed
         counters[CLAIM_STATEMENTS] = stats.claims
         counters[FLOOR_CLAIMS] = stats.unhinted_claims
+        completer = getattr(worker, "completer", None)  # made once the worker registered
+        counters[COMPLETIONS] = completer.written if completer is not None else 0
         recent = stats.recent_claims
         while recent:
-            seconds, _ = recent.popleft()
+            seconds, unhinted = recent.popleft()
             counters[HIST + bucket(seconds)] += 1
+            if unhinted:
+                counters[FLOOR_HIST + bucket(seconds)] += 1
         if worker.id:
             ready.set()  # registered: it is claiming
         if stopping:

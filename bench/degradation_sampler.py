@@ -1,11 +1,17 @@
 """The sampler and the prober of the degradation bench: one row of metrics per second.
 
 Owns: the bench process's two connections (`bench:sampler`, `bench:probe`) and the Sample rows.
-The sampler reads the workers' shared counters and one statement of table and server state.
+The sampler reads the workers' shared counters and one cheap statement of server state (dead
+tuples, the oldest transaction). Depth and running jobs are accounted from the counters
+(committed by the producer, claimed and finished by the workers); every COUNT_INTERVAL_SECONDS
+they are also counted in the table (`depth_counted`) as a check. The bench must not compete
+with what it measures: counting a heap with a million dead tuples every second took up to
+266 ms of each second on PostgreSQL 15 (bench/README.md), load the control run did not have.
 The prober times the index walk of pgqueue's `job_claim` (the same filter, order and limit on
 the same partial index) without its row locks, so it never takes work and never makes a worker
-skip a job: every PROBE_INTERVAL_SECONDS with a realistic hint, and once a second from the
-floor (unhinted), which is what an unhinted claim would cost now.
+skip a job: every PROBE_INTERVAL_SECONDS with a realistic hint, and every
+FLOOR_PROBE_INTERVAL_SECONDS from the floor, which is what an unhinted claim would cost now.
+The workers' own unhinted claims are timed on their own (`floor_claim_ms`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from psycopg import sql
 
 from bench import degradation_roles as roles
 
-PROBE_INTERVAL_SECONDS = 0.25
+PROBE_INTERVAL_SECONDS = 1.0
+FLOOR_PROBE_INTERVAL_SECONDS = 10.0
+COUNT_INTERVAL_SECONDS = 30.0
 PROBE_LIMIT = 10  # pgqueue's default concurrency: its largest claim batch
 
 
@@ -47,6 +55,7 @@ class Sample:
     produced_per_s: float
     depth: int
     running: int
+    depth_counted: int | None
     claims_per_s: float
     claim_statements_per_s: float
     floor_claims_per_s: float
@@ -54,6 +63,7 @@ class Sample:
     claim_p50_ms: float | None
     claim_p99_ms: float | None
     claim_source: str
+    floor_claim_ms: float | None
     probe_hint_ms: float | None
     probe_floor_ms: float | None
     n_dead_tup: int | None
@@ -95,7 +105,7 @@ class Prober(threading.Thread):
                 self._hinted.append(hinted)
                 if floor is not None:
                     self._floor.append(floor)
-                    next_floor = started + 1.0
+                    next_floor = started + FLOOR_PROBE_INTERVAL_SECONDS
             self._halt.wait(max(0.0, started + PROBE_INTERVAL_SECONDS - time.monotonic()))
 
     def _probe(
@@ -143,19 +153,13 @@ def counters_hint(counters: Sequence[Any]) -> Hint:
 
 
 _STATS = """
-WITH live AS (
-    SELECT count(*) FILTER (WHERE status = 'queued') AS depth,
-           count(*) FILTER (WHERE status = 'running') AS running
-    FROM {jobs}
-)
-SELECT live.depth, live.running,
-       (SELECT count(*) FROM {history}) AS finished,
-       (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %(relid)s) AS dead,
+SELECT (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %(relid)s) AS dead,
        (SELECT greatest(0, extract(epoch FROM now() - min(xact_start)))::float8
         FROM pg_stat_activity
         WHERE pid <> pg_backend_pid() AND datname = current_database()) AS oldest
-FROM live
 """
+
+_COUNT = "SELECT count(*) FROM {jobs} WHERE status = 'queued'"
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,7 @@ class _Totals:
     floor: int
     completed: int
     hist: list[int]
+    floor_hist: list[int]
 
 
 class Sampler:
@@ -184,9 +189,8 @@ class Sampler:
     ) -> None:
         self.conn, self.strategy, self.mode = conn, strategy, mode
         self.counters, self.produced, self.prober = counters, produced, prober
-        self.statement = sql.SQL(_STATS).format(
-            jobs=sql.Identifier(schema, "jobs"), history=sql.Identifier(schema, "job_history")
-        )
+        self.statement = sql.SQL(_STATS)
+        self.count = sql.SQL(_COUNT).format(jobs=sql.Identifier(schema, "jobs"))
         row = conn.execute(
             "SELECT c.oid FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace"
             " WHERE n.nspname = %s AND c.relname = 'jobs'",
@@ -195,12 +199,13 @@ class Sampler:
         assert row is not None, f"no jobs table in schema {schema}"
         self.relid = int(row[0])
         self.t0 = time.monotonic()
-        self._last = self._totals(finished=0)
+        self._last = self._totals()
+        self._next_count = self.t0
 
     def start(self) -> None:
         """Time zero: the producer starts now."""
-        self.t0 = time.monotonic()
-        self._last = self._totals(finished=0)
+        self.t0 = self._next_count = time.monotonic()
+        self._last = self._totals()
         self.prober.take()
 
     def sample(self) -> Sample:
@@ -209,20 +214,26 @@ class Sampler:
         began = time.perf_counter()
         row = self.conn.execute(self.statement, {"relid": self.relid}).fetchone()
         assert row is not None
+        counted = None
+        if time.monotonic() >= self._next_count:
+            self._next_count += COUNT_INTERVAL_SECONDS
+            (counted,) = self.conn.execute(self.count).fetchone() or (None,)
         sample_ms = (time.perf_counter() - began) * 1000
-        depth, running, finished, dead, oldest = row
-        now = self._totals(finished=int(finished))
+        dead, oldest = row
+        now = self._totals()
         last, self._last = self._last, now
         hinted, floor = self.prober.take()
         elapsed = max(now.at - last.at, 1e-6)
         p50, p99, source = self._claim_percentiles(last, now)
+        floor_claims = [b - a for a, b in zip(last.floor_hist, now.floor_hist, strict=True)]
         return Sample(
             strategy=self.strategy,
             mode=self.mode,
             t_s=round(now.at - self.t0, 3),
             produced_per_s=(now.produced - last.produced) / elapsed,
-            depth=int(depth),
-            running=int(running),
+            depth=max(0, now.produced - now.claimed),
+            running=max(0, now.claimed - now.completed),
+            depth_counted=None if counted is None else int(counted),
             claims_per_s=(now.claimed - last.claimed) / elapsed,
             claim_statements_per_s=(now.statements - last.statements) / elapsed,
             floor_claims_per_s=(now.floor - last.floor) / elapsed,
@@ -230,6 +241,7 @@ class Sampler:
             claim_p50_ms=p50,
             claim_p99_ms=p99,
             claim_source=source,
+            floor_claim_ms=roles.percentile_ms(floor_claims, 0.5),
             probe_hint_ms=statistics.median(hinted) if hinted else None,
             probe_floor_ms=statistics.median(floor) if floor else None,
             n_dead_tup=None if dead is None else int(dead),
@@ -237,19 +249,18 @@ class Sampler:
             sample_ms=sample_ms,
         )
 
-    def _totals(self, finished: int) -> _Totals:
+    def _totals(self) -> _Totals:
         rows = [list(c[:]) for c in self.counters]
         column = [sum(r[i] for r in rows) for i in range(roles.SLOTS)]
-        # pgqueue's Worker finishes a job by moving it to job_history: count those rows there.
-        completed = finished if self.strategy == "default" else column[roles.COMPLETIONS]
         return _Totals(
             at=time.monotonic(),
             produced=int(self.produced.value),
             claimed=column[roles.JOBS_CLAIMED],
             statements=column[roles.CLAIM_STATEMENTS],
             floor=column[roles.FLOOR_CLAIMS],
-            completed=completed,
-            hist=column[roles.HIST :],
+            completed=column[roles.COMPLETIONS],
+            hist=column[roles.HIST : roles.FLOOR_HIST],
+            floor_hist=column[roles.FLOOR_HIST :],
         )
 
     def _claim_percentiles(
