@@ -145,7 +145,9 @@ class Worker:
         )
         await self._claims.open()
         await self._check_schema()
-        finish_link = Link(self.dsn, "complete", prepare=prepare)
+        finish_link = Link(
+            self.dsn, "complete", prepare=prepare, on_connect=self._planner_session
+        )
         await finish_link.open()
         self.id = await self._register()
         self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
@@ -246,8 +248,14 @@ class Worker:
         heartbeat already handle, and the completer's synchronous commit flushes the claim's
         WAL before any outcome is durable. Atomic lanes keep synchronous commits: their
         transaction carries the handler's writes
-        (tests/integration/test_worker.py::test_only_the_claim_connection_commits_asynchronously)."""
+        (tests/integration/test_worker.py::test_session_settings_stay_on_the_workers_own_connections)."""
         await conn.execute(query("session_set_async_commit", self.schema))
+        await self._planner_session(conn)
+
+    async def _planner_session(self, conn: Any) -> None:
+        """The claim and completer connections plan for index access (worker.sql,
+        session_prefer_indexes)."""
+        await conn.execute(query("session_prefer_indexes", self.schema))
 
     async def _check_schema(self) -> None:
         async def check(conn: Any) -> bool:

@@ -259,16 +259,19 @@ def test_worker_only_claims_its_own_queues(queue: Queue, conn: Any) -> None:
     assert [j.queue for j in enqueued_jobs(conn, queue)] == ["b"]
 
 
-def test_only_the_claim_connection_commits_asynchronously(queue: Queue, dsn: str) -> None:
+def test_session_settings_stay_on_the_workers_own_connections(queue: Queue, dsn: str) -> None:
     """Lease claims may commit without a WAL flush (worker.py, _claim_session); outcomes and
-    atomic lanes, whose commits carry results and the handler's writes, may not."""
-    seen: dict[str, str] = {}
+    atomic lanes, whose commits carry results and the handler's writes, may not. The claim and
+    completer connections plan without sequential scans (session_prefer_indexes); an atomic
+    lane runs the handler's own statements with the server's planner settings."""
+    seen: dict[str, tuple[str, str]] = {}
     running: list[Worker] = []
+    settings = "SELECT current_setting('synchronous_commit'), current_setting('enable_seqscan')"
 
-    async def show(conn: Any) -> str:
-        cur = await conn.execute("SHOW synchronous_commit")
+    async def show(conn: Any) -> tuple[str, str]:
+        cur = await conn.execute(settings)
         row = await cur.fetchone()
-        return str(row[0])
+        return (str(row[0]), str(row[1]))
 
     @queue.task(name="lease")
     async def lease() -> None:
@@ -282,20 +285,20 @@ def test_only_the_claim_connection_commits_asynchronously(queue: Queue, dsn: str
 
     @queue.task(name="atomic_sync", atomic=True)
     def atomic_sync(ctx: JobContext) -> None:
-        row = ctx.connection.execute("SHOW synchronous_commit").fetchone()
-        seen["atomic_sync"] = str(row[0])
+        row = ctx.connection.execute(settings).fetchone()
+        seen["atomic_sync"] = (str(row[0]), str(row[1]))
 
     queue.enqueue_many([lease.job(), atomic_async.job(), atomic_sync.job()])
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SHOW synchronous_commit").fetchone()
+        row = conn.execute(settings).fetchone()
         assert row is not None
-        default = str(row[0])
-    assert default == "on"  # the test means nothing on a server that never flushes
+        default = (str(row[0]), str(row[1]))
+    assert default == ("on", "on")  # the test means nothing on a server set otherwise
     running.append(Worker(queue, dsn=dsn, burst=True))
     asyncio.run(running[0].run_async())
     assert seen == {
-        "claim": "off",
-        "complete": default,
+        "claim": ("off", "off"),
+        "complete": ("on", "off"),
         "atomic_async": default,
         "atomic_sync": default,
     }
