@@ -165,3 +165,43 @@ def test_plans_made_while_the_table_is_tiny_still_read_by_index(
     elif "Seq Scan" not in reads:
         # PostgreSQL 18 costs the tiny table's index lookup lower; PostgreSQL 15 does not.
         pytest.skip(f"this server reads a tiny jobs table by index anyway: {reads}")
+
+
+@pytest.mark.parametrize("stats", ["never-analyzed", "analyzed-full"])
+def test_the_rescuer_reads_only_the_silent_workers_entries(
+    dsn: str, schema: str, stats: str
+) -> None:
+    """job_find_stranded looks jobs up per silent worker (jobs_running_idx by worker_id),
+    never by walking every running entry."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in ("jobs", "workers"):
+            conn.execute(
+                sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = off)").format(
+                    sql.Identifier(schema, table)
+                )
+            )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (name, hostname, pid, queues, concurrency) "
+                "SELECT 'w', 'h', g, ARRAY['default'], 10 FROM generate_series(1, 4) AS g"
+            ).format(sql.Identifier(schema, "workers"))
+        )
+        _fill(conn, schema, stats)
+        if stats == "analyzed-full":
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "workers")))
+    params = {"lease": 30.0, "now": None, "limit": 1000}
+    explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + query("job_find_stranded", schema)
+    with psycopg.connect(dsn) as conn:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(f"SET plan_cache_mode = {mode}")
+            (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
+            plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+            on_jobs = [n for n in _plan_nodes(plan) if n.get("Index Name") == "jobs_running_idx"]
+            assert on_jobs, json.dumps(plan, indent=1)
+            assert all("worker_id = w.id" in n.get("Index Cond", "") for n in on_jobs), (
+                mode,
+                json.dumps(plan, indent=1),
+            )
+            seq = [n for n in _plan_nodes(plan) if n.get("Relation Name") == "jobs"]
+            assert all(n["Node Type"] != "Seq Scan" for n in seq), mode
+        conn.rollback()
