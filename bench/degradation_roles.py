@@ -28,6 +28,7 @@ import psycopg
 from psycopg import sql
 
 from pgqueue import Queue, Worker
+from pgqueue.queries import query
 
 QUEUE = "default"
 FLOOR = (-32768, 0)  # below every (priority, id): an unhinted claim, as in pgqueue.claimer
@@ -202,6 +203,9 @@ def claim_loop(
     hint, deadline = FLOOR, 0.0
     name = f"bench:{'hint' if hinted else 'plain'}"
     with psycopg.connect(dsn, autocommit=True, application_name=name) as conn:
+        # The planner settings of pgqueue's own worker sessions, so that the strategies differ
+        # only in how they claim (worker.sql, session_prefer_indexes).
+        conn.execute(query("session_prefer_indexes", schema))
         ready.set()
         while not stop.is_set():
             if hint != FLOOR and time.monotonic() >= deadline:
