@@ -29,16 +29,18 @@ DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 SELECT set_config('synchronous_commit', 'off', false);
 
 -- name: session_prefer_indexes
--- Keeps the planner off sequential scans in the worker's own sessions (claim and completer),
--- whose statements are all written for index access (test_claim_plan.py, test_finish_plan.py).
--- A prepared statement keeps the generic plan it got when the table was small, and without
--- fresh statistics (autovacuum off, or the first minute of a new table) nothing replans it:
--- on PG 15 the outcome writes kept a sequential scan of jobs planned while it was nearly
--- empty, and once a held horizon had bloated the heap each write read 6,600 pages. Tables
--- with no usable index (the small concurrency tables) are still scanned: the setting only
--- makes that path the last resort. Never set on an atomic lane: that session runs the
--- handler's own statements.
-SELECT set_config('enable_seqscan', 'off', false);
+-- Keeps the planner off sequential scans and JIT in the worker's own sessions (claim and
+-- completer), whose statements are all written for index access (test_claim_plan.py,
+-- test_finish_plan.py) and return in milliseconds. A prepared statement keeps the generic plan
+-- it got when the table was small, and without fresh statistics (autovacuum off, or the first
+-- minute of a new table) nothing replans it: on PG 15 the outcome writes kept a sequential
+-- scan of jobs planned while it was nearly empty, and once a held horizon had bloated the heap
+-- each write read 6,600 pages. Tables with no usable index (the small concurrency tables) are
+-- still scanned: the setting only makes that path the last resort. JIT compiles a statement
+-- whose estimate passes jit_above_cost, which stale estimates on a bloated table can do; the
+-- compiling alone took 100-300 ms per claim (bench/tenants.py). Never set on an atomic lane:
+-- that session runs the handler's own statements.
+SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false);
 
 -- name: job_claim
 -- Claims up to %(limit)s queued jobs of one queue in (priority, id) order, skipping rows other
