@@ -55,11 +55,15 @@ class Link:
         name: str,
         *,
         prepare: bool = True,
+        on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
         on_reconnect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
     ) -> None:
+        """`on_connect` runs on every new connection (session settings), `on_reconnect` on
+        each one that ends an outage."""
         self.dsn = dsn
         self.name = name
         self.prepare = prepare
+        self.on_connect = on_connect
         self.on_reconnect = on_reconnect
         self.conn: psycopg.AsyncConnection[Any] | None = None
         self._outage = False
@@ -70,7 +74,17 @@ class Link:
         return f"pgqueue:{self.name}"
 
     async def open(self) -> None:
-        self.conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
+        self.conn = await self._connect()
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
+        if self.on_connect is not None:
+            try:
+                await self.on_connect(conn)
+            except BaseException:
+                await conn.close()
+                raise
+        return conn
 
     async def run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Run op alone on the connection until it succeeds, reconnecting between tries.
@@ -83,7 +97,7 @@ class Link:
         while True:
             try:
                 if self.conn is None or self.conn.closed:
-                    self.conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
+                    self.conn = await self._connect()
                     if self._outage and self.on_reconnect is not None:
                         await self.on_reconnect(self.conn)
                 result = await op(self.conn)

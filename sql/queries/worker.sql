@@ -20,6 +20,14 @@ RETURNING (xmax = 0) AS revived;
 -- Removes a worker that stopped cleanly, after its jobs were finished or put back.
 DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 
+-- name: session_set_async_commit
+-- Makes this session's commits return before their WAL is flushed. Run on the lease-claim
+-- connection only (pgqueue/worker.py, _claim_session): a claim lost in a server crash leaves
+-- its job queued, or running for a worker the rescuer then finds dead, which a crash causes
+-- anyway; and the outcome's commit, synchronous, flushes the claim's WAL with its own. Never
+-- on an atomic lane, whose commit carries the handler's writes.
+SELECT set_config('synchronous_commit', 'off', false);
+
 -- name: job_claim
 -- Claims up to %(limit)s queued jobs of one queue in (priority, id) order, skipping rows other
 -- workers hold, between two positions. The row comparisons are the start and stop bounds of

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel
 
-from pgqueue import JobContext, Queue, RetryPolicy
+from pgqueue import JobContext, Queue, RetryPolicy, Worker
 from pgqueue.testing import drain, enqueued_jobs
 from tests.conftest import count
 
@@ -257,3 +257,45 @@ def test_worker_only_claims_its_own_queues(queue: Queue, conn: Any) -> None:
     drain(queue, queues=("a", "c"))
     assert sorted(ran) == ["a", "c"]
     assert [j.queue for j in enqueued_jobs(conn, queue)] == ["b"]
+
+
+def test_only_the_claim_connection_commits_asynchronously(queue: Queue, dsn: str) -> None:
+    """Lease claims may commit without a WAL flush (worker.py, _claim_session); outcomes and
+    atomic lanes, whose commits carry results and the handler's writes, may not."""
+    seen: dict[str, str] = {}
+    running: list[Worker] = []
+
+    async def show(conn: Any) -> str:
+        cur = await conn.execute("SHOW synchronous_commit")
+        row = await cur.fetchone()
+        return str(row[0])
+
+    @queue.task(name="lease")
+    async def lease() -> None:
+        worker = running[0]
+        seen["claim"] = await worker._claims.run(show)
+        seen["complete"] = await worker.completer.link.run(show)
+
+    @queue.task(name="atomic_async", atomic=True)
+    async def atomic_async(ctx: JobContext) -> None:
+        seen["atomic_async"] = await show(ctx.connection)
+
+    @queue.task(name="atomic_sync", atomic=True)
+    def atomic_sync(ctx: JobContext) -> None:
+        row = ctx.connection.execute("SHOW synchronous_commit").fetchone()
+        seen["atomic_sync"] = str(row[0])
+
+    queue.enqueue_many([lease.job(), atomic_async.job(), atomic_sync.job()])
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        assert row is not None
+        default = str(row[0])
+    assert default == "on"  # the test means nothing on a server that never flushes
+    running.append(Worker(queue, dsn=dsn, burst=True))
+    asyncio.run(running[0].run_async())
+    assert seen == {
+        "claim": "off",
+        "complete": default,
+        "atomic_async": default,
+        "atomic_sync": default,
+    }
