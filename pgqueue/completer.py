@@ -20,7 +20,7 @@ import psycopg
 
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
-from pgqueue.queries import query
+from pgqueue.queries import statement
 
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL
@@ -141,7 +141,7 @@ class Completer:
         }
 
         async def write(conn: Any) -> tuple[int, int, int]:
-            cur = await conn.execute(query("job_finish_many", self.schema), params)
+            cur = await conn.execute(statement("job_finish_many", self.schema), params)
             row = await cur.fetchone()
             return (int(row[0]), int(row[1]), int(row[2]))
 
