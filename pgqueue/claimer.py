@@ -35,7 +35,7 @@ import psycopg
 
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
-from pgqueue.queries import query
+from pgqueue.queries import query, statement
 
 Position = tuple[int, int]  # (priority, id) in the claim index
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -231,14 +231,14 @@ class Claimer:
 
         async def claim(conn: Any) -> list[Any]:
             if queue not in self._keyed:
-                cur = await conn.execute(query("job_claim_unkeyed", self.schema), params)
+                cur = await conn.execute(statement("job_claim_unkeyed", self.schema), params)
                 rows: list[Any] = await cur.fetchall()
                 if not rows or rows[0][8] is not None:
                     return rows
                 self._keyed.add(queue)  # for good: keyed claims from now on
             for attempt in range(CLAIM_RETRIES):
                 try:
-                    cur = await conn.execute(query("job_claim", self.schema), params)
+                    cur = await conn.execute(statement("job_claim", self.schema), params)
                     rows = await cur.fetchall()
                     return rows
                 except psycopg.errors.DeadlockDetected:

@@ -77,14 +77,16 @@ class Executor:
         try:
             task, args, kwargs = self._prepare(job, connection, cancel)
             if task.is_async:
-                running = task.fn(*args, **kwargs)
                 if cancel is not None:
-                    running = _until_cancelled(running, cancel)
+                    _interrupt_on_request(cancel)
+                value = await _call(task.fn(*args, **kwargs), task.policy.timeout)
             else:
                 call = functools.partial(task.fn, *args, **kwargs)
                 running = asyncio.get_running_loop().run_in_executor(self.threads, call)
-            value = await _within(running, task.policy.timeout)
+                value = await _within(running, task.policy.timeout)
         except asyncio.CancelledError:
+            if cancel is not None and cancel.requested and not _stopping():
+                return self._cancelled(job, started)
             raise
         except BaseException as exc:
             if cancel is not None and cancel.requested:
@@ -208,39 +210,51 @@ class JobTimeoutError(Exception):
     """The handler ran longer than its task's timeout."""
 
 
-async def _until_cancelled(running: Any, cancel: CancelSignal) -> Any:
-    """Await an async handler, cancelling it when cancellation of its job is requested;
-    then raise JobCancelledError. A cancellation of our own caller (the worker stopping, a
-    timeout) propagates unchanged."""
-    inner = asyncio.ensure_future(_boxed(running))
-    cancel.on_request(inner.cancel)
-    try:
-        ok, value = await inner
-    except asyncio.CancelledError:
-        current = asyncio.current_task()
-        stopping = current is not None and getattr(current, "cancelling", lambda: 0)()
-        if cancel.requested and not stopping:
-            raise JobCancelledError("cancellation was requested") from None
-        raise
+def _interrupt_on_request(cancel: CancelSignal) -> None:
+    """Cancel the calling task (the job's own) when cancellation of its job is requested:
+    the handler, awaited inline, is interrupted wherever it waits. No task of its own per job:
+    that was a tenth of a drain's time (bench/README.md, issue 6)."""
+    current = asyncio.current_task()
+    if current is not None:
+        cancel.on_request(current.cancel)
+
+
+def _stopping() -> bool:
+    """Whether the current task was also cancelled by someone else than a cancellation
+    request (the worker stopping): the job is then put back, not ended. Python 3.10 cannot
+    tell; there the job ends as cancelled, as it would after being put back
+    (worker.py, _cancel_unfinished)."""
+    current = asyncio.current_task()
+    cancelling = getattr(current, "cancelling", None)
+    if cancelling is None:
+        return False
+    if cancelling() > 1:
+        return True
+    current.uncancel()  # type: ignore[union-attr]  # ours, from _interrupt_on_request: handled
+    return False
+
+
+async def _call(running: Any, timeout: timedelta | None) -> Any:
+    """Await an async handler inline, so whatever it raises reaches Executor.run; under a
+    timeout it runs in a task of its own (wait_for), boxed: a task that raised SystemExit or
+    KeyboardInterrupt would take the event loop down with it
+    (tests/integration/test_worker.py::test_handler_raising_exit_or_interrupt_fails_the_job_not_the_worker)."""
+    if timeout is None:
+        return await running
+    ok, value = await _within(_boxed(running), timeout)
     if not ok:
         raise value
     return value
 
 
 async def _boxed(running: Any) -> tuple[bool, Any]:
-    """The handler's result or exception as a value: a task that raised SystemExit or
-    KeyboardInterrupt would take the event loop down with it
-    (tests/integration/test_worker.py::test_handler_raising_exit_or_interrupt_fails_the_job_not_the_worker)."""
+    """The handler's result or exception as a value."""
     try:
         return True, await running
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
         return False, exc
-
-
-class JobCancelledError(Exception):
-    """The job's cancellation was requested and its handler was cancelled."""
 
 
 async def _within(running: Any, timeout: timedelta | None) -> Any:

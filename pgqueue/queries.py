@@ -53,6 +53,17 @@ def query(name: str, schema: str) -> sql.Composed:
     return _render(text, schema)
 
 
+@functools.cache
+def statement(name: str, schema: str) -> bytes | sql.Composed:
+    """The named query rendered once to bytes, for statements run once per job: psycopg
+    renders a Composed again at every execute, which was a sixth of an enqueue's client time
+    (bench/README.md, issue 6). ASCII is the same bytes in every client encoding; a schema
+    name outside it keeps the Composed."""
+    composed = query(name, schema)
+    text = composed.as_string(None)
+    return text.encode("ascii") if text.isascii() else composed
+
+
 def grant(name: str, schema: str, role: str) -> sql.Composed:
     """A grant_* statement for `role` on `schema`, both rendered as identifiers."""
     try:

@@ -33,7 +33,7 @@ from pgqueue.models import (
     RetryPolicy,
     TaskPolicy,
 )
-from pgqueue.queries import channel, query
+from pgqueue.queries import channel, query, statement
 from pgqueue.registry import NewJob, Registry, Task, derived_name
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.tenants import (
@@ -285,7 +285,7 @@ def insert_statement(
     rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
-    return query("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
+    return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
 
 
 def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:

@@ -39,7 +39,7 @@ from psycopg.rows import dict_row
 from pgqueue import tenants
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, Position, WorkerStats
-from pgqueue.completer import Completer
+from pgqueue.completer import OUTCOME_BATCH, Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
@@ -145,14 +145,15 @@ class Worker:
         )
         await self._claims.open()
         await self._check_schema()
-        finish_link = Link(
-            self.dsn, "complete", prepare=prepare, on_connect=self._planner_session
-        )
+        finish_link = Link(self.dsn, "complete", prepare=prepare, on_connect=self._planner_session)
         await finish_link.open()
         self.id = await self._register()
         self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
         self.completer = Completer(
-            finish_link, self.schema, self.queue_settings.keep_history, s.batch_size
+            finish_link,
+            self.schema,
+            self.queue_settings.keep_history,
+            max(s.batch_size, OUTCOME_BATCH),
         )
         # Threads start lazily. The headroom beyond `concurrency` is for sync jobs that ran past
         # their timeout: they keep their thread, but their slot is free for the next job.

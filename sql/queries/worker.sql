@@ -206,35 +206,41 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
 -- A retry of a job whose cancellation was requested ends it as cancelled instead.
--- Rows are found by primary key only, whatever the statistics (test_finish_plan.py):
--- `j.id = ANY(ARRAY(SELECT id FROM outcome))` keeps each write O(batch): without it, stale
--- statistics (a table analysed while empty) make the planner walk every running row once per
--- outcome, and with thousands running a batch took a second (bench/throughput.py, issue 6).
--- The running guard compares with `o.was` ('running', a column of the materialized outcome)
--- rather than a constant, so it cannot select the partial index jobs_running_idx: while a
--- long transaction holds the horizon that index keeps an entry for every job that ever ran,
--- and a batch walking it took 250 ms on PostgreSQL 15 (bench/degradation.py, issue 3).
-WITH outcome AS (
-    SELECT *, 'running'::text AS was
-    FROM jsonb_to_recordset(%(outcomes)s::jsonb)
-         AS o(id bigint, attempt integer, worker_id bigint, status text, error jsonb,
-              result jsonb, duration double precision, retry_in double precision)
+-- Each job row finds its outcome by key in one jsonb object (`batch.m`, an InitPlan computed
+-- once), never by a join with the outcomes: whatever the statistics say, a write costs
+-- O(batch). A join was planned as a nested loop over every outcome for every row (quadratic:
+-- 300 outcomes took 88 ms against 20 ms this way), or with stale statistics (a table analysed
+-- while empty) as a walk of every running row once per outcome (bench/throughput.py, issue 6).
+-- The running guard compares with `(SELECT 'running'::text)`, a value the planner does not
+-- know, rather than a constant, so it cannot select the partial index jobs_running_idx: while
+-- a long transaction holds the horizon that index keeps an entry for every job that ever ran,
+-- and a batch walking it took 130-250 ms on PostgreSQL 15 (bench/degradation.py, issue 3;
+-- test_finish_plan.py).
+WITH batch AS MATERIALIZED (
+    SELECT jsonb_object_agg(o ->> 'id', o) AS m, array_agg((o ->> 'id')::bigint) AS ids
+    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
 ), finished AS (
     DELETE FROM {schema}.jobs AS j
-    USING outcome AS o
-    WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
-      AND j.status = o.was AND j.worker_id = o.worker_id
-      AND (o.status IN ('succeeded', 'failed', 'cancelled')
-           OR (o.status = 'retry' AND j.cancel_requested_at IS NOT NULL))
+    WHERE j.id = ANY((SELECT ids FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)
+      AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
+      AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
+      AND ((SELECT m FROM batch) -> j.id::text ->> 'status' IN ('succeeded', 'failed', 'cancelled')
+           OR ((SELECT m FROM batch) -> j.id::text ->> 'status' = 'retry'
+               AND j.cancel_requested_at IS NOT NULL))
     RETURNING j.id, j.queue, j.task, j.args,
-              CASE WHEN o.status = 'retry' THEN 'cancelled' ELSE o.status END AS status,
+              CASE WHEN (SELECT m FROM batch) -> j.id::text ->> 'status' = 'retry' THEN 'cancelled'
+                   ELSE (SELECT m FROM batch) -> j.id::text ->> 'status' END AS status,
               j.priority, j.attempt, j.max_attempts,
               j.run_at, j.created_at, j.started_at,
-              coalesce(j.started_at + make_interval(secs => o.duration),
+              coalesce(j.started_at + make_interval(
+                           secs => ((SELECT m FROM batch) -> j.id::text ->> 'duration')::float8),
                        coalesce(%(now)s::timestamptz, now())) AS finished_at, j.worker_id,
-              CASE WHEN o.error IS NULL THEN j.errors
-                   ELSE j.errors || jsonb_build_array(o.error) END AS errors,
-              o.result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
+              CASE WHEN nullif((SELECT m FROM batch) -> j.id::text -> 'error', 'null') IS NULL
+                   THEN j.errors
+                   ELSE j.errors || jsonb_build_array((SELECT m FROM batch) -> j.id::text -> 'error')
+              END AS errors,
+              nullif((SELECT m FROM batch) -> j.id::text -> 'result', 'null') AS result,
+              j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
@@ -245,14 +251,18 @@ WITH outcome AS (
     RETURNING id
 ), retried AS (
     UPDATE {schema}.jobs AS j
-    SET status = CASE WHEN o.retry_in > 0 THEN 'scheduled' ELSE 'queued' END,
-        run_at = coalesce(%(now)s::timestamptz, now()) + make_interval(secs => o.retry_in),
+    SET status = CASE WHEN ((SELECT m FROM batch) -> j.id::text ->> 'retry_in')::float8 > 0
+                      THEN 'scheduled' ELSE 'queued' END,
+        run_at = coalesce(%(now)s::timestamptz, now())
+                 + make_interval(secs => ((SELECT m FROM batch) -> j.id::text ->> 'retry_in')::float8),
         worker_id = NULL,
-        errors = j.errors || jsonb_build_array(o.error)
-    FROM outcome AS o
-    WHERE j.id = o.id AND j.id = ANY(ARRAY(SELECT id FROM outcome)) AND j.attempt = o.attempt
-      AND j.status = o.was AND j.worker_id = o.worker_id
-      AND o.status = 'retry' AND j.cancel_requested_at IS NULL
+        errors = j.errors
+                 || jsonb_build_array(nullif((SELECT m FROM batch) -> j.id::text -> 'error', 'null'))
+    WHERE j.id = ANY((SELECT ids FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)
+      AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
+      AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
+      AND (SELECT m FROM batch) -> j.id::text ->> 'status' = 'retry'
+      AND j.cancel_requested_at IS NULL
     RETURNING j.id, j.queue, j.priority, j.status
 ), woken AS (
     SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n

@@ -1,0 +1,94 @@
+"""Writing a batch of outcomes costs O(batch), whatever the statistics say (STYLE: SQL).
+
+job_finish_many looks each job's outcome up by key, never through a join with the outcomes:
+a join was planned as a nested loop over every outcome for every row, quadratic in the batch,
+or with stale statistics as a walk of every running row once per outcome (bench/README.md,
+issue 6). test_finish_plan.py checks which index each of a worker's writes reads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue.queries import query
+from tests.integration.test_claim_plan import _plan_nodes
+
+JOINS = {"Nested Loop", "Hash Join", "Merge Join"}
+
+
+@pytest.fixture
+def running(dsn: str, schema: str) -> list[int]:
+    """300 jobs running for worker 1 among 5,000, in a table analysed while empty."""
+    table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency) "
+                "VALUES ('w', 'h', 1, '{{default}}', 300)"
+            ).format(sql.Identifier(schema))
+        )
+        worker_id = conn.execute(
+            sql.SQL("SELECT max(id) FROM {}.workers").format(sql.Identifier(schema))
+        ).fetchone()
+        assert worker_id is not None
+        rows = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args, status, attempt, worker_id, started_at) "
+                "SELECT 'default', 't', '{{}}', "
+                "CASE WHEN g <= 300 THEN 'running' ELSE 'queued' END, "
+                "CASE WHEN g <= 300 THEN 1 ELSE 0 END, "
+                "CASE WHEN g <= 300 THEN %s::bigint END, "
+                "CASE WHEN g <= 300 THEN now() END "
+                "FROM generate_series(1, 5000) AS g RETURNING id, status"
+            ).format(table),
+            [worker_id[0]],
+        ).fetchall()
+    return [row[0] for row in rows if row[1] == "running"], worker_id[0]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("status", ["succeeded", "retry"])
+def test_finishing_a_batch_joins_nothing_and_never_scans_jobs(
+    dsn: str, schema: str, running: Any, status: str
+) -> None:
+    ids, worker_id = running
+    outcomes = [
+        {
+            "id": job_id,
+            "attempt": 1,
+            "worker_id": worker_id,
+            "status": status,
+            "error": None if status == "succeeded" else {"error": "boom"},
+            "result": None,
+            "duration": 0.001,
+            "retry_in": 0.0,
+        }
+        for job_id in ids
+    ]
+    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None}
+    with psycopg.connect(dsn) as conn:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(f"SET plan_cache_mode = {mode}")
+            explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + query("job_finish_many", schema)
+            (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
+            plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+            nodes = _plan_nodes(plan)
+            assert not [n for n in nodes if n["Node Type"] in JOINS], json.dumps(plan, indent=1)
+            on_jobs = [
+                n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+            ]
+            assert on_jobs and all(n["Node Type"] != "Seq Scan" for n in on_jobs), json.dumps(
+                plan, indent=1
+            )
+            moved = [
+                n
+                for n in nodes
+                if n["Node Type"] == "ModifyTable" and n.get("Relation Name") == "jobs"
+            ]
+            assert sum(n["Actual Rows"] for n in moved) == len(ids), json.dumps(plan, indent=1)
+            conn.rollback()
