@@ -304,12 +304,14 @@ class CostRun:
         return True
 
     def _plans_run(self) -> dict[str, int]:
-        """How often the server ran the prepared claim with a generic or a custom plan."""
+        """How often the server ran the prepared claim with a generic or a custom plan. psycopg
+        prepares it once per set of parameter types (the hint's id outgrows int2, then int4),
+        so this sums its statements."""
         row = self.conn.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "SELECT sum(generic_plans)::int, sum(custom_plans)::int FROM pg_prepared_statements "
             "WHERE statement LIKE '%%SKIP LOCKED%%' AND NOT from_sql"
         ).fetchone()
-        return {"generic": row[0], "custom": row[1]} if row else {}
+        return {"generic": row[0], "custom": row[1]} if row and row[0] is not None else {}
 
     def result(self) -> dict[str, Any]:
         return {
