@@ -588,7 +588,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     names = list(result["cost"])
     rates = [result["cost"][n]["jobs_per_second"] for n in names]
     p50 = [result["cost"][n]["claim_ms_p50"] for n in names]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
     colors = ["#888888" if n == "main" else "#d62728" if "naive" in n else "#1f77b4" for n in names]
     left.bar(names, rates, color=colors)
     left.set_ylabel("jobs claimed per second of claim time")
@@ -597,7 +597,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     right.set_ylabel("ms per claim (median)")
     right.set_title(f"PostgreSQL {result['postgres']}, {result['held_running']} held running")
     for ax in (left, right):
-        ax.tick_params(axis="x", rotation=45)
+        ax.set_xticks(range(len(names)), names, rotation=50, ha="right", rotation_mode="anchor")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
