@@ -16,12 +16,22 @@ the machine hits them all alike; --rounds repeats this (the median is reported):
   none-keyed-stmt  this branch's job_claim (the keyed statement), jobs without keys
   keys-K       this branch's job_claim, every job keyed, K keys round-robin (1, 100, 10000);
                the default limit (1000) is never reached, so this is admission, not parking
-  naive-K      seed 003's claim: count(*) of running jobs GROUP BY key for every claim, keys
-               at their limit excluded with NOT IN; same jobs as keys-K
-  saturated-keys / saturated-naive
+  naive-K      seed 003's claim as the seed writes it: every claim counts the running jobs
+               GROUP BY key, leaves out the keys at their limit with NOT IN, and takes the
+               first queued jobs from the front of the queue (no hint); same jobs as keys-K
+  naive-hinted-K  the same count and NOT IN, but starting after the hint like job_claim: not
+               seed 003, it separates what the per-claim count costs from what starting at
+               the front costs
+  saturated-keys / saturated-naive / saturated-naive-hinted
                half the jobs belong to key "big", at its limit (5) and queued ahead of the
-               rest; the other half over 100 keys: job_claim parks big's backlog once, the
-               naive claim filters it out on every claim
+               rest; the other half over 100 keys: job_claim parks big's backlog once; the
+               naive claim walks and filters it out on every claim (the hinted naive one
+               only once, as its hint moves past it)
+
+Before its claims, each scenario EXPLAINs its claim statement as a generic plan (what a
+prepared statement settles on) and records which indexes it scans; afterwards it records
+how many generic and custom plans its prepared claim actually ran (pg_prepared_statements).
+The finish of the held jobs is timed too (keyed jobs run the release trigger), apart.
 
 Fairness: --backlog jobs of key "big" (limit 5) are queued, then one job of key "small";
 then a Worker (concurrency 20, handlers sleep 10 ms) starts. Reported: how long the small
@@ -41,6 +51,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -87,20 +98,28 @@ FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
 """
 
-# Seed 003's tenant claim, adapted to this schema and to batches: count the running jobs of
-# every key on each claim and skip the keys at their limit. (It can over-admit: a batch may
-# take several jobs of a key with one slot left, and two claims can both see room.)
+# Seed 003's tenant claim, in this schema: its 'created' jobs are our 'queued', its 'queued'
+# or 'running' ones (a slot taken) our 'running', its tenant_queues our concurrency_limits
+# (with the '*' default). Every claim counts the running jobs of every key, and leaves out the
+# full keys with NOT IN. {start} is empty (seed 003: from the front of the queue, ORDER BY id;
+# here (priority, id), on jobs_claim_idx, which all-zero priorities make the same order) or
+# the hint of job_claim (naive-hinted). Batches of 100 instead of the seed's LIMIT 1. It can
+# over-admit: a batch may take several jobs of a key with one slot left, and two claims can
+# both see room; no scenario here reaches a limit it could overshoot.
 NAIVE_CLAIM = """
-WITH running_per_key AS (
-    SELECT concurrency_key AS key, count(*) AS n FROM {schema}.jobs
-    WHERE status = 'running' AND concurrency_key IS NOT NULL GROUP BY 1
+WITH running_jobs_per_key AS (
+    SELECT concurrency_key AS key, count(1) AS running_jobs FROM {schema}.jobs
+    WHERE status = 'running' AND concurrency_key IS NOT NULL
+      AND created_at > now() - interval '6 hours'
+    GROUP BY 1
 ), full_keys AS (
-    SELECT key FROM running_per_key WHERE n >= {schema}.concurrency_limit(key)
+    SELECT r.key FROM running_jobs_per_key AS r
+    LEFT JOIN {schema}.concurrency_limits AS q ON q.key = r.key
+    LEFT JOIN {schema}.concurrency_limits AS d ON d.key = '*'
+    WHERE r.running_jobs >= coalesce(q.max_running, d.max_running)
 ), picked AS (
     SELECT id FROM {schema}.jobs
-    WHERE queue = %(queue)s AND status = 'queued' AND NOT atomic
-      AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
-      AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
+    WHERE queue = %(queue)s AND status = 'queued' AND NOT atomic {start}
       AND (concurrency_key IS NULL OR concurrency_key NOT IN (SELECT key FROM full_keys))
     ORDER BY priority, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
@@ -111,14 +130,21 @@ FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
           false
 """
+HINTED = """
+      AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
+      AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)"""
 
 
 def scenarios() -> list[tuple[str, str, int]]:
-    """(name, statement: main|branch|naive, keys)."""
+    """(name, statement: main|unkeyed|branch|naive|naive-hinted, keys)."""
     found = [("main", "main", 0), ("none", "unkeyed", 0), ("none-keyed-stmt", "branch", 0)]
-    found += [(f"keys-{k}", "branch", k) for k in KEY_COUNTS]
-    found += [(f"naive-{k}", "naive", k) for k in KEY_COUNTS]
-    found += [("saturated-keys", "branch", SATURATED), ("saturated-naive", "naive", SATURATED)]
+    for kind, prefix in (("branch", "keys"), ("naive", "naive"), ("naive-hinted", "naive-hinted")):
+        found += [(f"{prefix}-{k}", kind, k) for k in KEY_COUNTS]
+    found += [
+        ("saturated-keys", "branch", SATURATED),
+        ("saturated-naive", "naive", SATURATED),
+        ("saturated-naive-hinted", "naive-hinted", SATURATED),
+    ]
     return found
 
 
@@ -178,8 +204,59 @@ def saturate(conn: psycopg.Connection[Any], schema: str, backlog: int) -> None:
 def claim_statement(kind: str, schema: str) -> Any:
     if kind in ("branch", "unkeyed"):
         return query("job_claim" if kind == "branch" else "job_claim_unkeyed", schema)
-    text = MAIN_CLAIM if kind == "main" else NAIVE_CLAIM
-    return sql.SQL(text).format(schema=sql.Identifier(schema))
+    if kind == "main":
+        return sql.SQL(MAIN_CLAIM).format(schema=sql.Identifier(schema))
+    start = sql.SQL(HINTED if kind == "naive-hinted" else "")
+    return sql.SQL(NAIVE_CLAIM).format(schema=sql.Identifier(schema), start=start)
+
+
+def generic_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
+    """EXPLAIN of `statement` as the generic plan a prepared statement settles on.
+
+    PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN): the statement is PREPAREd with $n
+    parameters and EXPLAIN EXECUTE runs under plan_cache_mode = force_generic_plan. (EXPLAIN
+    of a statement sent with bound parameters would plan it for those values.)"""
+    text = statement.as_string(conn)
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+    body = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", text)
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(sql.SQL("PREPARE bench_plan AS {}").format(sql.SQL(body.replace("%%", "%"))))
+    try:
+        args = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE bench_plan({})").format(args)
+        doc = conn.execute(explain).fetchone()[0]  # type: ignore[index]
+    finally:
+        conn.execute("DEALLOCATE bench_plan")
+        conn.execute("RESET plan_cache_mode")
+    return (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+
+
+def custom_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
+    """EXPLAIN of `statement` planned for these parameter values (a custom plan)."""
+    doc = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + statement, params).fetchone()[0]  # type: ignore[index]
+    return (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+
+
+def plan_summary(plan: dict[str, Any]) -> dict[str, Any]:
+    """What the plan reads from jobs. `index_scan`: no read of jobs is a sequential scan, and
+    the claim's own read is an Index Scan on jobs_claim_idx."""
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    scans = [
+        {"node": n["Node Type"], "index": n.get("Index Name"), "cond": n.get("Index Cond")}
+        for n in nodes(plan)
+        if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+    ]
+    claim = [s for s in scans if s["index"] == "jobs_claim_idx"]
+    through_index = all(s["node"] != "Seq Scan" for s in scans)  # bitmap scans use an index
+    return {
+        "index_scan": through_index and bool(claim) and claim[0]["node"] == "Index Scan",
+        "jobs_scans": scans,
+    }
 
 
 class CostRun:
@@ -192,9 +269,15 @@ class CostRun:
         self.statement = claim_statement(kind, schema)
         self.finish = query("job_finish_many", schema)
         self.params: dict[str, Any] = {"queue": "default", "limit": BATCH, "worker_id": 1}
-        self.params |= {"park_limit": 100_000, "now": None} | FLOOR | CEILING
+        self.params |= {"now": None} | FLOOR | CEILING
         self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=5)
+        self.plan = {
+            "generic": plan_summary(generic_plan(self.conn, self.statement, self.params)),
+            "custom": plan_summary(custom_plan(self.conn, self.statement, self.params)),
+        }
+        self.plans_run: dict[str, int] = {}
         self.times: list[float] = []
+        self.finish_times: list[float] = []
         self.claimed = 0
         self.held: deque[int] = deque()
 
@@ -204,6 +287,7 @@ class CostRun:
         rows = self.conn.execute(self.statement, self.params, prepare=True).fetchall()
         elapsed = time.perf_counter() - started
         if not rows:
+            self.plans_run = self._plans_run()
             self.conn.close()
             return False
         self.times.append(elapsed)
@@ -214,11 +298,29 @@ class CostRun:
         if len(self.held) > HELD:
             done = [self.held.popleft() for _ in range(len(self.held) - HELD)]
             outcomes = {"outcomes": _outcomes(done), "keep_history": True, "now": None}
+            started = time.perf_counter()
             self.conn.execute(self.finish, outcomes)
+            self.finish_times.append((time.perf_counter() - started) / len(done))
         return True
 
+    def _plans_run(self) -> dict[str, int]:
+        """How often the server ran the prepared claim with a generic or a custom plan. psycopg
+        prepares it once per set of parameter types (the hint's id outgrows int2, then int4),
+        so this sums its statements."""
+        row = self.conn.execute(
+            "SELECT sum(generic_plans)::int, sum(custom_plans)::int FROM pg_prepared_statements "
+            "WHERE statement LIKE '%%SKIP LOCKED%%' AND NOT from_sql"
+        ).fetchone()
+        return {"generic": row[0], "custom": row[1]} if row and row[0] is not None else {}
+
     def result(self) -> dict[str, Any]:
-        return {"times": self.times, "claimed": self.claimed}
+        return {
+            "times": self.times,
+            "claimed": self.claimed,
+            "finish_times": self.finish_times,
+            "plan": self.plan,
+            "plans_run": self.plans_run,
+        }
 
 
 def measure_costs(dsn: str, jobs: int) -> dict[str, dict[str, Any]]:
@@ -259,6 +361,7 @@ def summarize_cost(runs: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [r["claimed"] / sum(r["times"]) for r in runs]
     p50 = [statistics.median(r["times"]) * 1000 for r in runs]
     p95 = [statistics.quantiles(r["times"], n=20)[18] * 1000 for r in runs]
+    finish = [statistics.median(r["finish_times"]) * 1e6 for r in runs if r["finish_times"]]
     return {
         "claimed_per_run": runs[0]["claimed"],
         "claims_per_run": len(runs[0]["times"]),
@@ -266,6 +369,12 @@ def summarize_cost(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "jobs_per_second_runs": rates,
         "claim_ms_p50": statistics.median(p50),
         "claim_ms_p95": statistics.median(p95),
+        "finish_us_per_job_p50": statistics.median(finish) if finish else None,
+        # Whichever plan the server picks for the prepared claim (pg_prepared_statements
+        # says which it ran), it reads jobs through indexes.
+        "index_scan": all(p["index_scan"] for r in runs for p in r["plan"].values()),
+        "plan": runs[0]["plan"],
+        "plans_run": [r["plans_run"] for r in runs],
     }
 
 
@@ -443,11 +552,22 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
 def print_summary(result: dict[str, Any]) -> None:
     base = result["cost"]["main"]["jobs_per_second"]
     print(f"PostgreSQL {result['postgres']}, {result['jobs']} jobs, batch {result['batch']}")
-    print(f"{'scenario':<16} {'jobs/s':>10} {'vs main':>8} {'p50 ms':>8} {'p95 ms':>8}")
+    print(
+        f"{'scenario':<23} {'jobs/s':>9} {'vs main':>8} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'finish us/job':>14}  plan (generic): reads of jobs"
+    )
     for name, c in result["cost"].items():
+        finish = c["finish_us_per_job_p50"]
+        scans = ", ".join(
+            f"{s['node']} {s['index'] or ''}".strip() for s in c["plan"]["generic"]["jobs_scans"]
+        )
+        ran = c["plans_run"][0]
         print(
-            f"{name:<16} {c['jobs_per_second']:>10.0f} {c['jobs_per_second'] / base:>8.2f} "
-            f"{c['claim_ms_p50']:>8.2f} {c['claim_ms_p95']:>8.2f}"
+            f"{name:<23} {c['jobs_per_second']:>9.0f} {c['jobs_per_second'] / base:>8.2f} "
+            f"{c['claim_ms_p50']:>8.2f} {c['claim_ms_p95']:>8.2f} "
+            f"{finish if finish is not None else float('nan'):>14.1f}  "
+            f"{'index' if c['index_scan'] else 'NOT INDEX'} (ran {ran.get('generic', 0)} "
+            f"generic, {ran.get('custom', 0)} custom); generic: {scans}"
         )
     f, ctl = result["fairness"], result["fairness_control"]
     print(
@@ -468,11 +588,8 @@ def chart(result: dict[str, Any], path: Path) -> None:
     names = list(result["cost"])
     rates = [result["cost"][n]["jobs_per_second"] for n in names]
     p50 = [result["cost"][n]["claim_ms_p50"] for n in names]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colors = [
-        "#888888" if n == "main" else "#d62728" if n.startswith("naive") else "#1f77b4"
-        for n in names
-    ]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 6))
+    colors = ["#888888" if n == "main" else "#d62728" if "naive" in n else "#1f77b4" for n in names]
     left.bar(names, rates, color=colors)
     left.set_ylabel("jobs claimed per second of claim time")
     left.set_title(f"claim throughput, batch {result['batch']}")
@@ -480,7 +597,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     right.set_ylabel("ms per claim (median)")
     right.set_title(f"PostgreSQL {result['postgres']}, {result['held_running']} held running")
     for ax in (left, right):
-        ax.tick_params(axis="x", rotation=45)
+        ax.set_xticks(range(len(names)), names, rotation=50, ha="right", rotation_mode="anchor")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -24,10 +24,11 @@ def print_status(console: Console, report: health.Status) -> None:
     if report.queues:
         table = Table(title=f"queues in schema {report.schema_name}", title_justify="left")
         table.add_column("queue", no_wrap=True)
-        for name in ("queued", "scheduled", "running", "failed 1h", "done/min", "oldest queued"):
+        columns = ("queued", "scheduled", "running", "waiting", "failed 1h", "done/min")
+        for name in (*columns, "oldest queued"):
             table.add_column(name, justify="right")
         for q in report.queues:
-            counts = (q.queued, q.scheduled, q.running, q.failed_last_hour)
+            counts = (q.queued, q.scheduled, q.running, q.waiting, q.failed_last_hour)
             table.add_row(
                 q.queue,
                 *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),

@@ -52,6 +52,7 @@ class QueueStats(_Report):
     queued: int
     scheduled: int
     running: int
+    waiting: int  # parked: their concurrency key is at its limit
     failed_last_hour: int
     succeeded_last_minute: int
     succeeded_last_hour: int

@@ -5,7 +5,8 @@
 
 -- name: queue_list_stats
 -- Per-queue counts: live jobs from the hot table, failures and throughput from the last hour of
--- history, and how long the oldest queued job has been due. A queue appears if it has live jobs
+-- history, and how long the oldest queued job has been due. `waiting` counts jobs parked
+-- because their concurrency key is at its limit: they run only as the key's slots free up. A queue appears if it has live jobs
 -- or finished any in the last hour. The history window is (now - 1 hour, now], so an injected
 -- now in the past counts only what had finished by then; it walks job_history_finished_idx.
 WITH clock AS (
@@ -15,6 +16,7 @@ WITH clock AS (
            count(*) FILTER (WHERE status = 'queued') AS queued,
            count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
            count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'waiting') AS waiting,
            min(run_at) FILTER (WHERE status = 'queued') AS oldest_queued_run_at
     FROM {schema}.jobs
     GROUP BY queue
@@ -34,6 +36,7 @@ SELECT queue,
        coalesce(l.queued, 0) AS queued,
        coalesce(l.scheduled, 0) AS scheduled,
        coalesce(l.running, 0) AS running,
+       coalesce(l.waiting, 0) AS waiting,
        coalesce(r.failed_last_hour, 0) AS failed_last_hour,
        coalesce(r.succeeded_last_minute, 0) AS succeeded_last_minute,
        coalesce(r.succeeded_last_hour, 0) AS succeeded_last_hour,

@@ -54,8 +54,9 @@ SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', fals
 -- its lock, so running never exceeds the limit whatever the number of claimers; `admitted`
 -- says how many got in. Picked jobs beyond that are parked ('waiting', out of the claim
 -- index) and returned with parked = true so the hint moves past them; a saturated key's other
--- queued jobs are parked too, up to 100,000 per claim, so no later claim walks them (fairness;
--- bench/README.md: parking a 100,000-job backlog took one claim of 1.3 s).
+-- queued jobs are parked too, up to 100,000 per key per claim, by concurrency_park (migration
+-- 0006), so no later claim walks them (fairness; bench/README.md: parking a 100,000-job
+-- backlog took one claim of 1.3 s).
 -- Jobs without a key only pass through empty CTEs (bench/tenants.py measures that).
 WITH picked AS (
     SELECT id, priority, concurrency_key AS key
@@ -95,43 +96,31 @@ WITH picked AS (
 ), parked AS (
     UPDATE {schema}.jobs AS j
     SET status = 'waiting'
-    FROM ranked AS r
-    WHERE j.id = r.id AND NOT r.fits
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE NOT fits))
     RETURNING j.id, j.priority
 ), parked_rest AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'waiting'
-    -- = ANY(ARRAY(...)) keeps this a primary-key lookup whatever the estimate: an IN (...)
-    -- may become a hash join over a sequential scan of jobs (test_claim_plan.py).
-    WHERE j.id = ANY(ARRAY(
-        SELECT q.id
-        FROM (SELECT DISTINCT key FROM ranked WHERE NOT fits) AS saturated
-        CROSS JOIN LATERAL (
-            SELECT w.id FROM {schema}.jobs AS w
-            WHERE w.concurrency_key = saturated.key AND w.status = 'queued'
-              AND w.id NOT IN (SELECT id FROM picked)
-            ORDER BY w.priority, w.id
-            LIMIT 100000
-            FOR UPDATE SKIP LOCKED
-        ) AS q
-    ))
-    RETURNING j.id
+    -- In a function (migration 0006), so the planner does not cost every claim for parking
+    -- whole backlogs: that cost made PostgreSQL JIT-compile the claim (100+ ms).
+    SELECT {schema}.concurrency_park(ARRAY(SELECT DISTINCT key FROM ranked WHERE NOT fits),
+                                     ARRAY(SELECT id FROM picked)) AS n
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'running',
         attempt = j.attempt + 1,
         started_at = coalesce(%(now)s::timestamptz, now()),
         worker_id = %(worker_id)s
-    FROM picked
-    WHERE j.id = picked.id
-      AND (picked.key IS NULL OR picked.id IN (SELECT id FROM ranked WHERE fits))
+    -- = ANY(ARRAY(...)) here and in parked: primary-key lookups in a generic plan too, where
+    -- a join with picked (estimated at a tenth of the queue) became a sequential scan of jobs.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE key IS NULL
+                           UNION ALL SELECT id FROM ranked WHERE fits))
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true
-FROM parked;
+FROM parked
+WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where it is read
 
 -- name: job_claim_unkeyed
 -- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before
@@ -157,8 +146,7 @@ WITH picked AS (
         attempt = j.attempt + 1,
         started_at = coalesce(%(now)s::timestamptz, now()),
         worker_id = %(worker_id)s
-    FROM picked
-    WHERE j.id = picked.id AND NOT (SELECT found FROM keyed)
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND NOT (SELECT found FROM keyed)
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked

@@ -18,6 +18,7 @@ from psycopg import sql
 from pgqueue import Queue
 from pgqueue.health import Status, WatchdogReport
 from pgqueue.migrate import apply
+from pgqueue.queries import query
 from tests.acceptance.test_cli import UNREACHABLE_DSN, assert_usage_error, run_pgqueue
 from tests.conftest import session, wait_until
 
@@ -68,29 +69,64 @@ def test_status_table_exits_0_and_shows_each_queue_and_holders_verbatim(
     own_database: str,
 ) -> None:
     schema, name = "pgq_test_status", f"status-{uuid.uuid4().hex[:8]}"
+    keyed = f"{name}-keyed"
     with psycopg.connect(own_database, autocommit=True) as conn:
         apply(conn, schema)
     queue = Queue(own_database, schema=schema)
     try:
         t = queue.task(name="t", queue=name)(lambda i: None)
         queue.enqueue_many([t.job(i) for i in range(3)])
+        k = queue.task(name="k", queue=keyed, concurrency_key="tenant:1")(lambda i: None)
+        queue.set_concurrency_limit("tenant:1", 0)  # paused: the claim below parks both jobs
+        queue.enqueue_many([k.job(i) for i in range(2)])
     finally:
         queue.close()
+    with psycopg.connect(own_database, autocommit=True) as conn:
+        conn.execute(query("job_claim", schema), claim_everything(keyed))
 
     with session(own_database, "pgq-test-[/]", hold_horizon=False) as odd:
         # Brackets are rich markup: they must be printed, not interpreted (or choked on).
         odd.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         odd.execute("SELECT '[/] [bold]'")
         wait_idle_in_transaction(own_database, odd.info.backend_pid)
-        result = run_pgqueue("status", "--schema", schema, "--dsn", own_database)
+        # Wide enough that rich does not cut the headers (it falls back to 80 when piped).
+        result = run_pgqueue(
+            "status", "--schema", schema, "--dsn", own_database, env={"COLUMNS": "200"}
+        )
 
     assert result.returncode == 0, result.stderr
-    row = next(line for line in result.stdout.splitlines() if name in line)
-    cells = [cell.strip() for cell in row.split("│")[1:-1]]
-    assert cells[:6] == [name, "3", "0", "0", "0", "0"], row
+    header = next(line for line in result.stdout.splitlines() if "waiting" in line)
+    assert [c.strip() for c in header.split("┃")[1:6]] == [
+        "queue",
+        "queued",
+        "scheduled",
+        "running",
+        "waiting",
+    ], header
+    cells = {c[0]: c[1:] for c in (_cells(line) for line in result.stdout.splitlines()) if c}
+    assert cells[name][:5] == ["3", "0", "0", "0", "0"], result.stdout
+    assert cells[keyed][:5] == ["0", "0", "0", "2", "0"], result.stdout
     assert f"{schema}.jobs" in result.stdout
     assert "pgq-test-[/]" in result.stdout
     assert "SELECT '[/] [bold]'" in result.stdout
+
+
+def claim_everything(queue_name: str) -> dict[str, object]:
+    return {
+        "queue": queue_name,
+        "limit": 10,
+        "worker_id": 1,
+        "now": None,
+        "after_priority": -32768,
+        "after_id": 0,
+        "before_priority": 32767,
+        "before_id": 2**63 - 1,
+    }
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of one body row of a rich table, stripped; [] for any other line."""
+    return [cell.strip() for cell in line.split("│")[1:-1]]
 
 
 def test_status_of_an_unmigrated_schema_exits_1_saying_to_migrate(dsn: str) -> None:

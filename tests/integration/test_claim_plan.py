@@ -98,7 +98,9 @@ def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
     dsn: str, schema: str
 ) -> None:
     """With concurrency keys, the claim still starts on jobs_claim_idx and parks a saturated
-    key's other jobs through jobs_keyed_queued_idx: no statement of the claim scans jobs."""
+    key's other jobs through jobs_keyed_queued_idx: no statement of the claim scans jobs.
+    The parking runs in concurrency_park (migration 0006), whose statement auto_explain
+    reports."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
         conn.execute(
@@ -125,22 +127,76 @@ def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
         "park_limit": 1000,
         "now": None,
     }
+    notices: list[str] = []
     with psycopg.connect(dsn) as conn:
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
         for mode in ("force_custom_plan", "force_generic_plan"):
             conn.execute(f"SET plan_cache_mode = {mode}")
+            for setting, value in AUTO_EXPLAIN.items():
+                conn.execute(f"SET auto_explain.{setting} = {value}")
+            conn.execute("SET client_min_messages = log")
+            notices.clear()
             explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + query("job_claim", schema)
             (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
             plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+            nested = [_logged_plan(m) for m in notices if "unnest(saturated)" in m]
+            assert len(nested) == 1, notices  # concurrency_park ran its statement once
+            nodes = _plan_nodes(plan) + _plan_nodes(nested[0])
             on_jobs = [
-                n
-                for n in _plan_nodes(plan)
-                if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+                n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
             ]
-            assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), json.dumps(plan, indent=1)
-            used = {n.get("Index Name") for n in _plan_nodes(plan) if "Index" in n["Node Type"]}
-            parked = [
-                n for n in _plan_nodes(plan) if n.get("Index Name") == "jobs_keyed_queued_idx"
-            ]
+            assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), json.dumps(nested, indent=1)
+            used = {n.get("Index Name") for n in nodes if "Index" in n["Node Type"]}
+            parked = [n for n in nodes if n.get("Index Name") == "jobs_keyed_queued_idx"]
             assert parked and parked[0]["Actual Rows"] > 0  # the saturated keys' rest parked
             assert {"jobs_claim_idx", "jobs_keyed_queued_idx"} <= used, used
             conn.rollback()
+
+
+AUTO_EXPLAIN = {
+    "log_min_duration": "0",
+    "log_nested_statements": "on",
+    "log_analyze": "on",
+    "log_format": "json",
+}
+
+
+def _logged_plan(message: str) -> dict[str, Any]:
+    """The plan in an auto_explain message: 'duration: ... ms  plan:' then the JSON."""
+    plan: dict[str, Any] = json.loads(message.split("\n", 1)[1])["Plan"]
+    return plan
+
+
+def test_keyed_claim_from_the_floor_stays_under_the_jit_threshold_with_a_big_backlog(
+    dsn: str, schema: str
+) -> None:
+    """One key with 50,000 queued jobs: the claim is not costed for parking them (that is
+    concurrency_park's own statement), so PostgreSQL does not JIT-compile every claim. Parked
+    inline, this claim was costed at about 212,000, over the default jit_above_cost of 100,000,
+    and took 115-300 ms on PostgreSQL 15 instead of a few (migration 0006)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args, concurrency_key) "
+                "SELECT 'default', 't', '{{}}', 'big' FROM generate_series(1, 50000)"
+            ).format(table)
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+        limits = sql.SQL("INSERT INTO {}.concurrency_limits VALUES ('*', 1000)")
+        conn.execute(limits.format(sql.Identifier(schema)))
+        params = {
+            "queue": "default",
+            "after_priority": -32768,
+            "after_id": 0,
+            "before_priority": CEILING[0],
+            "before_id": CEILING[1],
+            "limit": 100,
+            "worker_id": 1,
+            "now": None,
+        }
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + query("job_claim", schema)
+        (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
+        cost = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]["Total Cost"]
+    assert cost < 100_000, cost

@@ -143,8 +143,9 @@ def _history(conn: psycopg.Connection[Any], schema: str, rows: list[dict[str, An
     )
 
 
-def _claim_one(conn: psycopg.Connection[Any], schema: str, queue_name: str) -> None:
-    """Claims one job as a registered worker does, so it is 'running'."""
+def _claim(conn: psycopg.Connection[Any], schema: str, queue_name: str, limit: int) -> int:
+    """One claim of up to `limit` jobs as a registered worker does: they are 'running', or
+    'waiting' if their concurrency key is full. Returns how many it picked."""
     worker = conn.execute(
         query("worker_register", schema),
         {"name": "test", "hostname": "test", "pid": 1, "queues": [queue_name], "concurrency": 1},
@@ -156,11 +157,11 @@ def _claim_one(conn: psycopg.Connection[Any], schema: str, queue_name: str) -> N
         "before_priority": 32767,
         "before_id": 2**63 - 1,
         "after_id": 0,
-        "limit": 1,
+        "limit": limit,
         "worker_id": worker[0],
         "now": None,
     }
-    assert len(conn.execute(query("job_claim", schema), params).fetchall()) == 1
+    return len(conn.execute(query("job_claim", schema), params).fetchall())
 
 
 def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
@@ -169,7 +170,7 @@ def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
     mail = queue.task(name="t.mail", queue="mail")(lambda i: None)
     later = queue.task(name="t.later", queue="reports", delay=3600)(lambda i: None)
     queue.enqueue_many([mail.job(i) for i in range(3)] + [later.job(i) for i in range(2)])
-    _claim_one(observer, schema, "mail")
+    assert _claim(observer, schema, "mail", limit=1) == 1
     now = datetime.fromisoformat("2030-01-01T12:00:00+00:00")
     _history(
         observer,
@@ -193,6 +194,7 @@ def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
             queued=2,
             scheduled=0,
             running=1,
+            waiting=0,
             failed_last_hour=1,
             succeeded_last_minute=1,
             succeeded_last_hour=2,
@@ -203,6 +205,7 @@ def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
             queued=0,
             scheduled=0,
             running=0,
+            waiting=0,
             failed_last_hour=1,
             succeeded_last_minute=0,
             succeeded_last_hour=0,
@@ -213,12 +216,31 @@ def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
             queued=0,
             scheduled=2,
             running=0,
+            waiting=0,
             failed_last_hour=0,
             succeeded_last_minute=0,
             succeeded_last_hour=0,
             oldest_queued_age=None,
         ),
     ]
+
+
+def test_queue_stats_counts_jobs_parked_by_their_concurrency_key_as_waiting_per_queue(
+    queue: Queue, schema: str, observer: psycopg.Connection[Any]
+) -> None:
+    mail = queue.task(name="t.mail", queue="mail")(lambda i: None)
+    other = queue.task(name="t.other", queue="other")(lambda i: None)
+    queue.set_concurrency_limit("tenant:1", 1)
+    queue.enqueue_many([mail.with_options(concurrency_key="tenant:1").job(i) for i in range(4)])
+    queue.enqueue_many([other.job(i) for i in range(2)])
+    # Admits 1 job of tenant:1 and parks the other 3.
+    assert _claim(observer, schema, "mail", limit=10) == 4
+
+    stats = {s.queue: s for s in queue_stats(observer, schema)}
+
+    counts = {q: (s.queued, s.running, s.waiting) for q, s in stats.items()}
+    assert counts == {"mail": (0, 1, 3), "other": (2, 0, 0)}
+    assert stats["mail"].oldest_queued_age is None  # waiting jobs are not queued
 
 
 def test_queue_stats_of_an_unmigrated_schema_raises_database_error_naming_it(
