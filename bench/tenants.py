@@ -51,7 +51,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import shlex
 import statistics
 import sys
@@ -69,6 +68,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.plans import custom_plan, generic_plan
 from pgqueue import Queue, Worker
 from pgqueue.migrate import apply
 from pgqueue.queries import query
@@ -208,33 +208,6 @@ def claim_statement(kind: str, schema: str) -> Any:
         return sql.SQL(MAIN_CLAIM).format(schema=sql.Identifier(schema))
     start = sql.SQL(HINTED if kind == "naive-hinted" else "")
     return sql.SQL(NAIVE_CLAIM).format(schema=sql.Identifier(schema), start=start)
-
-
-def generic_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
-    """EXPLAIN of `statement` as the generic plan a prepared statement settles on.
-
-    PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN): the statement is PREPAREd with $n
-    parameters and EXPLAIN EXECUTE runs under plan_cache_mode = force_generic_plan. (EXPLAIN
-    of a statement sent with bound parameters would plan it for those values.)"""
-    text = statement.as_string(conn)
-    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
-    body = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", text)
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    conn.execute(sql.SQL("PREPARE bench_plan AS {}").format(sql.SQL(body.replace("%%", "%"))))
-    try:
-        args = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
-        explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE bench_plan({})").format(args)
-        doc = conn.execute(explain).fetchone()[0]  # type: ignore[index]
-    finally:
-        conn.execute("DEALLOCATE bench_plan")
-        conn.execute("RESET plan_cache_mode")
-    return (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
-
-
-def custom_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
-    """EXPLAIN of `statement` planned for these parameter values (a custom plan)."""
-    doc = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + statement, params).fetchone()[0]  # type: ignore[index]
-    return (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
 
 
 def plan_summary(plan: dict[str, Any]) -> dict[str, Any]:

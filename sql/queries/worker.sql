@@ -294,14 +294,14 @@ SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.rescue'), hashtext(%(schema)s
 -- and reads only their entries of jobs_running_idx: while a long transaction holds the
 -- horizon, that index keeps an entry for every job that ever ran, and walking all of it took
 -- 120-350 ms per pass on PostgreSQL 15 (bench/degradation.py). The LIMIT inside LATERAL keeps
--- it a lookup per silent worker: as a plain join, the planner hashed every running entry.
+-- it a lookup per silent worker: as a plain join, the planner hashed every running entry. It
+-- has no ORDER BY: ordered by id, the generic plan walked jobs_pkey and filtered by worker.
 SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
 FROM {schema}.workers AS w
 CROSS JOIN LATERAL (
     SELECT r.id, r.task, r.args, r.priority, r.attempt, r.max_attempts, r.queue, r.worker_id
     FROM {schema}.jobs AS r
     WHERE r.worker_id = w.id AND r.status = 'running'
-    ORDER BY r.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS j

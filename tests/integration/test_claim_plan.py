@@ -14,14 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from bench.plans import custom_plan, generic_plan, plan_nodes
 from pgqueue.queries import query
-
-
-def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes.extend(_plan_nodes(child))
-    return nodes
 
 
 @pytest.fixture
@@ -66,15 +60,12 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
     }
     claim = query(statement, filled)
     with psycopg.connect(dsn) as conn:
-        # Force a generic plan too: what a prepared statement settles on after 5 runs.
-        for mode in ("force_custom_plan", "force_generic_plan"):
-            conn.execute(f"SET plan_cache_mode = {mode}")
-            explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + claim
-            (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
-            plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+        # The generic plan too: what a prepared statement may settle on after 5 runs.
+        for mode, explain in (("custom", custom_plan), ("generic", generic_plan)):
+            plan = explain(conn, claim, params)
             on_jobs = [
                 n
-                for n in _plan_nodes(plan)
+                for n in plan_nodes(plan)
                 if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
             ]
             # The keyed CTEs (concurrency keys) read jobs only through indexes too.
@@ -142,7 +133,7 @@ def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
             plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
             nested = [_logged_plan(m) for m in notices if "unnest(saturated)" in m]
             assert len(nested) == 1, notices  # concurrency_park ran its statement once
-            nodes = _plan_nodes(plan) + _plan_nodes(nested[0])
+            nodes = plan_nodes(plan) + plan_nodes(nested[0])
             on_jobs = [
                 n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
             ]

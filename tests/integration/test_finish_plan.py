@@ -19,17 +19,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from bench.plans import custom_plan, generic_plan, plan_nodes
 from pgqueue.queries import query
 
 RUNNING = 5000
 QUEUED = 45000  # a table of some size: on a handful of pages a sequential scan is cheapest
-
-
-def _plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes.extend(_plan_nodes(child))
-    return nodes
 
 
 def _fill(conn: psycopg.Connection[Any], schema: str, stats: str) -> None:
@@ -55,13 +49,10 @@ def _fill(conn: psycopg.Connection[Any], schema: str, stats: str) -> None:
         conn.execute(sql.SQL("ANALYZE {}").format(table))
 
 
-def _reads_of_jobs(conn: psycopg.Connection[Any], statement: Any, params: Any) -> list[str]:
-    """How the plan reads jobs: the index of each index or bitmap scan, "Seq Scan"."""
-    explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + statement
-    (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
-    plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+def _reads_of_jobs(plan: dict[str, Any]) -> list[str]:
+    """How a plan reads jobs: the index of each index or bitmap scan, "Seq Scan"."""
     reads = []
-    for node in _plan_nodes(plan):
+    for node in plan_nodes(plan):
         index = node.get("Index Name", "")
         if index.startswith("jobs_"):
             reads.append(index)
@@ -109,9 +100,8 @@ def test_a_workers_writes_find_their_jobs_by_primary_key(dsn: str, schema: str, 
     }
     with psycopg.connect(dsn) as conn:
         for name, params in statements.items():
-            for mode in ("force_custom_plan", "force_generic_plan"):
-                conn.execute(f"SET plan_cache_mode = {mode}")
-                reads = _reads_of_jobs(conn, query(name, schema), params)
+            for mode, explain in (("custom", custom_plan), ("generic", generic_plan)):
+                reads = _reads_of_jobs(explain(conn, query(name, schema), params))
                 assert reads, name
                 assert set(reads) == {"jobs_pkey"}, (name, mode, reads)
         conn.rollback()
@@ -170,9 +160,8 @@ def test_plans_made_while_the_table_is_tiny_still_read_by_index(
     with psycopg.connect(dsn) as conn:
         if prefer_indexes:
             conn.execute(query("session_prefer_indexes", schema))
-        conn.execute("SET plan_cache_mode = force_generic_plan")
         for name, params in statements.items():
-            reads[name] = _reads_of_jobs(conn, query(name, schema), params)
+            reads[name] = _reads_of_jobs(generic_plan(conn, query(name, schema), params))
         conn.rollback()
     if prefer_indexes:
         assert set(reads["job_finish_many"]) == {"jobs_pkey"}, reads
@@ -205,18 +194,15 @@ def test_the_rescuer_reads_only_the_silent_workers_entries(
         if stats == "analyzed-full":
             conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "workers")))
     params = {"lease": 30.0, "now": None, "limit": 1000}
-    explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + query("job_find_stranded", schema)
     with psycopg.connect(dsn) as conn:
-        for mode in ("force_custom_plan", "force_generic_plan"):
-            conn.execute(f"SET plan_cache_mode = {mode}")
-            (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
-            plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
-            on_jobs = [n for n in _plan_nodes(plan) if n.get("Index Name") == "jobs_running_idx"]
+        for mode, explain in (("custom", custom_plan), ("generic", generic_plan)):
+            plan = explain(conn, query("job_find_stranded", schema), params)
+            on_jobs = [n for n in plan_nodes(plan) if n.get("Index Name") == "jobs_running_idx"]
             assert on_jobs, json.dumps(plan, indent=1)
             assert all("worker_id = w.id" in n.get("Index Cond", "") for n in on_jobs), (
                 mode,
                 json.dumps(plan, indent=1),
             )
-            seq = [n for n in _plan_nodes(plan) if n.get("Relation Name") == "jobs"]
+            seq = [n for n in plan_nodes(plan) if n.get("Relation Name") == "jobs"]
             assert all(n["Node Type"] != "Seq Scan" for n in seq), mode
         conn.rollback()

@@ -1,0 +1,50 @@
+"""EXPLAIN a statement as the server would run it: planned for its values, or as the generic
+plan a prepared statement settles on. Used by the benches and by the plan tests.
+
+EXPLAIN of a statement sent with bound parameters always plans for those values, whatever
+plan_cache_mode says, so the generic plan is taken from a PREPAREd copy instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+
+def generic_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
+    """EXPLAIN of `statement` as the generic plan a prepared statement settles on.
+
+    PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN): the statement is PREPAREd with $n
+    parameters and EXPLAIN EXECUTE runs under plan_cache_mode = force_generic_plan. (EXPLAIN
+    of a statement sent with bound parameters would plan it for those values.)"""
+    text = statement.as_string(conn)
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+    body = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m[1]) + 1}", text)
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(sql.SQL("PREPARE plans_explained AS {}").format(sql.SQL(body.replace("%%", "%"))))
+    try:
+        args = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE plans_explained({})").format(args)
+        doc = conn.execute(explain).fetchone()[0]  # type: ignore[index]
+    finally:
+        conn.execute("DEALLOCATE plans_explained")
+        conn.execute("RESET plan_cache_mode")
+    return (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+
+
+def custom_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
+    """EXPLAIN of `statement` planned for these parameter values (a custom plan)."""
+    doc = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + statement, params).fetchone()[0]  # type: ignore[index]
+    return (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a plan, depth first."""
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(plan_nodes(child))
+    return nodes
