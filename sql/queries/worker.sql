@@ -210,6 +210,8 @@ WITH batch AS MATERIALIZED (
 ), finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = ANY((SELECT ids FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)
+      -- The batch's slot rows, locked in key order before any job moves (migration 0007).
+      AND (SELECT {schema}.concurrency_lock_slots((SELECT ids FROM batch))) IS NOT NULL
       AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
       AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
       AND ((SELECT m FROM batch) -> j.id::text ->> 'status' IN ('succeeded', 'failed', 'cancelled')
@@ -273,6 +275,7 @@ WITH released AS (
     SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
     WHERE id = ANY(%(ids)s::bigint[]) AND status = (SELECT 'running'::text)
       AND worker_id = %(worker_id)s
+      AND (SELECT {schema}.concurrency_lock_slots(%(ids)s::bigint[])) IS NOT NULL
     RETURNING id, queue, priority
 )
 SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken
