@@ -147,7 +147,7 @@ class Worker:
         await self._check_schema()
         finish_link = Link(self.dsn, "complete", prepare=prepare, on_connect=self._planner_session)
         await finish_link.open()
-        self.id = await self._register()
+        self.id = await self._register(finish_link)
         self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
         self.completer = Completer(
             finish_link,
@@ -244,11 +244,12 @@ class Worker:
     async def _claim_session(self, conn: Any) -> None:
         """The claim connection commits without waiting for its WAL flush: a job starts that
         much sooner after a wake-up (bench/README.md, idle latency). Safe for lease claims and
-        for everything else this connection writes (promotions, put-backs, rescues, the worker
-        row): a commit lost in a crash leaves the rows as they were, which the rescuer and the
-        heartbeat already handle, and the completer's synchronous commit flushes the claim's
-        WAL before any outcome is durable. Atomic lanes keep synchronous commits: their
-        transaction carries the handler's writes
+        for everything else this connection writes (promotions, put-backs, rescues, the
+        deregistration): a commit lost in a crash leaves the rows as they were, which the
+        rescuer, the heartbeat and the next reconnect's orphan release already handle, and the
+        completer's synchronous commit flushes the claim's WAL before any outcome is durable.
+        Not for the worker's registration (_register) nor atomic lanes, whose transaction
+        carries the handler's writes
         (tests/integration/test_worker.py::test_session_settings_stay_on_the_workers_own_connections)."""
         await conn.execute(query("session_set_async_commit", self.schema))
         await self._planner_session(conn)
@@ -281,13 +282,18 @@ class Worker:
             "concurrency": s.concurrency,
         }
 
-    async def _register(self) -> int:
+    async def _register(self, link: Link) -> int:
+        """The worker's row, on a connection whose commits wait for the WAL flush (the
+        completer's): with the claim connection's asynchronous commit, a server crash could
+        lose the row and its id, which a later worker would then get while this one still
+        heartbeats under it."""
+
         async def register(conn: Any) -> int:
             cur = await conn.execute(query("worker_register", self.schema), self._identity())
             row = await cur.fetchone()
             return int(row[0])
 
-        return await self._claims.run(register)
+        return await link.run(register)
 
     async def _deregister(self, conn: Any) -> None:
         await conn.execute(query("worker_deregister", self.schema), {"worker_id": self.id})
