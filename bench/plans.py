@@ -1,5 +1,6 @@
 """EXPLAIN a statement as the server would run it: planned for its values, or as the generic
-plan a prepared statement settles on. Used by the benches and by the plan tests.
+plan a prepared statement settles on; and the outcome rows that finish jobs. Used by the
+benches and by the plan tests.
 
 EXPLAIN of a statement sent with bound parameters always plans for those values, whatever
 plan_cache_mode says, so the generic plan is taken from a PREPAREd copy instead.
@@ -48,3 +49,22 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for child in plan.get("Plans", []):
         nodes.extend(plan_nodes(child))
     return nodes
+
+
+def succeeded(ids: list[int], worker_id: int = 1) -> str:
+    """job_finish_many's `outcomes` parameter: each job succeeded at its first attempt."""
+    return json.dumps(
+        [
+            {
+                "id": i,
+                "attempt": 1,
+                "worker_id": worker_id,
+                "status": "succeeded",
+                "error": None,
+                "result": None,
+                "duration": 0.001,
+                "retry_in": None,
+            }
+            for i in ids
+        ]
+    )

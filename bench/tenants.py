@@ -68,7 +68,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.plans import custom_plan, generic_plan
+from bench.plans import custom_plan, generic_plan, succeeded
 from pgqueue import Queue, Worker
 from pgqueue.migrate import apply
 from pgqueue.queries import query
@@ -270,7 +270,7 @@ class CostRun:
         self.held.extend(ran)
         if len(self.held) > HELD:
             done = [self.held.popleft() for _ in range(len(self.held) - HELD)]
-            outcomes = {"outcomes": _outcomes(done), "keep_history": True, "now": None}
+            outcomes = {"outcomes": succeeded(done), "keep_history": True, "now": None}
             started = time.perf_counter()
             self.conn.execute(self.finish, outcomes)
             self.finish_times.append((time.perf_counter() - started) / len(done))
@@ -310,24 +310,6 @@ def measure_costs(dsn: str, jobs: int) -> dict[str, dict[str, Any]]:
             random.shuffle(active)
             active = [name for name in active if runs[name].step()]
         return {name: run.result() for name, run in runs.items()}
-
-
-def _outcomes(ids: list[int]) -> str:
-    return json.dumps(
-        [
-            {
-                "id": i,
-                "attempt": 1,
-                "worker_id": 1,
-                "status": "succeeded",
-                "error": None,
-                "result": None,
-                "duration": 0.001,
-                "retry_in": None,
-            }
-            for i in ids
-        ]
-    )
 
 
 def summarize_cost(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.plans import succeeded
 from bench.tenants import CEILING, FLOOR, claim_statement, fresh_schema, server
 from pgqueue.queries import query
 
@@ -84,20 +85,7 @@ def claimer(
                 time.sleep(0.002)
                 continue
             time.sleep(args.hold_ms / 1000)
-            outcomes = [
-                {
-                    "id": i,
-                    "attempt": 1,
-                    "worker_id": worker,
-                    "status": "succeeded",
-                    "error": None,
-                    "result": None,
-                    "duration": 0.001,
-                    "retry_in": None,
-                }
-                for i in ids
-            ]
-            run(finish, {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None})
+            run(finish, {"outcomes": succeeded(ids, worker), "keep_history": True, "now": None})
 
 
 def monitor(dsn: str, schema: str, every: float, stop: Any, out: Any) -> None:

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from bench.plans import custom_plan, generic_plan, plan_nodes
+from bench.plans import custom_plan, generic_plan, plan_nodes, succeeded
 from pgqueue.queries import query
 
 RUNNING = 5000
@@ -80,21 +80,8 @@ def test_a_workers_writes_find_their_jobs_by_primary_key(dsn: str, schema: str, 
                 )
             )
         ]
-    outcomes = [
-        {
-            "id": i,
-            "attempt": 1,
-            "worker_id": 1,
-            "status": "succeeded",
-            "error": None,
-            "result": None,
-            "duration": 0.001,
-            "retry_in": None,
-        }
-        for i in ids
-    ]
     statements = {
-        "job_finish_many": {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None},
+        "job_finish_many": {"outcomes": succeeded(ids), "keep_history": True, "now": None},
         "job_release_many": {"ids": ids, "worker_id": 1},
         "job_list_cancel_requested": {"ids": ids, "worker_id": 1},
     }
@@ -130,21 +117,8 @@ def test_plans_made_while_the_table_is_tiny_still_read_by_index(
                 ).format(sql.Identifier(schema))
             )
         ]
-    outcomes = [
-        {
-            "id": i,
-            "attempt": 1,
-            "worker_id": 1,
-            "status": "succeeded",
-            "error": None,
-            "result": None,
-            "duration": 0.001,
-            "retry_in": None,
-        }
-        for i in ids
-    ]
     statements = {
-        "job_finish_many": {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None},
+        "job_finish_many": {"outcomes": succeeded(ids), "keep_history": True, "now": None},
         "job_claim": {
             "queue": "default",
             "after_priority": -32768,
