@@ -131,6 +131,31 @@ def worker_in_thread(worker: Any, *, force: bool = False) -> Iterator[Any]:
         assert not thread.is_alive()
 
 
+FLOOR = (-32768, 0)  # below every (priority, id), as in pgqueue.claimer
+CEILING = (32767, 2**63 - 1)  # above every (priority, id)
+
+
+def claim_params(
+    queue: str = "default",
+    limit: int = 10,
+    worker_id: int = 1,
+    after: tuple[int, int] = FLOOR,
+    before: tuple[int, int] = CEILING,
+) -> dict[str, Any]:
+    """job_claim's parameters for one claim of `queue` between two (priority, id) positions
+    (by default, everything), as a worker sends them."""
+    return {
+        "queue": queue,
+        "after_priority": after[0],
+        "after_id": after[1],
+        "before_priority": before[0],
+        "before_id": before[1],
+        "limit": limit,
+        "worker_id": worker_id,
+        "now": None,
+    }
+
+
 def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "true") -> int:
     """Rows in schema.table matching a literal condition written by the test itself."""
     query = sql.SQL("SELECT count(*) FROM {}.{} WHERE " + where).format(

@@ -20,7 +20,7 @@ from pgqueue.health import Status, WatchdogReport
 from pgqueue.migrate import apply
 from pgqueue.queries import query
 from tests.acceptance.test_cli import UNREACHABLE_DSN, assert_usage_error, run_pgqueue
-from tests.conftest import session, wait_until
+from tests.conftest import claim_params, session, wait_until
 
 
 def idle_app() -> str:
@@ -82,7 +82,7 @@ def test_status_table_exits_0_and_shows_each_queue_and_holders_verbatim(
     finally:
         queue.close()
     with psycopg.connect(own_database, autocommit=True) as conn:
-        conn.execute(query("job_claim", schema), claim_everything(keyed))
+        conn.execute(query("job_claim", schema), claim_params(keyed))
 
     with session(own_database, "pgq-test-[/]", hold_horizon=False) as odd:
         # Brackets are rich markup: they must be printed, not interpreted (or choked on).
@@ -109,19 +109,6 @@ def test_status_table_exits_0_and_shows_each_queue_and_holders_verbatim(
     assert f"{schema}.jobs" in result.stdout
     assert "pgq-test-[/]" in result.stdout
     assert "SELECT '[/] [bold]'" in result.stdout
-
-
-def claim_everything(queue_name: str) -> dict[str, object]:
-    return {
-        "queue": queue_name,
-        "limit": 10,
-        "worker_id": 1,
-        "now": None,
-        "after_priority": -32768,
-        "after_id": 0,
-        "before_priority": 32767,
-        "before_id": 2**63 - 1,
-    }
 
 
 def _cells(line: str) -> list[str]:

@@ -23,6 +23,7 @@ from pgqueue.queries import query
 from pgqueue.testing import drain
 from tests import apps
 from tests.conftest import (
+    claim_params,
     settings_worker_process,
     wait_until,
     worker_in_thread,
@@ -142,15 +143,7 @@ def test_a_failed_attempt_of_a_job_whose_cancel_was_requested_is_not_retried(
     t = queue.task(name="t")(lambda: None)
     job_id = t.enqueue()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        params = {
-            "queue": "default",
-            "after_priority": -32768,
-            "after_id": 0,
-            "before_priority": 32767,
-            "before_id": 2**63 - 1,
-            "limit": 1,
-        }
-        conn.execute(query("job_claim", schema), params | {"worker_id": 999, "now": None})
+        conn.execute(query("job_claim", schema), claim_params(limit=1, worker_id=999))
         assert queue.cancel_job(job_id) is Cancellation.REQUESTED
         outcome = {
             "id": job_id,

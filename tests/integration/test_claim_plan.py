@@ -16,6 +16,7 @@ from psycopg import sql
 
 from bench.plans import custom_plan, generic_plan, plan_nodes
 from pgqueue.queries import query
+from tests.conftest import CEILING, FLOOR, claim_params
 
 
 @pytest.fixture
@@ -35,29 +36,16 @@ def filled(dsn: str, schema: str) -> str:
     return schema
 
 
-CEILING = (32767, 2**63 - 1)
-
-
 @pytest.mark.parametrize("statement", ["job_claim", "job_claim_unkeyed"])
 @pytest.mark.parametrize(
     ("hint", "stop"),
-    [((-32768, 0), CEILING), ((0, 15000), CEILING), ((-1, 3000), (-1, CEILING[1]))],
+    [(FLOOR, CEILING), ((0, 15000), CEILING), ((-1, 3000), (-1, CEILING[1]))],
     ids=["unhinted", "hinted", "range-below-the-hint"],
 )
 def test_claim_is_an_index_range_scan_on_the_claim_index(
     dsn: str, filled: str, hint: tuple[int, int], stop: tuple[int, int], statement: str
 ) -> None:
-    params = {
-        "queue": "default",
-        "after_priority": hint[0],
-        "after_id": hint[1],
-        "before_priority": stop[0],
-        "before_id": stop[1],
-        "limit": 10,
-        "worker_id": 1,
-        "park_limit": 1000,
-        "now": None,
-    }
+    params = claim_params(after=hint, before=stop)
     claim = query(statement, filled)
     with psycopg.connect(dsn) as conn:
         # The generic plan too: what a prepared statement may settle on after 5 runs.
@@ -107,17 +95,7 @@ def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
                 sql.Identifier(schema)
             )
         )
-    params = {
-        "queue": "default",
-        "after_priority": -32768,
-        "after_id": 0,
-        "before_priority": CEILING[0],
-        "before_id": CEILING[1],
-        "limit": 100,
-        "worker_id": 1,
-        "park_limit": 1000,
-        "now": None,
-    }
+    params = claim_params(limit=100)
     notices: list[str] = []
     with psycopg.connect(dsn) as conn:
         conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
@@ -177,16 +155,7 @@ def test_keyed_claim_from_the_floor_stays_under_the_jit_threshold_with_a_big_bac
         conn.execute(sql.SQL("ANALYZE {}").format(table))
         limits = sql.SQL("INSERT INTO {}.concurrency_limits VALUES ('*', 1000)")
         conn.execute(limits.format(sql.Identifier(schema)))
-        params = {
-            "queue": "default",
-            "after_priority": -32768,
-            "after_id": 0,
-            "before_priority": CEILING[0],
-            "before_id": CEILING[1],
-            "limit": 100,
-            "worker_id": 1,
-            "now": None,
-        }
+        params = claim_params(limit=100)
         explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + query("job_claim", schema)
         (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
         cost = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]["Total Cost"]

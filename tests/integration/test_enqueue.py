@@ -19,22 +19,13 @@ from pgqueue import (
 )
 from pgqueue.queries import query
 from pgqueue.testing import drain, enqueued_jobs
-from tests.conftest import count
+from tests.conftest import claim_params, count
 
 
 def _claim_one(dsn: str, schema: str) -> list[Any]:
     """Claim from a second connection, as a worker would."""
     with psycopg.connect(dsn, autocommit=True) as other:
-        params = {
-            "queue": "default",
-            "after_priority": -32768,
-            "before_priority": 32767,
-            "before_id": 2**63 - 1,
-            "after_id": 0,
-            "limit": 10,
-            "worker_id": 999,
-            "now": None,
-        }
+        params = claim_params(worker_id=999)
         return other.execute(query("job_claim", schema), params).fetchall()
 
 

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from bench.plans import custom_plan, generic_plan, plan_nodes, succeeded
 from pgqueue.queries import query
+from tests.conftest import claim_params
 
 RUNNING = 5000
 QUEUED = 45000  # a table of some size: on a handful of pages a sequential scan is cheapest
@@ -119,16 +120,7 @@ def test_plans_made_while_the_table_is_tiny_still_read_by_index(
         ]
     statements = {
         "job_finish_many": {"outcomes": succeeded(ids), "keep_history": True, "now": None},
-        "job_claim": {
-            "queue": "default",
-            "after_priority": -32768,
-            "after_id": 0,
-            "before_priority": 32767,
-            "before_id": 2**63 - 1,
-            "limit": 10,
-            "worker_id": 1,
-            "now": None,
-        },
+        "job_claim": claim_params(),
     }
     reads = {}
     with psycopg.connect(dsn) as conn:

@@ -29,7 +29,7 @@ from pgqueue.health import (
 )
 from pgqueue.queries import query
 from pgqueue.testing import enqueued_jobs
-from tests.conftest import session, wait_until
+from tests.conftest import claim_params, session, wait_until
 
 
 @pytest.fixture
@@ -151,16 +151,7 @@ def _claim(conn: psycopg.Connection[Any], schema: str, queue_name: str, limit: i
         {"name": "test", "hostname": "test", "pid": 1, "queues": [queue_name], "concurrency": 1},
     ).fetchone()
     assert worker is not None
-    params = {
-        "queue": queue_name,
-        "after_priority": -32768,
-        "before_priority": 32767,
-        "before_id": 2**63 - 1,
-        "after_id": 0,
-        "limit": limit,
-        "worker_id": worker[0],
-        "now": None,
-    }
+    params = claim_params(queue_name, limit, worker[0])
     return len(conn.execute(query("job_claim", schema), params).fetchall())
 
 

@@ -19,27 +19,14 @@ import pytest
 from pgqueue import ConfigurationError, Queue
 from pgqueue.queries import query
 from pgqueue.testing import drain
-from tests.conftest import wait_until
-
-EVERYTHING = {
-    "after_priority": -32768,
-    "after_id": 0,
-    "before_priority": 32767,
-    "before_id": 2**63 - 1,
-    "now": None,
-}
+from tests.conftest import claim_params, wait_until
 
 
 def claim(
     conn: psycopg.Connection[Any], schema: str, limit: int = 100, worker_id: int = 1
 ) -> tuple[list[int], list[int]]:
     """One job_claim of the default queue: (ids to run, ids parked)."""
-    params = EVERYTHING | {
-        "queue": "default",
-        "limit": limit,
-        "worker_id": worker_id,
-        "park_limit": 1000,
-    }
+    params = claim_params(limit=limit, worker_id=worker_id)
     rows = conn.execute(query("job_claim", schema), params).fetchall()
     return [r[0] for r in rows if not r[8]], [r[0] for r in rows if r[8]]
 
