@@ -100,15 +100,15 @@ def parse_args(argv: Sequence[str]) -> Config:
     if args.rate is None:
         args.rate = SHORT_RATE if args.short else 1000.0
     duration, rate = float(args.duration), float(args.rate)
-    checks = (
-        ("--duration", duration),
-        ("--rate", rate),
-        ("--workers", args.workers),
-        ("--runaway-seconds", args.runaway_seconds),
+    options.positive(
+        parser,
+        {
+            "--duration": duration,
+            "--rate": rate,
+            "--workers": args.workers,
+            "--runaway-seconds": args.runaway_seconds,
+        },
     )
-    for name, value in checks:
-        if value <= 0:
-            parser.error(f"{name} must be greater than 0, got {value}")
     durations = _durations(parser, args.durations)
     if args.hold is not None and args.hold <= 0:
         parser.error(f"--hold must be greater than 0 seconds, got {args.hold}")

@@ -15,3 +15,10 @@ def choices(
     if not chosen or unknown or len(set(chosen)) != len(chosen):
         parser.error(f"{flag} takes distinct values from {','.join(allowed)}, got {value!r}")
     return chosen
+
+
+def positive(parser: argparse.ArgumentParser, values: dict[str, float]) -> None:
+    """Every flag's number must be greater than 0; anything else is a usage error."""
+    for flag, value in values.items():
+        if value <= 0:
+            parser.error(f"{flag} must be greater than 0, got {value}")

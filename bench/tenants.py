@@ -68,6 +68,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import options
 from bench.plans import custom_plan, generic_plan, succeeded
 from pgqueue import Queue, Worker
 from pgqueue.migrate import apply
@@ -454,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.short:
         args.jobs, args.rounds, args.backlog = 3000, 1, 3000
+    options.positive(
+        parser, {"--jobs": args.jobs, "--rounds": args.rounds, "--backlog": args.backlog}
+    )
     out = args.out or ROOT / "out" / f"tenants-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     out.mkdir(parents=True, exist_ok=True)
     with server(args.dsn) as dsn:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench import options
 from bench.plans import succeeded
 from bench.tenants import CEILING, FLOOR, claim_statement, fresh_schema, server
 from pgqueue.queries import query
@@ -148,7 +150,9 @@ def run_one(dsn: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.tenants_overadmit", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--dsn", default=None, help="default: PGQUEUE_DSN, else embedded")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--keys", type=int, default=20)
@@ -160,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    import os
-
+    options.positive(
+        parser,
+        {f"--{k.replace('_', '-')}": v for k, v in vars(args).items() if k not in ("dsn", "out")},
+    )
     out_dir = args.out or Path("bench/out") / datetime.now().strftime("overadmit-%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     with server(args.dsn or os.environ.get("PGQUEUE_DSN")) as dsn:

@@ -170,9 +170,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         "--steady-seconds": config.steady_seconds,
         "--claims": config.claims,
     }
-    for flag, value in numbers.items():
-        if value <= 0:
-            parser.error(f"{flag} must be greater than 0, got {value}")
+    options.positive(parser, numbers)
     return config
 
 
