@@ -202,8 +202,8 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- The running guard compares with `(SELECT 'running'::text)`, a value the planner does not
 -- know, rather than a constant, so it cannot select the partial index jobs_running_idx: while
 -- a long transaction holds the horizon that index keeps an entry for every job that ever ran,
--- and a batch walking it took 130-250 ms on PostgreSQL 15 (bench/degradation.py, issue 3;
--- test_finish_plan.py).
+-- and a batch walking it took 138 ms on average, up to 992 ms, on PostgreSQL 15
+-- (bench/degradation.py, issue 3; test_finish_plan.py).
 WITH batch AS MATERIALIZED (
     SELECT jsonb_object_agg(o ->> 'id', o) AS m, array_agg((o ->> 'id')::bigint) AS ids
     FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
