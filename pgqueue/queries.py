@@ -86,6 +86,7 @@ def dead_channel(schema: str) -> str:
 def _render(text: str, schema: str) -> sql.Composed:
     return sql.SQL(text).format(
         schema=sql.Identifier(schema),
+        schema_name=sql.Literal(schema),
         channel=sql.Identifier(channel(schema)),
         wake_channel=sql.Literal(channel(schema)),
     )

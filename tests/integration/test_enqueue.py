@@ -17,6 +17,7 @@ from pgqueue import (
     Queue,
     UnknownTaskError,
 )
+from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.queries import query
 from pgqueue.testing import drain, enqueued_jobs
 from tests.conftest import claim_params, count
@@ -97,12 +98,27 @@ def test_enqueue_many_returns_ids_in_order_in_one_statement(
             return super().execute(*args, **kwargs)
 
     conn.cursor_factory = Counting
-    ids = queue.enqueue_many([t.job(i) for i in range(500)], conn=conn)
+    n = COPY_MIN_JOBS - 1  # from COPY_MIN_JOBS on, a batch takes COPY (test_bulk.py)
+    ids = queue.enqueue_many([t.job(i) for i in range(n)], conn=conn)
     conn.commit()
     assert len(executed) == 1
-    assert ids == sorted(ids) and len(set(ids)) == 500
+    assert ids == sorted(ids) and len(set(ids)) == n
     jobs = enqueued_jobs(conn, queue)
-    assert [j.args["i"] for j in jobs] == list(range(500))
+    assert [j.args["i"] for j in jobs] == list(range(n))
+
+
+def test_an_enqueue_alone_wakes_with_its_own_position_and_a_scheduled_one_does_not(
+    queue: Queue, dsn: str
+) -> None:
+    t = queue.task(name="t")(lambda i: None)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            now = queue.enqueue(t.job(1), conn=conn, queue="q", priority=-5)
+            queue.enqueue(t.job(2), conn=conn, queue="q", delay=3600)
+        pooled = queue.enqueue(t.job(3))
+        payloads = [n.payload for n in listener.notifies(timeout=1.0)]
+    assert payloads == [f"q -5 {now}", f"default 0 {pooled}"]
 
 
 def test_enqueue_sends_one_notification_per_transaction_per_queue(queue: Queue, dsn: str) -> None:

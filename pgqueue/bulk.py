@@ -1,0 +1,136 @@
+"""Bulk enqueue through COPY: many plain jobs at close to COPY's speed.
+
+Owns: which batches take COPY, and the three statements that store one in the caller's
+transaction: job_id_reserve takes the ids first (COPY cannot return them), job_copy streams
+the rows with those ids, and job_wake names each queue's lowest (priority, id), as job_insert's
+wake-up does. Ids come back in the order the jobs were given, increasing, as from job_insert.
+On an autocommit connection the three run in a transaction of their own; otherwise in the
+caller's, which is never committed here.
+
+A batch takes COPY only when every job is a plain queued job: no dedupe key (that needs
+job_insert_unique), no run_at or delay (the status depends on the server's clock). Others go
+through job_insert unchanged. Fails like job_insert, and before anything is sent:
+InvalidArgumentsError for a job whose arguments are over max_payload_bytes,
+ConfigurationError for an atomic job with a concurrency key; then psycopg errors from the
+server (a check constraint), which leave nothing stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pgqueue.errors import InvalidArgumentsError
+from pgqueue.models import Enqueued
+from pgqueue.queries import query, statement
+from pgqueue.registry import NewJob
+from pgqueue.tenants import refuse_keyed_atomic
+
+# Below this many jobs the three round trips cost more than job_insert's JSON batch saves.
+COPY_MIN_JOBS = 64
+# COPY's text format: these four characters are escaped in every field.
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def copyable(jobs: Sequence[NewJob]) -> bool:
+    """Whether this batch takes COPY."""
+    if len(jobs) < COPY_MIN_JOBS:
+        return False
+    for job in jobs:
+        o = job.options
+        if o.dedupe_key is not None or o.run_at is not None or o.delay:
+            return False
+    return True
+
+
+@dataclass
+class Batch:
+    """A validated batch: each job's COPY line after its id, and each queue's lowest job."""
+
+    lines: list[str]
+    lowest: dict[str, tuple[int, int]]  # queue -> (priority, index of its first such job)
+
+    @classmethod
+    def of(cls, jobs: Sequence[NewJob], max_payload_bytes: int | None) -> Batch:
+        """Raises InvalidArgumentsError or ConfigurationError for a bad job."""
+        lines: list[str] = []
+        lowest: dict[str, tuple[int, int]] = {}
+        heads: dict[tuple[str, str], str] = {}  # (queue, task) -> their escaped fields
+        for index, job in enumerate(jobs):
+            o = job.options
+            if job.atomic and o.concurrency_key is not None:
+                refuse_keyed_atomic(job.task, o.concurrency_key)
+            args = json.dumps(job.args, allow_nan=False)
+            if max_payload_bytes is not None and len(args) > max_payload_bytes:
+                raise InvalidArgumentsError(
+                    f"job {index} ({job.task}) has {len(args):,} bytes of arguments, over "
+                    f"max_payload_bytes={max_payload_bytes:,}: store large data elsewhere "
+                    "and pass a reference"
+                )
+            head = heads.get((o.queue, job.task))
+            if head is None:
+                head = heads[o.queue, job.task] = (
+                    f"{o.queue.translate(_ESCAPES)}\t{job.task.translate(_ESCAPES)}"
+                )
+            key = "\\N" if o.concurrency_key is None else o.concurrency_key.translate(_ESCAPES)
+            # json.dumps escapes every control character, so only backslashes need doubling.
+            args = args.replace("\\", "\\\\")
+            lines.append(
+                f"{head}\t{args}\t{o.priority}\t"
+                f"{o.max_attempts}\t{'t' if job.atomic else 'f'}\t{key}"
+            )
+            if o.queue not in lowest or o.priority < lowest[o.queue][0]:
+                lowest[o.queue] = (o.priority, index)  # ids grow with the index
+        return cls(lines, lowest)
+
+    def copy_text(self, ids: Sequence[int]) -> str:
+        return "".join(f"{i}\t{line}\n" for i, line in zip(ids, self.lines, strict=True))
+
+    def wake_params(self, ids: Sequence[int]) -> dict[str, list[Any]]:
+        """job_wake's parameters: each queue's lowest (priority, id)."""
+        return {
+            "queues": list(self.lowest),
+            "priorities": [p for p, _ in self.lowest.values()],
+            "ids": [ids[i] for _, i in self.lowest.values()],
+        }
+
+
+def _transaction(conn: Any) -> Any:
+    return conn.transaction() if conn.autocommit else contextlib.nullcontext()
+
+
+def _ids(rows: Sequence[Any]) -> list[int]:
+    return sorted(rows[0][0])
+
+
+def enqueue(
+    conn: psycopg.Connection[Any], jobs: Sequence[NewJob], schema: str, limit: int | None
+) -> list[Enqueued]:
+    """Store `jobs` (copyable) on `conn`; returns their ids in the order given."""
+    batch = Batch.of(jobs, limit)
+    with _transaction(conn), conn.cursor() as cur:
+        cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
+        ids = _ids(cur.fetchall())
+        with cur.copy(query("job_copy", schema)) as copy:
+            copy.write(batch.copy_text(ids))
+        cur.execute(statement("job_wake", schema), batch.wake_params(ids))
+    return [Enqueued(i) for i in ids]
+
+
+async def enqueue_async(
+    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], schema: str, limit: int | None
+) -> list[Enqueued]:
+    """The async twin of enqueue."""
+    batch = Batch.of(jobs, limit)
+    async with _transaction(conn), conn.cursor() as cur:
+        await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
+        ids = _ids(await cur.fetchall())
+        async with cur.copy(query("job_copy", schema)) as copy:
+            await copy.write(batch.copy_text(ids))
+        await cur.execute(statement("job_wake", schema), batch.wake_params(ids))
+    return [Enqueued(i) for i in ids]
