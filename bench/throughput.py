@@ -11,7 +11,9 @@ every run; each figure is reported as the median with min and max:
   4. steady state: a producer at a fixed rate, one job per transaction;
   5. claim cost as the queue grows (pgqueue's claim statement);
 and the raw bound: pgbench scripts (bench/pgbench/) for claim-and-delete at batch 1, 10, 100,
-single-row inserts, multi-row inserts, plus COPY, on pgqueue's own jobs table.
+single-row inserts, multi-row inserts, plus COPY, on pgqueue's own jobs table; with two
+bounds that locate the gaps: pgqueue's lifecycle in SQL alone (lease_finish.sql, batch 10
+and 100), and the raw INSERT sent from psycopg in pgqueue's enqueue client shapes.
 
 It makes its own database on the server (dropped at the end, whatever happened); without
 --dsn or PGQUEUE_DSN it starts the embedded PostgreSQL. Writes results.json, results.md and
@@ -349,6 +351,21 @@ def run_raw(bench: Bench) -> None:
                 {"workload": "claim_delete", "batch": batch, "clients": clients},
                 lambda b=batch, k=clients, j=jobs: raw.claim_delete(dsn, j, b, k),
             )
+    for batch in (10, 100):
+        for clients in (1, 2):
+            bench.row(
+                "raw",
+                system,
+                {"workload": "lease_finish", "batch": batch, "clients": clients},
+                lambda b=batch, k=clients: raw.lease_finish(dsn, c.drain_jobs, b, k),
+            )
+    for clients in (1, c.clients):
+        bench.row(
+            "raw",
+            "psycopg",
+            {"workload": "psycopg_insert", "clients": clients},
+            lambda k=clients: raw.psycopg_insert(dsn, c.enqueue_jobs, k),
+        )
     for clients in (1, c.clients):
         for notify in (False, True):
             bench.row(

@@ -3,11 +3,16 @@
 Owns: running the pgbench custom scripts in bench/pgbench/ against the bench schema's `jobs`
 table (same columns, indexes and claim predicate as pgqueue's), and one COPY measured from
 psycopg with the rows rendered before the clock starts. Figures are rows per second.
+Two more bounds say where a gap to the raw bound comes from: lease_finish.sql is pgqueue's own
+job lifecycle in SQL alone (what the design costs the server), and psycopg_insert sends the
+raw single-row INSERT from Python, in the client shapes pgqueue's enqueue runs in (what
+Python and psycopg cost before pgqueue does anything).
 pgbench is found on PATH or at /usr/bin/pgbench; if it is missing, RuntimeError says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -72,6 +77,46 @@ def claim_delete(dsn: str, jobs: int, batch: int, clients: int) -> dict[str, Any
     per_client = max(1, jobs // (batch * clients))
     tps = pgbench(dsn, "claim_delete.sql", clients=clients, transactions=per_client, batch=batch)
     return {"jobs": per_client * clients * batch, "jobs_per_s": tps * batch}
+
+
+def lease_finish(dsn: str, jobs: int, batch: int, clients: int) -> dict[str, Any]:
+    """pgqueue's lifecycle in SQL alone: claim `batch` as leases, then finish them into
+    history (bench/pgbench/lease_finish.sql)."""
+    fill(dsn, jobs)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {SCHEMA}.job_history")
+    per_client = max(1, jobs // (batch * clients))
+    tps = pgbench(dsn, "lease_finish.sql", clients=clients, transactions=per_client, batch=batch)
+    return {"jobs": per_client * clients * batch, "jobs_per_s": tps * batch}
+
+
+INSERT_ONE = f"INSERT INTO {SCHEMA}.jobs (queue, task, args) VALUES ('default', 'noop', %s::jsonb)"
+
+
+def psycopg_insert(dsn: str, jobs: int, clients: int) -> dict[str, Any]:
+    """insert_one.sql's INSERT from psycopg, one per transaction: on one sync connection
+    (clients=1), or on `clients` async connections in one event loop, as
+    PgQueue.enqueue_sequential and enqueue_concurrent run pgqueue's enqueue."""
+    fill(dsn, 0)
+    per_client = max(1, jobs // clients)
+    started = time.perf_counter()
+    if clients == 1:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for n in range(per_client):
+                conn.execute(INSERT_ONE, [f'{{"seq": {n}}}'])
+    else:
+        asyncio.run(_insert_concurrently(dsn, clients, per_client))
+    seconds = time.perf_counter() - started
+    return {"jobs": per_client * clients, "jobs_per_s": per_client * clients / seconds}
+
+
+async def _insert_concurrently(dsn: str, clients: int, per_client: int) -> None:
+    async def client() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            for n in range(per_client):
+                await conn.execute(INSERT_ONE, [f'{{"seq": {n}}}'])
+
+    await asyncio.gather(*(client() for _ in range(clients)))
 
 
 def insert_one(dsn: str, jobs: int, clients: int, notify: bool = False) -> dict[str, Any]:

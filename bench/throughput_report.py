@@ -160,6 +160,7 @@ def table(results: dict[str, Any]) -> str:
         ("Claim cost as the queue grows: pgqueue's job_claim, batch 10, ms", _claim_table),
         ("Raw SQL bound: pgbench on pgqueue's jobs table, rows/s", _raw_table),
         ("Targets (issue 6), ratios from this run", _targets_table),
+        ("Where the gaps are: the same ratios against narrower bounds", _gaps_table),
         ("Rows that could not be measured", _failures),
     ):
         body = render(results)
@@ -279,6 +280,9 @@ def _raw_table(results: dict[str, Any]) -> list[str]:
             "insert_notify": "single-row INSERT + pg_notify per transaction",
             "insert_many": f"multi-row INSERT, {p.get('batch')} per transaction",
             "copy": f"COPY (psycopg), {p.get('batch')} per transaction",
+            "lease_finish": f"pgqueue's lifecycle in SQL (lease, then finish into history), "
+            f"batch {p.get('batch')}",
+            "psycopg_insert": "single-row INSERT per transaction, sent from psycopg",
         }[p["workload"]]
         out.append(f"| {what} | {p.get('clients', 1)} | {cell(row, 'jobs_per_s')} |")
     return out
@@ -300,6 +304,45 @@ def _targets_table(results: dict[str, Any]) -> list[str]:
         value = "not measured" if t["measured"] is None else f"{t['measured']:.2f}"
         met = {True: "yes", False: "**no**", None: "-"}[t["met"]]
         out.append(f"| {t['target']} | {value} | {t['goal']} | {met} |")
+    return out
+
+
+def gaps(results: dict[str, Any]) -> list[tuple[str, float | None]]:
+    """Ratios that split each enqueue and drain target's gap into what Python and psycopg
+    cost (psycopg_insert against pgbench) and what pgqueue adds (pgqueue against
+    psycopg_insert), and the drain's into what the job lifecycle costs the server
+    (lease_finish against claim-and-delete) and what the worker adds."""
+    rate = "jobs_per_s"
+    clients = results["config"]["clients"]
+    drain = median(find(results, "drain", "pgqueue", concurrency=100), rate)
+    lifecycle = best([median(r, rate) for r in raw_rows(results, "lease_finish", batch=100)])
+    raw_100 = best([median(r, rate) for r in raw_rows(results, "claim_delete", batch=100)])
+    floor_one = median(find(results, "raw", workload="psycopg_insert", clients=1), rate)
+    floor_many = median(find(results, "raw", workload="psycopg_insert", clients=clients), rate)
+    bench_one = median(find(results, "raw", workload="insert", clients=1), rate)
+    bench_many = median(find(results, "raw", workload="insert", clients=clients), rate)
+    seq = median(find(results, "enqueue", "pgqueue", mode="sequential"), rate)
+    conc = median(find(results, "enqueue", "pgqueue", mode="concurrent"), rate)
+    return [
+        ("pgqueue's lifecycle in SQL / raw claim-and-delete, batch 100",
+         _ratio(lifecycle, raw_100)),
+        ("drain at batch 100 / pgqueue's lifecycle in SQL, batch 100", _ratio(drain, lifecycle)),
+        ("psycopg single-row INSERT / pgbench, sequential", _ratio(floor_one, bench_one)),
+        ("enqueue sequential / psycopg single-row INSERT", _ratio(seq, floor_one)),
+        (f"psycopg single-row INSERT / pgbench, {clients} clients",
+         _ratio(floor_many, bench_many)),
+        (f"enqueue {clients} concurrent / psycopg single-row INSERT, {clients} clients",
+         _ratio(conc, floor_many)),
+    ]  # fmt: skip
+
+
+def _gaps_table(results: dict[str, Any]) -> list[str]:
+    found = gaps(results)
+    if all(value is None for _, value in found):
+        return []
+    out = ["| ratio | measured |", "|---|---|"]
+    for name, value in found:
+        out.append(f"| {name} | {'not measured' if value is None else f'{value:.2f}'} |")
     return out
 
 
