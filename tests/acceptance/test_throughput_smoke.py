@@ -22,7 +22,15 @@ from tests.conftest import ROOT
 
 SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer")
 CHARTS = ("drain.png", "enqueue.png", "latency.png", "claim_cost.png")
-RAW = {"claim_delete", "insert", "insert_notify", "insert_many", "copy"}
+RAW = {
+    "claim_delete",
+    "lease_finish",
+    "psycopg_insert",
+    "insert",
+    "insert_notify",
+    "insert_many",
+    "copy",
+}
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,
@@ -84,6 +92,7 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
             positive_figures(row)
 
     assert len(results["targets"]) == 9
+    assert "### Where the gaps are" in (out / "results.md").read_text()
     for chart in CHARTS:
         assert (out / chart).stat().st_size > 0, chart
     table = (out / "results.md").read_text()
