@@ -35,6 +35,8 @@ from pgqueue.tenants import refuse_keyed_atomic
 COPY_MIN_JOBS = 64
 # COPY's text format: these four characters are escaped in every field.
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+# One encoder for every job: json.dumps(..., allow_nan=False) builds a new one per call.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def copyable(jobs: Sequence[NewJob]) -> bool:
@@ -60,30 +62,24 @@ class Batch:
         """Raises InvalidArgumentsError or ConfigurationError for a bad job."""
         lines: list[str] = []
         lowest: dict[str, tuple[int, int]] = {}
-        heads: dict[tuple[str, str], str] = {}  # (queue, task) -> their escaped fields
+        # Jobs of one task share their options object: its fields are rendered once.
+        fixed: dict[tuple[int, str, bool], tuple[str, str]] = {}
         for index, job in enumerate(jobs):
             o = job.options
-            if job.atomic and o.concurrency_key is not None:
-                refuse_keyed_atomic(job.task, o.concurrency_key)
-            args = json.dumps(job.args, allow_nan=False)
+            args = _ENCODER.encode(job.args)
             if max_payload_bytes is not None and len(args) > max_payload_bytes:
                 raise InvalidArgumentsError(
                     f"job {index} ({job.task}) has {len(args):,} bytes of arguments, over "
                     f"max_payload_bytes={max_payload_bytes:,}: store large data elsewhere "
                     "and pass a reference"
                 )
-            head = heads.get((o.queue, job.task))
-            if head is None:
-                head = heads[o.queue, job.task] = (
-                    f"{o.queue.translate(_ESCAPES)}\t{job.task.translate(_ESCAPES)}"
-                )
-            key = "\\N" if o.concurrency_key is None else o.concurrency_key.translate(_ESCAPES)
-            # json.dumps escapes every control character, so only backslashes need doubling.
+            found = fixed.get((id(o), job.task, job.atomic))
+            if found is None:
+                found = fixed[id(o), job.task, job.atomic] = _fields(job)
+            head, tail = found
+            # The encoder escapes every control character, so only backslashes need doubling.
             args = args.replace("\\", "\\\\")
-            lines.append(
-                f"{head}\t{args}\t{o.priority}\t"
-                f"{o.max_attempts}\t{'t' if job.atomic else 'f'}\t{key}"
-            )
+            lines.append(f"{head}\t{args}\t{tail}")
             if o.queue not in lowest or o.priority < lowest[o.queue][0]:
                 lowest[o.queue] = (o.priority, index)  # ids grow with the index
         return cls(lines, lowest)
@@ -98,6 +94,16 @@ class Batch:
             "priorities": [p for p, _ in self.lowest.values()],
             "ids": [ids[i] for _, i in self.lowest.values()],
         }
+
+
+def _fields(job: NewJob) -> tuple[str, str]:
+    """The COPY fields before and after the arguments; checks the job's options."""
+    o = job.options
+    if job.atomic and o.concurrency_key is not None:
+        refuse_keyed_atomic(job.task, o.concurrency_key)
+    key = "\\N" if o.concurrency_key is None else o.concurrency_key.translate(_ESCAPES)
+    head = f"{o.queue.translate(_ESCAPES)}\t{job.task.translate(_ESCAPES)}"
+    return head, f"{o.priority}\t{o.max_attempts}\t{'t' if job.atomic else 'f'}\t{key}"
 
 
 def _transaction(conn: Any) -> Any:
