@@ -18,7 +18,6 @@ server (a check constraint), which leave nothing stored.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,15 +27,13 @@ import psycopg
 from pgqueue.errors import InvalidArgumentsError
 from pgqueue.models import Enqueued
 from pgqueue.queries import query, statement
-from pgqueue.registry import NewJob
+from pgqueue.registry import ARGS_ENCODER, NewJob
 from pgqueue.tenants import refuse_keyed_atomic
 
 # Below this many jobs the three round trips cost more than job_insert's JSON batch saves.
 COPY_MIN_JOBS = 64
 # COPY's text format: these four characters are escaped in every field.
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-# One encoder for every job: json.dumps(..., allow_nan=False) builds a new one per call.
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 def copyable(jobs: Sequence[NewJob]) -> bool:
@@ -66,7 +63,7 @@ class Batch:
         fixed: dict[tuple[int, str, bool], tuple[str, str]] = {}
         for index, job in enumerate(jobs):
             o = job.options
-            args = _ENCODER.encode(job.args)
+            args = ARGS_ENCODER.encode(job.args)
             if max_payload_bytes is not None and len(args) > max_payload_bytes:
                 raise InvalidArgumentsError(
                     f"job {index} ({job.task}) has {len(args):,} bytes of arguments, over "

@@ -34,7 +34,7 @@ from pgqueue.models import (
     TaskPolicy,
 )
 from pgqueue.queries import channel, query, statement
-from pgqueue.registry import NewJob, Registry, Task, derived_name
+from pgqueue.registry import ARGS_ENCODER, NewJob, Registry, Task, derived_name
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.tenants import (
     ConcurrencyLimit,
@@ -301,7 +301,7 @@ def _insert_one(
 ) -> tuple[Any, dict[str, Any]]:
     """job_insert_one for a single job: typed parameters, no JSON batch to unpack."""
     params = job.as_row()
-    params["args"] = args = json.dumps(job.args, allow_nan=False)
+    params["args"] = args = ARGS_ENCODER.encode(job.args)
     if max_payload_bytes is not None and len(args) > max_payload_bytes:
         _refuse_huge([job], max_payload_bytes)
     params["now"] = None

@@ -23,6 +23,9 @@ from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTas
 from pgqueue.models import TASK_NAME, JobOptions, TaskPolicy, check_name
 
 R = TypeVar("R")
+# Encodes a job's arguments for storage, once per enqueue: json.dumps(..., allow_nan=False)
+# builds a new encoder for every call.
+ARGS_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
