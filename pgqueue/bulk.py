@@ -27,7 +27,7 @@ import psycopg
 from pgqueue.errors import InvalidArgumentsError
 from pgqueue.models import Enqueued
 from pgqueue.queries import query, statement
-from pgqueue.registry import ARGS_ENCODER, NewJob
+from pgqueue.registry import NewJob, encode_args
 from pgqueue.tenants import refuse_keyed_atomic
 
 # Below this many jobs the three round trips cost more than job_insert's JSON batch saves.
@@ -49,21 +49,24 @@ def copyable(jobs: Sequence[NewJob]) -> bool:
 
 @dataclass
 class Batch:
-    """A validated batch: each job's COPY line after its id, and each queue's lowest job."""
+    """A validated batch: each job's arguments and fixed fields, ready for its COPY line
+    once its id is known, and each queue's lowest job."""
 
-    lines: list[str]
+    args: list[str]
+    fields: list[tuple[str, str]]  # per job: the fields before and after its arguments
     lowest: dict[str, tuple[int, int]]  # queue -> (priority, index of its first such job)
 
     @classmethod
     def of(cls, jobs: Sequence[NewJob], max_payload_bytes: int | None) -> Batch:
         """Raises InvalidArgumentsError or ConfigurationError for a bad job."""
-        lines: list[str] = []
+        encoded: list[str] = []
+        fields: list[tuple[str, str]] = []
         lowest: dict[str, tuple[int, int]] = {}
         # Jobs of one task share their options object: its fields are rendered once.
         fixed: dict[tuple[int, str, bool], tuple[str, str]] = {}
         for index, job in enumerate(jobs):
             o = job.options
-            args = ARGS_ENCODER.encode(job.args)
+            args = encode_args(job)
             if max_payload_bytes is not None and len(args) > max_payload_bytes:
                 raise InvalidArgumentsError(
                     f"job {index} ({job.task}) has {len(args):,} bytes of arguments, over "
@@ -73,16 +76,16 @@ class Batch:
             found = fixed.get((id(o), job.task, job.atomic))
             if found is None:
                 found = fixed[id(o), job.task, job.atomic] = _fields(job)
-            head, tail = found
+            fields.append(found)
             # The encoder escapes every control character, so only backslashes need doubling.
-            args = args.replace("\\", "\\\\")
-            lines.append(f"{head}\t{args}\t{tail}")
+            encoded.append(args.replace("\\", "\\\\"))
             if o.queue not in lowest or o.priority < lowest[o.queue][0]:
                 lowest[o.queue] = (o.priority, index)  # ids grow with the index
-        return cls(lines, lowest)
+        return cls(encoded, fields, lowest)
 
     def copy_text(self, ids: Sequence[int]) -> str:
-        return "".join(f"{i}\t{line}\n" for i, line in zip(ids, self.lines, strict=True))
+        rows = zip(ids, self.fields, self.args, strict=True)
+        return "".join(f"{i}\t{head}\t{args}\t{tail}\n" for i, (head, tail), args in rows)
 
     def wake_params(self, ids: Sequence[int]) -> dict[str, list[Any]]:
         """job_wake's parameters: each queue's lowest (priority, id)."""
@@ -115,10 +118,11 @@ def enqueue(
     conn: psycopg.Connection[Any], jobs: Sequence[NewJob], schema: str, limit: int | None
 ) -> list[Enqueued]:
     """Store `jobs` (copyable) on `conn`; returns their ids in the order given."""
-    batch = Batch.of(jobs, limit)
     with _transaction(conn), conn.cursor() as cur:
-        cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
-        ids = _ids(cur.fetchall())
+        with conn.pipeline():  # the server takes the ids while the batch is rendered
+            cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
+            batch = Batch.of(jobs, limit)
+            ids = _ids(cur.fetchall())
         with cur.copy(query("job_copy", schema)) as copy:
             copy.write(batch.copy_text(ids))
         cur.execute(statement("job_wake", schema), batch.wake_params(ids))
@@ -129,10 +133,11 @@ async def enqueue_async(
     conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], schema: str, limit: int | None
 ) -> list[Enqueued]:
     """The async twin of enqueue."""
-    batch = Batch.of(jobs, limit)
     async with _transaction(conn), conn.cursor() as cur:
-        await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
-        ids = _ids(await cur.fetchall())
+        async with conn.pipeline():
+            await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
+            batch = Batch.of(jobs, limit)
+            ids = _ids(await cur.fetchall())
         async with cur.copy(query("job_copy", schema)) as copy:
             await copy.write(batch.copy_text(ids))
         await cur.execute(statement("job_wake", schema), batch.wake_params(ids))

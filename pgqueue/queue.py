@@ -34,7 +34,7 @@ from pgqueue.models import (
     TaskPolicy,
 )
 from pgqueue.queries import channel, query, statement
-from pgqueue.registry import ARGS_ENCODER, NewJob, Registry, Task, derived_name
+from pgqueue.registry import NewJob, Registry, Task, derived_name, encode_args
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.tenants import (
     ConcurrencyLimit,
@@ -290,7 +290,10 @@ def insert_statement(
             refuse_keyed_atomic(job.task, job.options.concurrency_key)
     if alone and len(jobs) == 1:
         return _insert_one(jobs[0], schema, max_payload_bytes)
-    rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
+    try:
+        rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:  # a NewJob built by hand
+        raise InvalidArgumentsError(f"job arguments are not JSON: {exc}") from None
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
     return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
@@ -301,7 +304,7 @@ def _insert_one(
 ) -> tuple[Any, dict[str, Any]]:
     """job_insert_one for a single job: typed parameters, no JSON batch to unpack."""
     params = job.as_row()
-    params["args"] = args = ARGS_ENCODER.encode(job.args)
+    params["args"] = args = encode_args(job)
     if max_payload_bytes is not None and len(args) > max_payload_bytes:
         _refuse_huge([job], max_payload_bytes)
     params["now"] = None

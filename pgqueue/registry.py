@@ -23,9 +23,6 @@ from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTas
 from pgqueue.models import TASK_NAME, JobOptions, TaskPolicy, check_name
 
 R = TypeVar("R")
-# Encodes a job's arguments for storage, once per enqueue: json.dumps(..., allow_nan=False)
-# builds a new encoder for every call.
-ARGS_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,9 +325,11 @@ class _PlainFields:
             out[name] = value
         if not self.required <= out.keys():
             return None
-        if all(_plain_value(self.types[name], value) for name, value in out.items()):
-            return out
-        return None
+        types = self.types
+        for name, value in out.items():  # a loop, not all(...): a quarter of a job's build
+            if not _plain_value(types[name], value):
+                return None
+        return out
 
     def load(
         self, stored: dict[str, Any], context: JobContext
@@ -412,6 +411,33 @@ def _checked_json(task: str, value: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise InvalidArgumentsError(f"task {task!r}: arguments are not JSON: {exc}") from None
     return value
+
+
+def _args_encoder() -> Callable[[Any], str]:
+    """The stdlib's C JSON encoder, made once. json.dumps and JSONEncoder.encode make a new
+    one per call, which was half of encoding a job's arguments (1.9 against 0.9 us).
+    It skips the circular-reference check: arguments reach here validated (_checked_json,
+    pydantic's dump, or plain values), and a cycle in a NewJob built by hand is still
+    refused, by encode_args, as deeper than the recursion limit."""
+    stdlib = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C accelerator
+        return stdlib.encode
+    chunks = make(None, stdlib.default, json.encoder.encode_basestring_ascii, None,
+                  ":", ",", False, False, False)  # fmt: skip
+    return lambda value: "".join(chunks(value, 0))
+
+
+_ENCODE = _args_encoder()
+
+
+def encode_args(job: NewJob) -> str:
+    """A job's arguments as the JSON text stored; InvalidArgumentsError if they are not JSON
+    (a NewJob built by hand: task.job() has checked them)."""
+    try:
+        return _ENCODE(job.args)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArgumentsError(f"task {job.task!r}: arguments are not JSON: {exc}") from None
 
 
 def _utf8(text: str) -> bool:

@@ -11,6 +11,8 @@ from psycopg import sql
 
 from pgqueue import AsyncQueue, InvalidArgumentsError, Queue
 from pgqueue.bulk import COPY_MIN_JOBS
+from pgqueue.models import JobOptions
+from pgqueue.registry import NewJob
 from pgqueue.testing import drain
 from tests.conftest import count
 
@@ -132,3 +134,16 @@ def test_a_worker_runs_every_bulk_enqueued_job_once(queue: Queue, dsn: str) -> N
     assert sorted(ran) == list(range(300))
     with psycopg.connect(dsn) as conn:
         assert count(conn, queue.schema, "job_history", "status = 'succeeded'") == 300
+
+
+def test_hand_built_jobs_whose_arguments_are_not_json_are_refused(queue: Queue, dsn: str) -> None:
+    good = queue.task(name="t")(lambda i: None).job(1)
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    bad = [NewJob("t", {"x": float("nan")}, JobOptions()), NewJob("t", cyclic, JobOptions())]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for job in bad:
+            for batch in ([job], [good, job], [good] * COPY_MIN_JOBS + [job]):  # one, many, COPY
+                with pytest.raises(InvalidArgumentsError, match="not JSON"):
+                    queue.enqueue_many(batch, conn=conn)
+        assert count(conn, queue.schema, "jobs") == 0
