@@ -401,6 +401,12 @@ def _bars(
             bound = best([median(r, key) for r in raw_rows(results, raw_key, batch=batch)])
             if bound:
                 ax.axhline(bound, color="grey", linestyle=style, label=f"raw SQL, batch {batch}")
+        for batch, style in ((10, "--"), (100, "-")):
+            found = raw_rows(results, "lease_finish", batch=batch)
+            bound = best([median(r, key) for r in found])
+            if bound:
+                label = f"pgqueue's lifecycle in SQL, batch {batch}"
+                ax.axhline(bound, color="tab:purple", linestyle=style, label=label)
     ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
     ax.set_xticklabels([f"{by} {g}" for g in groups])
     ax.set_yscale("log")
@@ -446,15 +452,66 @@ def _claim_chart(plt: Any, path: Path, results: dict[str, Any], where: str) -> N
     plt.close(fig)
 
 
+def readme_table(results: dict[str, Any]) -> str:
+    """The README's "Performance" table: pgqueue, the peers and the raw bound side by side."""
+    rate = "jobs_per_s"
+    peers = [p for p in PEERS if p in _systems(results) and not _unavailable(results, p)]
+    names = {"pgqueuer": "PgQueuer", "procrastinate": "procrastinate"}
+    head = ["jobs/s (latency in ms)", "pgqueue", *(names.get(p, p) for p in peers)]
+    lines = ["| " + " | ".join([*head, "raw SQL (pgbench)"]) + " |"]
+    lines.append("|---|" + "---:|" * (len(head) - 1) + "---:|")
+
+    def number(row: dict[str, Any] | None, key: str = rate) -> str:
+        value = median(row, key)
+        return "-" if value is None else f"{value:,.0f}"
+
+    def raw(workload: str, **params: Any) -> str:
+        found = raw_rows(results, workload, **params)
+        value = best([median(r, rate) for r in found])
+        return "-" if value is None else f"{value:,.0f}"
+
+    clients = results["config"]["clients"]
+    rows: list[tuple[str, str, dict[str, Any], str]] = [
+        ("drain, one worker, concurrency 10", "drain", {"concurrency": 10},
+         f"{raw('claim_delete', batch=10)} (claim-and-delete, batch 10)"),
+        ("drain, one worker, concurrency 100", "drain", {"concurrency": 100},
+         f"{raw('claim_delete', batch=100)} (claim-and-delete, batch 100)"),
+        ("enqueue, one per transaction", "enqueue", {"mode": "sequential"},
+         raw("insert", clients=1)),
+        (f"enqueue, one per transaction, {clients} connections", "enqueue",
+         {"mode": "concurrent"}, raw("insert", clients=clients)),
+        (f"enqueue, bulk ({results['config']['bulk_batch']:,} per transaction)", "enqueue",
+         {"mode": "bulk"}, f"{raw('copy')} (COPY, from psycopg)"),
+    ]  # fmt: skip
+    for label, workload, params, bound in rows:
+        cells = [number(find(results, workload, s, **params)) for s in ["pgqueue", *peers]]
+        lines.append(f"| {label} | " + " | ".join([*cells, bound]) + " |")
+    idle = []
+    for s in ["pgqueue", *peers]:
+        row = find(results, "idle", s)
+        figures = [median(row, k) for k in ("p50_ms", "p99_ms", "max_ms")]
+        idle.append(" / ".join("-" if v is None else f"{v:.2f}" for v in figures))
+    lines.append("| idle latency p50 / p99 / max (commit to handler start) | " + " | ".join(idle))
+    lines[-1] += " | |"
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     """`python -m bench.throughput_report DIR`: redraw results.md and the charts of a run
-    from its results.json (nothing is measured again)."""
+    from its results.json (nothing is measured again). With `--readme`, print the README's
+    "Performance" table instead."""
+    readme = "--readme" in argv
+    argv = [a for a in argv if a != "--readme"]
     if len(argv) != 1 or not (Path(argv[0]) / "results.json").is_file():
-        print("usage: python -m bench.throughput_report DIR (a folder with results.json)")
+        print("usage: python -m bench.throughput_report [--readme] DIR (holding results.json)")
         return 2
     out = Path(argv[0])
-    write(out, json.loads((out / "results.json").read_text()))
-    print(table(json.loads((out / "results.json").read_text())))
+    results = json.loads((out / "results.json").read_text())
+    if readme:
+        print(readme_table(results))
+        return 0
+    write(out, results)
+    print(table(results))
     return 0
 
 

@@ -391,8 +391,9 @@ class Queue(_Base):
     def enqueue_many(
         self, jobs: Iterable[NewJob], *, conn: psycopg.Connection[Any] | None = None
     ) -> list[Enqueued]:
-        """Store many jobs in one round trip (two with dedupe keys); ids come back in the
-        order given."""
+        """Store many jobs in one statement; 64 or more plain jobs (no dedupe key, run_at or
+        delay) by COPY (pgqueue/bulk.py); jobs with dedupe keys take two statements. Ids come
+        back in the order given."""
         batch = _jobs_only(jobs)
         if not batch:
             return []
