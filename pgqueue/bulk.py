@@ -9,10 +9,11 @@ caller's, which is never committed here.
 
 A batch takes COPY only when every job is a plain queued job: no dedupe key (that needs
 job_insert_unique), no run_at or delay (the status depends on the server's clock). Others go
-through job_insert unchanged. Fails like job_insert, and before anything is sent:
-InvalidArgumentsError for a job whose arguments are over max_payload_bytes,
-ConfigurationError for an atomic job with a concurrency key; then psycopg errors from the
-server (a check constraint), which leave nothing stored.
+through job_insert unchanged. Fails like job_insert, before any row is sent:
+InvalidArgumentsError for a job whose arguments are not JSON or are over
+max_payload_bytes, ConfigurationError for an atomic job with a concurrency key. The ids
+taken by then become gaps, and the caller's transaction stays usable. Errors from the
+server (a check constraint) leave nothing stored.
 """
 
 from __future__ import annotations

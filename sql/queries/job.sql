@@ -60,7 +60,8 @@ ORDER BY i.id;
 -- One job in a transaction of its own (an autocommit enqueue, or the queue's pooled one):
 -- job_insert's row without its JSON batch and without folding its wake-up with those of the
 -- transaction's earlier statements, since there are none. That folding cost 50-75 us of
--- server time per single-job enqueue, a third of the statement (bench/README.md, "Enqueue").
+-- server time per single-job enqueue, a third of the statement (bench/README.md, "What
+-- changed on 2026-11-24").
 -- The wake-up names this job's (priority, id). Scheduled jobs wake nobody: promotion does.
 INSERT INTO {schema}.jobs AS j
     (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, status)

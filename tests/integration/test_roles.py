@@ -10,6 +10,7 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue, RetryPolicy
+from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.migrate import grant_role
 from pgqueue.testing import drain
 
@@ -57,9 +58,12 @@ def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
         ids += app.enqueue_many(  # keyed: the claim's slot upsert, parking, the trigger
             [t.with_options(concurrency_key="k").job(i) for i in range(5, 8)], conn=conn
         )
+        bulk = range(100, 100 + COPY_MIN_JOBS)  # by COPY: the sequence's ids, then the rows
+        ids += app.enqueue_many([t.job(i) for i in bulk], conn=conn)
         conn.commit()
     stats = drain(app, dsn=worker_dsn, concurrency=2)
-    assert stats.claimed == 9 and sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7]
+    assert stats.claimed == 9 + COPY_MIN_JOBS
+    assert sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7, *bulk]
     job = app.get_job(ids[0])  # the app reads history back under its own role
     assert job is not None and job.status == "succeeded" and job.attempt == 2
     app.close()
