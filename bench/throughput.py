@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import importlib.util
 import os
 import platform
@@ -388,6 +389,11 @@ def run_raw(bench: Bench) -> None:
     )
 
 
+def versions(systems: Sequence[str]) -> dict[str, str]:
+    """The installed version of each system that ran."""
+    return {name: importlib.metadata.version(PACKAGES[name]) for name in systems}
+
+
 def install(bench: Bench) -> None:
     for name in [*bench.systems(), *([] if "pgqueue" in bench.systems() else ["pgqueue"])]:
         work.system(name).install(bench.dsn)
@@ -403,6 +409,7 @@ def collect(
         "runtime_s": round(time.monotonic() - started, 1),
         "database": server,
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "versions": versions(b.systems()),
         "config": {k: v for k, v in vars(config).items() if k not in ("dsn", "out", "command")},
         "unavailable": {k: v for k, v in b.available.items() if v} | {"oban": OBAN_NOTE},
         "workloads": b.results,
