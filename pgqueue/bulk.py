@@ -25,10 +25,9 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.errors import InvalidArgumentsError
 from pgqueue.models import Enqueued
 from pgqueue.queries import query, statement
-from pgqueue.registry import NewJob, encode_args
+from pgqueue.registry import NewJob, encode_args, too_large
 from pgqueue.tenants import refuse_keyed_atomic
 
 # Below this many jobs the three round trips cost more than job_insert's JSON batch saves.
@@ -69,11 +68,7 @@ class Batch:
             o = job.options
             args = encode_args(job)
             if max_payload_bytes is not None and len(args) > max_payload_bytes:
-                raise InvalidArgumentsError(
-                    f"job {index} ({job.task}) has {len(args):,} bytes of arguments, over "
-                    f"max_payload_bytes={max_payload_bytes:,}: store large data elsewhere "
-                    "and pass a reference"
-                )
+                raise too_large(index, job, len(args), max_payload_bytes)
             found = fixed.get((id(o), job.task, job.atomic))
             if found is None:
                 found = fixed[id(o), job.task, job.atomic] = _fields(job)

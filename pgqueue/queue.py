@@ -34,7 +34,7 @@ from pgqueue.models import (
     TaskPolicy,
 )
 from pgqueue.queries import channel, query, statement
-from pgqueue.registry import NewJob, Registry, Task, derived_name, encode_args
+from pgqueue.registry import NewJob, Registry, Task, derived_name, encode_args, too_large
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.tenants import (
     ConcurrencyLimit,
@@ -325,10 +325,7 @@ def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
     for index, job in enumerate(jobs):
         size = len(json.dumps(job.args))
         if size > limit:
-            raise InvalidArgumentsError(
-                f"job {index} ({job.task}) has {size:,} bytes of arguments, over "
-                f"max_payload_bytes={limit:,}: store large data elsewhere and pass a reference"
-            )
+            raise too_large(index, job, size, limit)
 
 
 def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

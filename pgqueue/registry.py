@@ -440,6 +440,15 @@ def encode_args(job: NewJob) -> str:
         raise InvalidArgumentsError(f"task {job.task!r}: arguments are not JSON: {exc}") from None
 
 
+def too_large(index: int, job: NewJob, size: int, limit: int) -> InvalidArgumentsError:
+    """The error for job `index` of a batch whose arguments are `size` bytes, over
+    max_payload_bytes `limit`."""
+    return InvalidArgumentsError(
+        f"job {index} ({job.task}) has {size:,} bytes of arguments, over "
+        f"max_payload_bytes={limit:,}: store large data elsewhere and pass a reference"
+    )
+
+
 def _utf8(text: str) -> bool:
     try:
         text.encode("utf-8")
