@@ -394,13 +394,11 @@ class Queue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        if records.keyed(batch):
-            with self._connection(conn) as c:
-                return records.run(c, self._enqueue_plan(batch))
-        if bulk.copyable(batch):
-            with self._connection(conn) as c:
-                return bulk.enqueue(c, batch, self.schema, self.settings.max_payload_bytes)
         with self._connection(conn) as c:
+            if records.keyed(batch):
+                return records.run(c, self._enqueue_plan(batch))
+            if bulk.copyable(batch):
+                return bulk.enqueue(c, batch, self.schema, self.settings.max_payload_bytes)
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
             return _enqueued(c.execute(statement, params).fetchall())
 
@@ -532,14 +530,12 @@ class AsyncQueue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        if records.keyed(batch):
-            async with self._connection(conn) as c:
+        async with self._connection(conn) as c:
+            if records.keyed(batch):
                 return await records.run_async(c, self._enqueue_plan(batch))
-        if bulk.copyable(batch):
-            async with self._connection(conn) as c:
+            if bulk.copyable(batch):
                 limit = self.settings.max_payload_bytes
                 return await bulk.enqueue_async(c, batch, self.schema, limit)
-        async with self._connection(conn) as c:
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
             return _enqueued(await (await c.execute(statement, params)).fetchall())
 
