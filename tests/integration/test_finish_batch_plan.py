@@ -95,3 +95,55 @@ def test_finishing_a_batch_joins_nothing_and_never_scans_jobs(
         ]
         assert sum(n["Actual Rows"] for n in moved) == len(ids), json.dumps(plan, indent=1)
         conn.rollback()
+
+
+def test_a_mixed_batch_moves_each_job_by_its_own_outcome(
+    dsn: str, schema: str, running: Any
+) -> None:
+    """Retried ids travel apart from the others (`retries`): each outcome still moves exactly
+    its own job, whatever mix the batch holds."""
+    ids, worker_id = running
+    kinds = ["succeeded", "retry", "failed", "retry", "cancelled"]
+    status = {job_id: kinds[n % len(kinds)] for n, job_id in enumerate(ids)}
+    outcomes = [
+        {
+            "id": job_id,
+            "attempt": 1,
+            "worker_id": worker_id,
+            "status": status[job_id],
+            "error": None if status[job_id] == "succeeded" else {"error": "boom"},
+            "result": None,
+            "duration": 0.001,
+            "retry_in": 60.0 if n % 2 else 0.0,
+        }
+        for n, job_id in enumerate(ids)
+    ]
+    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None}
+    retried = {job_id for job_id, kind in status.items() if kind == "retry"}
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(query("job_finish_many", schema), params).fetchone()
+        assert row is not None
+        assert (row[0], row[1], row[2]) == (
+            len(ids) - len(retried),
+            len(retried),
+            len(ids) - len(retried),
+        )
+        left = dict(
+            conn.execute(
+                sql.SQL("SELECT id, status FROM {}.jobs WHERE id = ANY(%s)").format(
+                    sql.Identifier(schema)
+                ),
+                [ids],
+            ).fetchall()
+        )
+        assert set(left) == retried
+        assert set(left.values()) == {"queued", "scheduled"}
+        archived = dict(
+            conn.execute(
+                sql.SQL("SELECT id, status FROM {}.job_history WHERE id = ANY(%s)").format(
+                    sql.Identifier(schema)
+                ),
+                [ids],
+            ).fetchall()
+        )
+        assert archived == {job_id: kind for job_id, kind in status.items() if kind != "retry"}
