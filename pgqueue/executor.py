@@ -123,9 +123,11 @@ class Executor:
         task = self.registry.get(job.task)
         if task.fn is None:
             raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
-        context = JobContext(
-            job.id, job.task, job.queue, job.attempt, job.max_attempts, connection, cancel
-        )
+        context = None
+        if task.takes_context:  # not built for nobody: half a microsecond of each job
+            context = JobContext(
+                job.id, job.task, job.queue, job.attempt, job.max_attempts, connection, cancel
+            )
         args, kwargs = task.load_args(job.args, context)
         return task, args, kwargs
 

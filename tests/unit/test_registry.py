@@ -13,6 +13,7 @@ from pgqueue import (
     Queue,
     UnknownTaskError,
 )
+from pgqueue.registry import to_json_result
 
 
 def test_task_with_star_args_is_refused_at_registration() -> None:
@@ -105,3 +106,22 @@ def test_a_task_in_a_script_run_as_main_needs_an_explicit_name() -> None:
     with pytest.raises(ConfigurationError, match="explicit name="):
         queue.task(handler)
     assert queue.task(name="named")(handler).name == "named"
+
+
+@pytest.mark.parametrize("value", [None, True, False, 0, -(2**63), 2**63 - 1])
+def test_small_scalar_results_are_stored_as_returned(value: Any) -> None:
+    assert to_json_result(value, 1024) is value
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (10**2000, "2,001 bytes, over max_payload_bytes=1,024"),  # past the scalar shortcut
+        (float("nan"), "Out of range float values"),
+        ("x" * 2000, "2,002 bytes, over max_payload_bytes=1,024"),
+        ({"text": "a\x00b"}, "NUL character"),
+    ],
+)
+def test_results_that_cannot_be_stored_are_refused(value: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        to_json_result(value, 1024)
