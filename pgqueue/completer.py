@@ -12,7 +12,6 @@ recorded as a failure that says why. Writing never raises: the worker lives on.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -21,6 +20,7 @@ import psycopg
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
 from pgqueue.queries import statement
+from pgqueue.registry import encode_json
 
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL
@@ -135,7 +135,7 @@ class Completer:
 
     async def _write_once(self, batch: list[Outcome]) -> None:
         params = {
-            "outcomes": json.dumps([o.as_row() for o in batch]),
+            "outcomes": encode_json([o.as_row() for o in batch]),
             "keep_history": self.keep_history,
             "now": None,
         }

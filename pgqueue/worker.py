@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from pgqueue import tenants
 from pgqueue.atomic import AtomicLane
@@ -49,7 +50,7 @@ from pgqueue.notifier import Notifier
 from pgqueue.periodic import Scheduler
 from pgqueue.queries import query
 from pgqueue.queue import ATOMIC_MAX_TIMEOUT
-from pgqueue.registry import CancelSignal, Registry
+from pgqueue.registry import CancelSignal, Registry, decode_json
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
@@ -253,6 +254,7 @@ class Worker:
         (tests/integration/test_worker.py::test_session_settings_stay_on_the_workers_own_connections)."""
         await conn.execute(query("session_set_async_commit", self.schema))
         await self._planner_session(conn)
+        set_json_loads(decode_json, conn)  # each claimed job's arguments
 
     async def _planner_session(self, conn: Any) -> None:
         """The claim and completer connections plan for index access (worker.sql,

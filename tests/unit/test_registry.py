@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from pgqueue import (
     Queue,
     UnknownTaskError,
 )
-from pgqueue.registry import to_json_result
+from pgqueue.registry import decode_json, to_json_result
 
 
 def test_task_with_star_args_is_refused_at_registration() -> None:
@@ -125,3 +126,30 @@ def test_small_scalar_results_are_stored_as_returned(value: Any) -> None:
 def test_results_that_cannot_be_stored_are_refused(value: Any, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         to_json_result(value, 1024)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"seq": 1}',
+        '{"a": [1, 2.5, -3e7, true, false, null], "b": {"c": "\\u00e9\\ud83d\\ude00 \\"q\\""}}',
+        "{}",
+        '"plain"',
+        "12",
+        ' {"spaced": 1} ',
+        '{"seq": 1} trailing',
+        '{"unclosed": ',
+        "",
+        "NaN",
+    ],
+)
+def test_the_claim_decoder_answers_as_json_loads(text: str) -> None:
+    try:
+        expected: Any = ("value", json.loads(text))
+    except json.JSONDecodeError as exc:
+        expected = ("error", exc.msg)
+    try:
+        got: Any = ("value", decode_json(text.encode()))
+    except json.JSONDecodeError as exc:
+        got = ("error", exc.msg)
+    assert got == expected
