@@ -98,3 +98,40 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
     table = (out / "results.md").read_text()
     assert "### Drain" in table and "oban" in table
     assert results["command"].endswith(f"--out {out}")
+
+
+def test_bulk_pairs_write_each_pair_and_their_ratio(dsn: str, tmp_path: Path) -> None:
+    """bench/throughput_pairs.py, tiny: pgqueue's bulk enqueue and the raw COPY, alternating."""
+    out = tmp_path / "pairs"
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    command = ["--dsn", dsn, "--out", str(out), "--pairs", "2", "--jobs", "300", "--batch", "100"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.throughput_pairs", *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["pairs"]) == 2
+    for pair in results["pairs"]:
+        assert pair["pgqueue"] > 0 and pair["raw_copy"] > 0
+        assert pair["ratio"] == pytest.approx(pair["pgqueue"] / pair["raw_copy"])
+    ratio = results["ratio"]
+    assert ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert results["command"].endswith("--batch 100")
+    assert result.stdout.count("ratio") == 2
+
+
+def test_bulk_pairs_refuse_a_bad_count(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.throughput_pairs", "--pairs", "0", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--pairs must be greater than 0" in result.stderr
