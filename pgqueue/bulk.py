@@ -8,8 +8,9 @@ On an autocommit connection the three run in a transaction of their own; otherwi
 caller's, which is never committed here.
 
 A batch takes COPY only when every job is a plain queued job: no dedupe key (that needs
-job_insert_unique), no run_at or delay (the status depends on the server's clock). Others go
-through job_insert unchanged. Fails like job_insert, before any row is sent:
+job_insert_unique), no run_at or delay (the status depends on the server's clock), and only
+on a connection the caller does not hold in pipeline mode. Others go through job_insert
+unchanged. Fails like job_insert, before any row is sent:
 InvalidArgumentsError for a job whose arguments are not JSON or are over
 max_payload_bytes, ConfigurationError for an atomic job with a concurrency key. The ids
 taken by then become gaps, and the caller's transaction stays usable. Errors from the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from pgqueue.models import Enqueued
 from pgqueue.queries import query, statement
@@ -36,9 +38,10 @@ COPY_MIN_JOBS = 64
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-def copyable(jobs: Sequence[NewJob]) -> bool:
-    """Whether this batch takes COPY."""
-    if len(jobs) < COPY_MIN_JOBS:
+def copyable(jobs: Sequence[NewJob], conn: Any) -> bool:
+    """Whether this batch takes COPY on `conn`: not while the caller holds the connection in
+    pipeline mode, where psycopg refuses COPY (job_insert takes the batch then)."""
+    if len(jobs) < COPY_MIN_JOBS or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
         return False
     for job in jobs:
         o = job.options

@@ -397,7 +397,7 @@ class Queue(_Base):
         with self._connection(conn) as c:
             if records.keyed(batch):
                 return records.run(c, self._enqueue_plan(batch))
-            if bulk.copyable(batch):
+            if bulk.copyable(batch, c):
                 return bulk.enqueue(c, batch, self.schema, self.settings.max_payload_bytes)
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
             return _enqueued(c.execute(statement, params).fetchall())
@@ -533,7 +533,7 @@ class AsyncQueue(_Base):
         async with self._connection(conn) as c:
             if records.keyed(batch):
                 return await records.run_async(c, self._enqueue_plan(batch))
-            if bulk.copyable(batch):
+            if bulk.copyable(batch, c):
                 limit = self.settings.max_payload_bytes
                 return await bulk.enqueue_async(c, batch, self.schema, limit)
             statement, params = self._insert(batch, alone=conn is None or _alone(c))

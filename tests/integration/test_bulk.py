@@ -108,6 +108,39 @@ def test_a_batch_with_a_delayed_job_takes_job_insert(queue: Queue, dsn: str) -> 
     assert statuses.count("scheduled") == 1 and statuses[5] == "scheduled"
 
 
+def test_a_connection_in_pipeline_mode_takes_job_insert(queue: Queue, dsn: str) -> None:
+    """psycopg refuses COPY in pipeline mode: a caller's pipeline gets job_insert's rows."""
+    jobs = _jobs(queue)
+    with psycopg.connect(dsn) as conn:
+        with conn.pipeline():
+            piped = queue.enqueue_many(jobs, conn=conn)
+        conn.commit()
+        copied = queue.enqueue_many(jobs, conn=conn)
+        conn.commit()
+        assert piped == sorted(piped) and max(piped) < min(copied)
+        assert _rows(conn, queue.schema, piped) == _rows(conn, queue.schema, copied)
+
+
+def test_async_bulk_enqueue_in_pipeline_mode(dsn: str, schema: str) -> None:
+    aqueue = AsyncQueue(dsn, schema=schema)
+
+    @aqueue.task(name="t")
+    async def t(i: int) -> None:
+        return None
+
+    async def main() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            async with conn.pipeline():
+                ids = await aqueue.enqueue_many([t.job(i) for i in range(200)], conn=conn)
+            await conn.commit()
+            return list(ids)
+
+    ids = asyncio.run(main())
+    assert ids == sorted(ids) and len(set(ids)) == 200
+    with psycopg.connect(dsn) as conn:
+        assert count(conn, schema, "jobs") == 200
+
+
 def test_async_bulk_enqueue_on_an_autocommit_connection(dsn: str, schema: str) -> None:
     aqueue = AsyncQueue(dsn, schema=schema)
 
