@@ -437,7 +437,6 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 # Compact JSON text, NaN and infinities refused (ValueError); for acyclic JSON-ready data.
 encode_json = _compact_encoder()
-_INT64 = 2**63
 
 
 # The C scanner under json.loads; decode_json uses it.
@@ -501,6 +500,9 @@ def _strings(value: Any) -> Iterator[str]:
 
 def _is_json_object(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
+_INT64 = 2**63  # to_json_result returns ints in [-2**63, 2**63) as they are
 
 
 def to_json_result(value: Any, max_bytes: int | None = None) -> Any:
