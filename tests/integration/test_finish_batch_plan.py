@@ -128,22 +128,17 @@ def test_a_mixed_batch_moves_each_job_by_its_own_outcome(
             len(retried),
             len(ids) - len(retried),
         )
-        left = dict(
-            conn.execute(
-                sql.SQL("SELECT id, status FROM {}.jobs WHERE id = ANY(%s)").format(
-                    sql.Identifier(schema)
-                ),
-                [ids],
-            ).fetchall()
-        )
+        left = _statuses(conn, schema, "jobs", ids)
         assert set(left) == retried
         assert set(left.values()) == {"queued", "scheduled"}
-        archived = dict(
-            conn.execute(
-                sql.SQL("SELECT id, status FROM {}.job_history WHERE id = ANY(%s)").format(
-                    sql.Identifier(schema)
-                ),
-                [ids],
-            ).fetchall()
-        )
+        archived = _statuses(conn, schema, "job_history", ids)
         assert archived == {job_id: kind for job_id, kind in status.items() if kind != "retry"}
+
+
+def _statuses(
+    conn: psycopg.Connection[Any], schema: str, table: str, ids: list[int]
+) -> dict[int, str]:
+    statement = sql.SQL("SELECT id, status FROM {}.{} WHERE id = ANY(%s)").format(
+        sql.Identifier(schema), sql.Identifier(table)
+    )
+    return dict(conn.execute(statement, [ids]).fetchall())
