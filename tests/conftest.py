@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,20 +31,27 @@ def pytest_report_header() -> str:
 
 
 @pytest.fixture(scope="session")
-def dsn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def dsn() -> Iterator[str]:
+    """The server's DSN. The embedded server's data lives in a directory of its own, not
+    under pytest's temporary root: pytest keeps only the last three sessions' folders there,
+    so a second pytest run started meanwhile deleted a running server's data."""
     given = os.environ.get("PGQUEUE_TEST_DSN")
     if given:
         yield given
         return
     from pgqueue import embedded
 
-    server = embedded.start(tmp_path_factory.mktemp("pg") / "data")
-    print(
-        f"\ntests: PGQUEUE_TEST_DSN not set; started the embedded PostgreSQL in {server.data_dir}",
-        file=sys.__stderr__,
-    )
-    yield server.dsn
-    server.stop()
+    with tempfile.TemporaryDirectory(prefix="pgqueue-tests-") as folder:
+        server = embedded.start(Path(folder) / "data")
+        print(
+            f"\ntests: PGQUEUE_TEST_DSN not set; started the embedded PostgreSQL in "
+            f"{server.data_dir}",
+            file=sys.__stderr__,
+        )
+        try:
+            yield server.dsn
+        finally:
+            server.stop()
 
 
 @pytest.fixture(scope="session")
