@@ -153,3 +153,26 @@ def test_the_claim_decoder_answers_as_json_loads(text: str) -> None:
     except json.JSONDecodeError as exc:
         got = ("error", exc.msg)
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"a": [1, "é"]}'.encode(),
+        '{"a": 1}'.encode("utf-16-le"),  # json.loads guesses this encoding from the NULs
+        '{"a": 1}'.encode("utf-8-sig"),
+        b'"\xed\xa0\x80"',  # a lone surrogate, which json.loads decodes with surrogatepass
+        b"1\x00\x00\x00",  # UTF-32 to json.loads, "1" and garbage to a UTF-8 reading
+        b"\xff",
+    ],
+)
+def test_the_claim_decoder_answers_as_json_loads_on_any_bytes(data: bytes) -> None:
+    try:
+        expected: Any = ("value", json.loads(data))
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        expected = ("error", type(exc), str(exc))
+    try:
+        got: Any = ("value", decode_json(data))
+    except ValueError as exc:
+        got = ("error", type(exc), str(exc))
+    assert got == expected
