@@ -67,6 +67,8 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
         "broken_str": ("failed", "BrokenStr: <str() of this exception raised>"),
         "sys_exit": ("failed", "SystemExit: 3"),
         "keyboard_interrupt": ("failed", "KeyboardInterrupt"),
+        # An asyncio future refuses StopIteration: through run_in_executor the job hung.
+        "stop_iteration": ("failed", "the handler raised StopIteration: done early"),
     }
     register("nul_in_result", result={"text": "a\x00b"})
     register("nul_in_exception", exc=ValueError("bad \x00 byte"))
@@ -77,6 +79,7 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
     register("broken_str", exc=BrokenStr())
     register("sys_exit", exc=SystemExit(3))
     register("keyboard_interrupt", exc=KeyboardInterrupt())
+    register("stop_iteration", exc=StopIteration("done early"))
 
     with psycopg.connect(dsn) as conn:
         ids = {name: queue.enqueue(name, {}, conn=conn) for name in cases}
