@@ -230,7 +230,9 @@ class _Handoff:
         try:
             done = (future, True, call())
         except StopIteration as exc:
-            done = (future, False, RuntimeError(f"the handler raised StopIteration: {exc}"))
+            refused = RuntimeError(f"the handler raised StopIteration: {exc}")
+            refused.__cause__ = exc  # its traceback stays in the job's error record
+            done = (future, False, refused)
         except BaseException as exc:  # the handler's to report, whatever it is
             done = (future, False, exc)
         with self._lock:

@@ -100,6 +100,9 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
         assert text in (job.last_error or ""), (name, job.last_error)
         if status == "succeeded":
             assert job.result is None, name
+    # The handler's own traceback is kept under the RuntimeError that carries it.
+    stopped = queue.get_job(ids["stop_iteration"])
+    assert stopped is not None and "in handler" in stopped.errors[-1]["traceback"]
     queue.close()
 
 
