@@ -323,7 +323,7 @@ def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
 
 def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
     for index, job in enumerate(jobs):
-        size = len(json.dumps(job.args))
+        size = len(encode_args(job))  # as job_insert_one and COPY measure it
         if size > limit:
             raise too_large(index, job, size, limit)
 

@@ -99,6 +99,26 @@ def test_bulk_enqueue_refuses_a_bad_job_before_sending_anything(queue: Queue, ds
     small.close()
 
 
+def test_every_insert_path_measures_arguments_alike(queue: Queue, dsn: str) -> None:
+    """Arguments of 1,006 bytes as stored (compact JSON), 1,506 with json.dumps' spaces, under
+    a limit of 1,024: job_insert_one, job_insert and COPY all take them."""
+    small = Queue(dsn, schema=queue.schema, max_payload_bytes=1024)
+
+    @small.task(name="wide")
+    def wide(a: list[int]) -> None:
+        return None
+
+    job = wide.job([0] * 500)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        alone = small.enqueue(job, conn=conn)  # job_insert_one
+        with conn.transaction():
+            batch = small.enqueue_many([job, job], conn=conn)  # job_insert
+        copied = small.enqueue_many([job] * COPY_MIN_JOBS, conn=conn)  # COPY
+        assert count(conn, queue.schema, "jobs") == 3 + COPY_MIN_JOBS
+    assert alone and len(batch) == 2 and len(copied) == COPY_MIN_JOBS
+    small.close()
+
+
 def test_a_batch_with_a_delayed_job_takes_job_insert(queue: Queue, dsn: str) -> None:
     jobs = _jobs(queue)
     jobs[5] = queue.registry.get("t").with_options(delay=3600).job(5, "later")
