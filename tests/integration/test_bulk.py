@@ -141,7 +141,9 @@ def test_a_connection_in_pipeline_mode_takes_job_insert(queue: Queue, dsn: str) 
         assert _rows(conn, queue.schema, piped) == _rows(conn, queue.schema, copied)
 
 
-def test_async_bulk_enqueue_in_pipeline_mode(dsn: str, schema: str) -> None:
+@pytest.mark.parametrize("piped", [False, True], ids=["autocommit", "caller-pipeline"])
+def test_async_bulk_enqueue(dsn: str, schema: str, piped: bool) -> None:
+    """On an autocommit connection by COPY; in a caller's pipeline by job_insert."""
     aqueue = AsyncQueue(dsn, schema=schema)
 
     @aqueue.task(name="t")
@@ -149,28 +151,14 @@ def test_async_bulk_enqueue_in_pipeline_mode(dsn: str, schema: str) -> None:
         return None
 
     async def main() -> list[int]:
-        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=not piped) as conn:
+            jobs = [t.job(i) for i in range(200)]
+            if not piped:
+                return list(await aqueue.enqueue_many(jobs, conn=conn))
             async with conn.pipeline():
-                ids = await aqueue.enqueue_many([t.job(i) for i in range(200)], conn=conn)
+                ids = await aqueue.enqueue_many(jobs, conn=conn)
             await conn.commit()
             return list(ids)
-
-    ids = asyncio.run(main())
-    assert ids == sorted(ids) and len(set(ids)) == 200
-    with psycopg.connect(dsn) as conn:
-        assert count(conn, schema, "jobs") == 200
-
-
-def test_async_bulk_enqueue_on_an_autocommit_connection(dsn: str, schema: str) -> None:
-    aqueue = AsyncQueue(dsn, schema=schema)
-
-    @aqueue.task(name="t")
-    async def t(i: int) -> None:
-        return None
-
-    async def main() -> list[int]:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            return list(await aqueue.enqueue_many([t.job(i) for i in range(200)], conn=conn))
 
     ids = asyncio.run(main())
     assert ids == sorted(ids) and len(set(ids)) == 200
