@@ -96,6 +96,22 @@ class NewJob:
         }
 
 
+# Fills a NewJob's slots directly: the frozen dataclass's __init__ goes through
+# object.__setattr__ once per field, 0.49 us a job against 0.2 (bulk enqueue builds 1,000s).
+_SET_TASK, _SET_ARGS, _SET_OPTIONS, _SET_ATOMIC = (
+    getattr(NewJob, name).__set__ for name in ("task", "args", "options", "atomic")
+)
+
+
+def _new_job(task: str, args: dict[str, Any], options: JobOptions, atomic: bool) -> NewJob:
+    job = object.__new__(NewJob)
+    _SET_TASK(job, task)
+    _SET_ARGS(job, args)
+    _SET_OPTIONS(job, options)
+    _SET_ATOMIC(job, atomic)
+    return job
+
+
 class Task(Generic[R]):
     """A registered handler. Calling it runs the function now; `job()` builds a job for later.
 
@@ -142,7 +158,7 @@ class Task(Generic[R]):
 
     def job(self, *args: Any, **kwargs: Any) -> NewJob:
         """Validate arguments as a call would and return a job carrying them as JSON."""
-        return NewJob(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
+        return _new_job(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
     def with_options(self, **options: Any) -> NewJobFactory:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
@@ -223,7 +239,7 @@ class NewJobFactory:
     options: JobOptions
 
     def job(self, *args: Any, **kwargs: Any) -> NewJob:
-        return NewJob(
+        return _new_job(
             self.task.name, self.task.dump_args(args, kwargs), self.options, self.task.atomic
         )
 
@@ -321,8 +337,20 @@ class _PlainFields:
     positional_only: frozenset[str]
     required: frozenset[str]
     context: str | None
+    # The types of `positional`, in order, when a call giving each of them by position and
+    # no keywords is complete (no context, no required keyword-only parameter); else None.
+    by_position: tuple[type, ...] | None
+    check_values: bool  # some parameter is a str or a float: its value needs _plain_value
 
     def dump(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        kinds = self.by_position
+        if kinds is not None and not kwargs and tuple(map(type, args)) == kinds:
+            # The common call, `task.job(a, b)`, with values of exactly the declared types.
+            # The types matched, so the lengths are equal: zip's strict= keyword alone would
+            # cost 0.1 us here.
+            if self.check_values and not all(map(_plain_value, kinds, args)):
+                return None
+            return dict(zip(self.positional, args))  # noqa: B905
         if self.context is not None or len(args) > len(self.positional):
             return None
         out = dict(zip(self.positional, args, strict=False))
@@ -385,13 +413,18 @@ def _plain_fields(task: Task[Any]) -> _PlainFields | None:
             return None
         types[param.name] = annotation
     kept = [p for p in params if p.name != task._context_param]
+    positional = tuple(p.name for p in kept if p.kind is not p.KEYWORD_ONLY)
+    required = frozenset(p.name for p in kept if p.default is p.empty)
+    complete = task._context_param is None and required <= set(positional)
     return _PlainFields(
         params=params,
         types=types,
-        positional=tuple(p.name for p in kept if p.kind is not p.KEYWORD_ONLY),
+        positional=positional,
         positional_only=frozenset(p.name for p in kept if p.kind is p.POSITIONAL_ONLY),
-        required=frozenset(p.name for p in kept if p.default is p.empty),
+        required=required,
         context=task._context_param,
+        by_position=tuple(types[name] for name in positional) if complete else None,
+        check_values=any(kind is str or kind is float for kind in types.values()),
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from pgqueue import JobContext, Queue
 from pgqueue.errors import InvalidArgumentsError
-from pgqueue.registry import Task
+from pgqueue.registry import NewJob, Task
 
 queue = Queue()
 
@@ -42,6 +42,11 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
     ((1, "x"), {"a": 2}),  # a is positional-only
     ((1, "x"), {"zzz": 1}),
     ((1, "x", 1.0), {"c": 2.0}),
+    # every parameter by position: the one-pass branch
+    ((1, "x", 2.5), {}),
+    ((1, "nul\x00", 2.5), {}),
+    ((1, "x", float("inf")), {}),
+    ((1, "x", True), {}),  # bool for float
 ]
 
 
@@ -94,3 +99,16 @@ def test_other_annotations_keep_the_validated_path() -> None:
     assert not_plain._plain is None
     assert not_plain.dump_args(([1, 2],), {}) == {"items": [1, 2]}
     assert dataclasses.is_dataclass(JobContext)
+
+
+def test_every_parameter_by_position_takes_the_fast_path() -> None:
+    assert mixed._plain is not None
+    assert mixed._plain.dump((1, "x", 2.5), {}) == {"a": 1, "b": "x", "c": 2.5}
+    assert mixed._plain.dump((1, "x", 2), {}) is None  # an int for a float: pydantic's
+
+
+def test_a_built_job_is_the_frozen_dataclass_its_fields_make() -> None:
+    job = mixed.job(1, "x")
+    assert job == NewJob("plain.mixed", {"a": 1, "b": "x"}, mixed.options, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.args = {}  # type: ignore[misc]
