@@ -75,6 +75,29 @@ def test_bulk_enqueue_wakes_each_queue_once_with_its_lowest_position(
     assert payloads == [f"a -1 {ids[0]}", f"b -1 {ids[3]}"]
 
 
+def test_runs_of_jobs_sharing_options_wake_with_each_queues_lowest_position(
+    queue: Queue, dsn: str
+) -> None:
+    @queue.task(name="w", queue="a")
+    def w(i: int) -> None:
+        return None
+
+    urgent, other = w.with_options(priority=-5), w.with_options(queue="b", priority=2)
+    jobs = [w.job(i) for i in range(30)] + [urgent.job(i) for i in range(30, 40)]
+    jobs += [w.job(i) for i in range(40, 70)] + [other.job(i) for i in range(70, 80)]
+    jobs += [urgent.job(80)]
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        with psycopg.connect(dsn) as conn:
+            ids = queue.enqueue_many(jobs, conn=conn)
+            conn.commit()
+            rows = _rows(conn, queue.schema, ids)
+        payloads = sorted(n.payload for n in listener.notifies(timeout=1.0))
+    assert payloads == [f"a -5 {ids[30]}", f"b 2 {ids[70]}"]
+    expected = [(j.options.queue, j.options.priority, j.args["i"]) for j in jobs]
+    assert [(row[0], row[4], row[2]["i"]) for row in rows] == expected
+
+
 def test_bulk_enqueue_rolls_back_with_the_callers_transaction(queue: Queue, dsn: str) -> None:
     jobs = _jobs(queue)
     with psycopg.connect(dsn, autocommit=True) as listener:
