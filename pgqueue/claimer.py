@@ -36,8 +36,8 @@ import psycopg
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.queries import query, statement
+from pgqueue.wakeup import Position
 
-Position = tuple[int, int]  # (priority, id) in the claim index
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1
 CEILING: Position = (32767, MAX_ID)  # above every (priority, id)

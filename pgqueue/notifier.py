@@ -1,13 +1,11 @@
 """LISTEN/NOTIFY wake-ups for a worker. Polling is always the fallback.
 
 Owns: one connection that LISTENs on the schema's channel and calls `wake(queue, position)`
-for each notification naming one of the worker's queues. A payload is 'queue priority id', the
-lowest (priority, id) made claimable (sql/queries/job.sql, job_insert), or a bare queue name
-when the position is not known (position None). A payload '!cancel <id>' (job_cancel,
-records.py) calls `on_cancel(id)` instead. When the connection drops it reconnects with
-backoff and, once listening again, calls `relisten()`: nothing enqueued during the gap may wait
-for the next poll, and where those jobs sit is not known. Never raises out of `run`; it logs
-an outage once.
+for each notification naming one of the worker's queues, and `on_cancel(id)` for a request to
+stop a running job (pgqueue/wakeup.py says what the payloads mean). When the connection drops
+it reconnects with backoff and, once listening again, calls `relisten()`: nothing enqueued
+during the gap may wait for the next poll, and where those jobs sit is not known. Never raises
+out of `run`; it logs an outage once.
 """
 
 from __future__ import annotations
@@ -17,10 +15,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from pgqueue.claimer import Position
 from pgqueue.link import Link
 from pgqueue.queries import query
-from pgqueue.records import CANCEL_PAYLOAD
+from pgqueue.wakeup import CancelRequest, Position, Wake, parse
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -58,26 +55,11 @@ class Notifier:
         await conn.execute(query("worker_listen", self.schema))
         self.relisten()  # anything enqueued while we were not listening
         async for note in conn.notifies():
-            if note.payload.startswith(CANCEL_PAYLOAD):
-                # Sent by job_cancel for a running job (records.py); no queue is so named.
-                job_id = note.payload.removeprefix(CANCEL_PAYLOAD)
-                if job_id.isdigit() and self.on_cancel is not None:
-                    self.on_cancel(int(job_id))
-                continue
-            queue, position = parse_payload(note.payload)
-            if queue in self.queues:
-                self.wake(queue, position)
+            notice = parse(note.payload)
+            if isinstance(notice, Wake) and notice.queue in self.queues:
+                self.wake(notice.queue, notice.position)
+            elif isinstance(notice, CancelRequest) and self.on_cancel is not None:
+                self.on_cancel(notice.job_id)
 
     async def close(self) -> None:
         await self.link.close()
-
-
-def parse_payload(payload: str) -> tuple[str, Position | None]:
-    """'queue priority id' -> (queue, (priority, id)); a bare queue name -> (queue, None).
-    Queue names hold no spaces (models.QUEUE_NAME), so the split is unambiguous."""
-    queue, _, rest = payload.partition(" ")
-    priority, _, job_id = rest.partition(" ")
-    try:
-        return queue, (int(priority), int(job_id))
-    except ValueError:
-        return queue, None

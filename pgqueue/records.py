@@ -58,7 +58,6 @@ DEDUPE_ROUNDS = 20
 # milliseconds), a short pause apart: about a second in all before giving up.
 CANCEL_ROUNDS = 50
 CANCEL_PAUSE = 0.02
-CANCEL_PAYLOAD = "!cancel "  # job_cancel's NOTIFY payload prefix; never a queue name
 
 
 # -- drivers ----------------------------------------------------------------------------------

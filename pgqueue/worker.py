@@ -39,7 +39,7 @@ from psycopg.types.json import set_json_loads
 
 from pgqueue import tenants
 from pgqueue.atomic import AtomicLane
-from pgqueue.claimer import Claimer, Position, WorkerStats
+from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import OUTCOME_BATCH, Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor, cancelled
@@ -54,6 +54,7 @@ from pgqueue.registry import CancelSignal, Registry, decode_json
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
+from pgqueue.wakeup import Position
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64

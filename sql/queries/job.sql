@@ -4,10 +4,10 @@
 -- Inserts a batch of jobs in one statement and wakes the workers of their queues at commit.
 -- Rows arrive in input order, so ids come back in that order. A job whose run_at is in the
 -- future is 'scheduled' and stays out of the claim index until it is promoted.
--- Wake-up: one pg_notify per queue that got queued rows, with payload 'queue priority id', the
--- lowest (priority, id) this transaction made claimable there. A worker whose claim hint has
--- passed that position (the job committed late, or has a more urgent priority) claims from it
--- next, instead of walking the whole index from the start (seed 002). The position is merged
+-- Wake-up: one wake() per queue that got queued rows, naming the lowest (priority, id) this
+-- transaction made claimable there. A worker whose claim hint has passed that position (the
+-- job committed late, or has a more urgent priority) claims from it next, instead of walking
+-- the whole index from the start, dead entries included. The position is merged
 -- with what earlier statements of the transaction announced (transaction-local setting
 -- pgqueue.woken), so the payloads stay identical and PostgreSQL folds them: listeners get one
 -- wake-up per transaction and queue, unless a later statement goes lower.
@@ -45,7 +45,7 @@ WITH input AS (
 SELECT i.id
 FROM inserted AS i
 CROSS JOIN (
-    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken,
+    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS woken,
            set_config('pgqueue.woken',
                       ((SELECT woken FROM announced)
                        || coalesce(jsonb_object_agg({wake_channel} || ' ' || l.queue,
@@ -75,7 +75,7 @@ FROM (VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::sm
      AS v(queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key)
 RETURNING j.id,
           CASE WHEN j.status = 'queued'
-               THEN pg_notify({wake_channel}, concat_ws(' ', j.queue, j.priority, j.id)) END;
+               THEN {schema}.wake(j.queue, j.priority, j.id) END;
 
 -- name: job_get
 -- One job by id, from the hot table or, once finished, from history.
@@ -118,6 +118,6 @@ FROM STDIN;
 -- name: job_wake
 -- Wakes the workers of each queue with the lowest (priority, id) a bulk enqueue stored there,
 -- at the commit of the caller's transaction (see job_insert). One row per queue.
-SELECT count(pg_notify({wake_channel}, concat_ws(' ', w.queue, w.priority, w.id)))
+SELECT count({schema}.wake(w.queue, w.priority, w.id))
 FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(ids)s::bigint[])
      AS w(queue, priority, id);

@@ -72,7 +72,7 @@ WITH input AS (
     WHERE queue IN (SELECT queue FROM inserted WHERE status = 'queued')
     ORDER BY queue, priority, id
 ), woken AS (
-    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken,
+    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS woken,
            set_config('pgqueue.woken',
                       ((SELECT woken FROM announced)
                        || coalesce(jsonb_object_agg({wake_channel} || ' ' || l.queue,
@@ -151,8 +151,8 @@ LIMIT %(limit)s;
 
 -- name: job_cancel
 -- Cancels one job. A queued or scheduled job moves to history as cancelled at once; a running
--- one gets cancel_requested_at, and its worker hears '!cancel <id>' on the wake-up channel at
--- commit (a payload no queue name can equal). The row is taken FOR UPDATE SKIP LOCKED, so a
+-- one gets cancel_requested_at, and its worker hears wake_cancel(id) on the wake-up channel at
+-- commit. The row is taken FOR UPDATE SKIP LOCKED, so a
 -- claim in flight or a running atomic job (which holds its row) is never waited on: `locked`
 -- is then 0 and the caller looks again. The status guards keep the two branches apart; a row
 -- claimed after this statement's snapshot matches neither, and the caller runs it again.
@@ -181,7 +181,7 @@ WITH target AS (
     WHERE j.id = t.id AND j.status = 'running'
     RETURNING j.id
 ), told AS (
-    SELECT count(pg_notify({wake_channel}, '!cancel ' || r.id)) AS told FROM requested AS r
+    SELECT count({schema}.wake_cancel(r.id)) AS told FROM requested AS r
 )
 SELECT (SELECT count(*) FROM target) AS locked,
        (SELECT count(*) FROM gone) AS cancelled,

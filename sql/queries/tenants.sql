@@ -61,7 +61,7 @@ WITH open AS (
     FROM picked WHERE j.id = picked.id AND j.status = 'waiting'
     RETURNING j.id, j.queue, j.priority
 ), woken AS (
-    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
     FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM unparked
           ORDER BY queue, priority, id) AS l
 )

@@ -175,7 +175,7 @@ WITH due AS (
     FROM due WHERE j.id = due.id
     RETURNING j.id, j.queue, j.priority
 ), woken AS (
-    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
     FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM promoted
           ORDER BY queue, priority, id) AS l
 )
@@ -259,7 +259,7 @@ WITH batch AS MATERIALIZED (
       AND j.cancel_requested_at IS NULL
     RETURNING j.id, j.queue, j.priority, j.status
 ), woken AS (
-    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
     FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM retried
           WHERE status = 'queued' ORDER BY queue, priority, id) AS l
 )
@@ -282,12 +282,12 @@ WITH released AS (
       AND (SELECT {schema}.concurrency_lock_slots(%(ids)s::bigint[])) IS NOT NULL
     RETURNING id, queue, priority
 )
-SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS woken
+SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS woken
 FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM released
       ORDER BY queue, priority, id) AS l;
 
 -- name: worker_listen
--- Subscribes to the schema's wake-up channel; the payload of each notification is a queue name.
+-- Subscribes to the schema's wake-up channel (pgqueue/wakeup.py reads its payloads).
 LISTEN {channel};
 
 -- name: worker_rescue_lock
@@ -381,7 +381,7 @@ WITH released AS (
       AND NOT (id = ANY(%(known)s::bigint[]))
     RETURNING id, queue, priority
 ), woken AS (
-    SELECT count(pg_notify({wake_channel}, concat_ws(' ', l.queue, l.priority, l.id))) AS n
+    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
     FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM released
           ORDER BY queue, priority, id) AS l
 )

@@ -10,7 +10,8 @@ import pytest
 
 from pgqueue import ConfigurationError, Enqueued, Job, JobStatus
 from pgqueue.models import QUEUE_NAME
-from pgqueue.records import CANCEL_PAYLOAD, JobFilter
+from pgqueue.records import JobFilter
+from pgqueue.wakeup import CANCEL_PREFIX
 
 
 def test_enqueued_is_the_id_wherever_an_int_was_used() -> None:
@@ -46,4 +47,4 @@ def test_filters_take_one_status_or_several_and_refuse_unknown_ones() -> None:
 
 
 def test_the_cancel_notification_can_never_be_mistaken_for_a_queue_name() -> None:
-    assert not QUEUE_NAME.fullmatch(CANCEL_PAYLOAD + "12")
+    assert not QUEUE_NAME.fullmatch(CANCEL_PREFIX + "12")
