@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgqueue import records
 from pgqueue.errors import ConfigurationError, MigrationError
 from pgqueue.queries import Migration, grant, migrations, query
 
@@ -31,27 +32,36 @@ def apply(conn: psycopg.Connection[Any], schema: str) -> list[Migration]:
 
     `conn` must not be inside a transaction: this commits.
     """
-    done: list[Migration] = []
     with conn.transaction():
-        conn.execute(query("migration_lock", schema), {"schema": schema})
-        conn.execute(query("migration_table_create", schema))
-        applied = {row[0] for row in conn.execute(query("migration_applied", schema))}
-        for migration in migrations():
-            if migration.version in applied:
-                continue
-            try:
-                with conn.transaction():
-                    conn.execute(migration.render(schema))
-            except psycopg.Error as exc:
-                raise MigrationError(
-                    f"migration {migration.version:04d}_{migration.name} failed on schema "
-                    f"{schema!r}: {exc}"
-                ) from exc
-            conn.execute(
-                query("migration_record", schema),
-                {"version": migration.version, "name": migration.name},
-            )
-            done.append(migration)
+        return records.run(conn, _apply_plan(schema), together=False)
+
+
+async def apply_async(conn: psycopg.AsyncConnection[Any], schema: str) -> list[Migration]:
+    """`apply` on an async connection."""
+    async with conn.transaction():
+        return await records.run_async(conn, _apply_plan(schema), together=False)
+
+
+def _apply_plan(schema: str) -> records.Plan[list[Migration]]:
+    """The statements of `apply`, for either twin to drive. The advisory lock makes a second
+    process wait, then find nothing to do."""
+    yield query("migration_lock", schema), {"schema": schema}
+    yield query("migration_table_create", schema), None
+    applied = {row[0] for row in (yield query("migration_applied", schema), None)}
+    done: list[Migration] = []
+    for migration in migrations():
+        if migration.version in applied:
+            continue
+        try:
+            yield migration.render(schema), None
+        except psycopg.Error as exc:
+            raise MigrationError(
+                f"migration {migration.version:04d}_{migration.name} failed on schema "
+                f"{schema!r}: {exc}"
+            ) from exc
+        record = {"version": migration.version, "name": migration.name}
+        yield query("migration_record", schema), record
+        done.append(migration)
     return done
 
 

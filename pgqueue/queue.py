@@ -33,7 +33,7 @@ from pgqueue.models import (
     RetryPolicy,
     TaskPolicy,
 )
-from pgqueue.queries import channel, query, statement
+from pgqueue.queries import Migration, channel, query, statement
 from pgqueue.registry import NewJob, Registry, Task, derived_name, encode_args, too_large
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.tenants import (
@@ -432,10 +432,11 @@ class Queue(_Base):
         With `conn`, it must not be inside a transaction: migrations commit.
         """
         if conn is not None:
-            return [f"{m.version:04d}_{m.name}" for m in migrate.apply(conn, self.schema)]
+            _require(conn, psycopg.Connection, "Queue")
+            return _names(migrate.apply(conn, self.schema))
         if self.dsn is None:
             raise ConfigurationError("pass conn= or create the Queue with a dsn to migrate")
-        with psycopg.connect(self.dsn, autocommit=True) as own:
+        with _connect(self.dsn, autocommit=True) as own:
             return self.migrate(conn=own)
 
     def get_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Job | None:
@@ -459,7 +460,7 @@ class Queue(_Base):
                     "this Queue has no dsn: pass conn= to use your connection, "
                     "or create it with Queue(dsn=...)"
                 )
-            _probe(self.dsn)
+            _connect(self.dsn).close()
             self._pool = ConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
             self._pool.open(wait=True, timeout=10)
         return self._pool
@@ -557,6 +558,15 @@ class AsyncQueue(_Base):
         async with self._connection(conn) as c:
             return await records.run_async(c, self._retry_plan(job_id))
 
+    async def migrate(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[str]:
+        if conn is not None:
+            _require(conn, psycopg.AsyncConnection, "AsyncQueue")
+            return _names(await migrate.apply_async(conn, self.schema))
+        if self.dsn is None:
+            raise ConfigurationError("pass conn= or create the AsyncQueue with a dsn to migrate")
+        async with await _connect_async(self.dsn, autocommit=True) as own:
+            return await self.migrate(conn=own)
+
     async def get_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> Job | None:
@@ -578,7 +588,7 @@ class AsyncQueue(_Base):
                     "this AsyncQueue has no dsn: pass conn= to use your connection, "
                     "or create it with AsyncQueue(dsn=...)"
                 )
-            _probe(self.dsn)
+            await (await _connect_async(self.dsn)).close()
             pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
             await pool.open(wait=True, timeout=10)
             self._pool = pool
@@ -610,17 +620,38 @@ class AsyncQueue(_Base):
             return decode_limits(await cur.fetchall())
 
 
-def _probe(dsn: str) -> None:
-    """Fail fast and clearly on a malformed DSN or an unreachable server, before a pool
-    would retry in the background until its timeout."""
+def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+    """A connection of the queue's own; fails fast and clearly on a malformed DSN or an
+    unreachable server, before a pool would retry in the background until its timeout."""
+    _check_dsn(dsn)
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise _unreachable(dsn, exc) from None
+
+
+async def _connect_async(dsn: str, *, autocommit: bool = False) -> psycopg.AsyncConnection[Any]:
+    """`_connect` for the async twin, without blocking the event loop."""
+    _check_dsn(dsn)
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise _unreachable(dsn, exc) from None
+
+
+def _check_dsn(dsn: str) -> None:
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(f"invalid DSN: {exc}") from None
-    try:
-        psycopg.connect(dsn, connect_timeout=10).close()
-    except psycopg.Error as exc:
-        raise DatabaseError(f"cannot connect to {redact(dsn)}: {exc}".strip()) from None
+
+
+def _unreachable(dsn: str, exc: psycopg.Error) -> DatabaseError:
+    return DatabaseError(f"cannot connect to {redact(dsn)}: {exc}".strip())
+
+
+def _names(applied: list[Migration]) -> list[str]:
+    return [f"{m.version:04d}_{m.name}" for m in applied]
 
 
 class _Borrowed:

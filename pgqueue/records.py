@@ -45,7 +45,7 @@ from pgqueue.queries import query
 from pgqueue.registry import NewJob
 
 T = TypeVar("T")
-Step = tuple[Any, dict[str, Any]]
+Step = tuple[Any, dict[str, Any] | None]
 Rows = list[tuple[Any, ...]]
 Plan = Generator[Step, Rows, T]
 InsertBuilder = Callable[[Sequence[NewJob]], Step]

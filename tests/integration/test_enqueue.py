@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import psycopg
@@ -18,9 +19,9 @@ from pgqueue import (
     UnknownTaskError,
 )
 from pgqueue.bulk import COPY_MIN_JOBS
-from pgqueue.queries import query
+from pgqueue.queries import migrations, query
 from pgqueue.testing import drain, enqueued_jobs
-from tests.conftest import claim_params, count
+from tests.conftest import claim_params, count, drop_schema
 
 
 def _claim_one(dsn: str, schema: str) -> list[Any]:
@@ -273,3 +274,22 @@ def test_async_task_enqueue_and_call_read_like_the_sync_ones(dsn: str, schema: s
         await queue.close()
 
     asyncio.run(main())
+
+
+def test_async_queue_migrates_a_schema_once(dsn: str) -> None:
+    """AsyncQueue.migrate applies every migration, then finds nothing to do."""
+    name = f"pgq_test_{uuid.uuid4().hex[:12]}"
+
+    async def migrate_twice() -> tuple[list[str], list[str]]:
+        queue = AsyncQueue(dsn, schema=name)
+        try:
+            return await queue.migrate(), await queue.migrate()
+        finally:
+            await queue.close()
+
+    try:
+        first, second = asyncio.run(migrate_twice())
+    finally:
+        drop_schema(dsn, name)
+    assert first == [f"{m.version:04d}_{m.name}" for m in migrations()]
+    assert second == []
