@@ -6,13 +6,16 @@ retried jobs go back with their error. A row moves only while it is still runnin
 attempt for this worker, so a late write never moves a job another actor has moved. On a
 connection fault the batch is kept and written after reconnecting; a deadlock is retried; a
 batch the database refuses is written one outcome at a time, and an outcome refused alone is
-recorded as a failure that says why. Writing never raises: the worker lives on.
+recorded as a failure that says why. Writing never raises: the worker lives on. Stopping
+writes every outcome added before it, until the deadline; outcomes still unwritten then leave
+their jobs running, for the rescuer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import psycopg
@@ -21,6 +24,7 @@ from pgqueue.executor import Outcome
 from pgqueue.link import Link
 from pgqueue.queries import statement
 from pgqueue.registry import encode_json
+from pgqueue.service import Health
 
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL
@@ -32,6 +36,8 @@ OUTCOME_BATCH = 1000
 
 
 class Completer:
+    name = "completer"
+
     def __init__(self, link: Link, schema: str, keep_history: bool, max_batch: int) -> None:
         self.link = link
         self.schema = schema
@@ -46,6 +52,26 @@ class Completer:
         self.written = 0
         self.retried = 0
         self.discarded = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="pgqueue-complete")
+
+    async def stop(self, deadline: float) -> None:
+        self.close()
+        if self._task is None:
+            return
+        try:
+            await asyncio.wait_for(self._task, max(deadline - time.monotonic(), 0.0))
+        except asyncio.TimeoutError:
+            log.error(
+                "stopped with %d outcomes unwritten; their jobs stay running until rescued",
+                len(self.job_ids()),
+            )
+
+    def health(self) -> Health:
+        waiting = len(self._pending) + len(self._writing)
+        return Health(self._task is not None and not self._task.done(), f"{waiting} unwritten")
 
     def add(self, outcome: Outcome) -> None:
         self._pending.append(outcome)

@@ -28,6 +28,7 @@ from typing import Any
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import ClaimedJob, RetryPolicy
 from pgqueue.registry import CancelSignal, JobContext, Registry, to_json_result
+from pgqueue.service import Health
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -62,15 +63,27 @@ class Outcome:
 
 
 class Executor:
-    """Runs jobs of the tasks in `registry`; sync handlers use `threads`."""
+    """Runs jobs of the tasks in `registry`; sync handlers in a pool of at most `max_threads`
+    threads, started as they are needed."""
 
-    def __init__(
-        self, registry: Registry, threads: ThreadPoolExecutor, max_result_bytes: int
-    ) -> None:
+    name = "executor"
+
+    def __init__(self, registry: Registry, max_threads: int, max_result_bytes: int) -> None:
         self.registry = registry
-        self.threads = threads
+        self.threads = ThreadPoolExecutor(max_threads, thread_name_prefix="pgqueue-job")
         self.max_result_bytes = max_result_bytes
         self._handoff: _Handoff | None = None
+
+    async def start(self) -> None:
+        """Nothing to start: threads start with the first sync jobs."""
+
+    async def stop(self, deadline: float) -> None:
+        """Sync handlers cannot be interrupted: threads still running one are left to end on
+        their own (their jobs were put back), and nothing waits for them."""
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+    def health(self) -> Health:
+        return Health(True)
 
     async def run(
         self, job: ClaimedJob, connection: Any = None, cancel: CancelSignal | None = None

@@ -1,57 +1,72 @@
 """A worker's heartbeat: the lease that keeps its running jobs its own.
 
-Owns: one thread with its own connection that refreshes the worker's row every interval. It
-runs beside the event loop, so a handler that hogs the loop (or a slow claim) cannot make a
-live worker look dead. If the row was removed because the worker was presumed dead, the next
-beat puts it back under the same id and logs that its jobs were rescued. Connection faults are
-retried with backoff and logged once per outage; the thread never raises.
+Owns: one thread with its own connection that refreshes the worker's row every interval, from the
+worker's start to its stop (a service, pgqueue/service.py). It runs beside the event loop, so a
+handler that hogs the loop (or a slow claim) cannot make a live worker look dead. If the row was
+removed because the worker was presumed dead, the next beat puts it back under the same id and logs
+that its jobs were rescued. Connection faults are retried with backoff and logged once per outage;
+the thread never raises.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 
 from pgqueue.queries import query
+from pgqueue.service import Health
 
 log = logging.getLogger("pgqueue.worker")
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat:
+    name = "heartbeat"
+
     def __init__(self, dsn: str, schema: str, params: dict[str, Any], interval: timedelta) -> None:
-        super().__init__(name="pgqueue-heartbeat", daemon=True)
         self.dsn = dsn
         self.schema = schema
         self.params = params
         self.interval = interval.total_seconds()
         self.beats = 0
+        self.outage = False
         self._stop_requested = threading.Event()
         self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._run, name="pgqueue-heartbeat", daemon=True)
 
-    def run(self) -> None:
-        outage = False
+    async def start(self) -> None:
+        self._thread.start()
+
+    async def stop(self, deadline: float) -> None:
+        self._stop_requested.set()
+        # A beat in flight finishes first; joined off the event loop, which it must not block.
+        await asyncio.to_thread(self._thread.join, max(deadline - time.monotonic(), 0.0))
+
+    def health(self) -> Health:
+        if self.outage:
+            return Health(False, "beats failing: the lease of this worker's jobs may lapse")
+        return Health(self._thread.is_alive(), f"{self.beats} beats")
+
+    def _run(self) -> None:
         while not self._stop_requested.wait(self.interval):
             try:
                 self._beat()
             except psycopg.Error as exc:
-                if not outage:
+                if not self.outage:
                     log.error("heartbeat failed, retrying every beat: %s", exc)
-                outage = True
+                self.outage = True
                 self._close()
                 continue
-            if outage:
+            if self.outage:
                 log.warning("heartbeat is back")
-                outage = False
+                self.outage = False
         self._close()
-
-    def stop(self) -> None:
-        self._stop_requested.set()
-        self.join(timeout=max(self.interval, 1.0) + 5)
 
     def _beat(self) -> None:
         if self._conn is None:

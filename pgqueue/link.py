@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from pgqueue.errors import DatabaseError
+from pgqueue.service import Health
 
 log = logging.getLogger("pgqueue.worker")
 T = TypeVar("T")
@@ -75,6 +76,16 @@ class Link:
 
     async def open(self) -> None:
         self.conn = await self._connect()
+
+    async def start(self) -> None:
+        """As a worker's service: connect now, so a bad DSN fails the start."""
+        await self.open()
+
+    async def stop(self, deadline: float) -> None:
+        await self.close()
+
+    def health(self) -> Health:
+        return Health(False, "reconnecting") if self._outage else Health(True)
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)

@@ -17,12 +17,15 @@ from typing import Any
 
 from pgqueue.link import Link
 from pgqueue.queries import query
+from pgqueue.service import Loop
 from pgqueue.wakeup import CancelRequest, Position, Wake, parse
 
 log = logging.getLogger("pgqueue.worker")
 
 
-class Notifier:
+class Notifier(Loop):
+    name = "notifier"
+
     def __init__(
         self,
         dsn: str,
@@ -39,7 +42,7 @@ class Notifier:
         self.relisten = relisten
         self.on_cancel = on_cancel
 
-    async def run(self) -> None:
+    async def loop(self) -> None:
         """Listen until cancelled."""
         while True:
             try:

@@ -30,6 +30,7 @@ from pgqueue.link import Link
 from pgqueue.queries import query
 from pgqueue.queue import insert_statement
 from pgqueue.schedule import Entry, Plan, Schedules, plan
+from pgqueue.service import Loop
 
 log = logging.getLogger("pgqueue.periodic")
 MAX_SLEEP = timedelta(minutes=1)  # also how soon a new definition's first pass may come
@@ -47,8 +48,11 @@ class PassResult:
     next_tick: datetime
 
 
-class Scheduler:
-    """Schedules `schedules` for the worker `worker_id` on the worker's schema."""
+class Scheduler(Loop):
+    """Schedules `schedules` for the worker `worker_id` on the worker's schema; as a service,
+    passes at every tick on `link`, a connection of its own."""
+
+    name = "periodic"
 
     def __init__(
         self,
@@ -57,11 +61,13 @@ class Scheduler:
         worker_id: int,
         *,
         idle_backstop: timedelta = IDLE_BACKSTOP,
+        link: Link | None = None,
     ) -> None:
         self.entries = list(schedules)
         self.schema = schema
         self.worker_id = worker_id
         self.idle_backstop = idle_backstop
+        self.link = link
         self.passes = 0
         self.enqueued = 0
 
@@ -89,21 +95,20 @@ class Scheduler:
         next_tick = min(e.periodic.next_after(db_now) for e in self.entries)
         return PassResult(db_now, enqueued, next_tick)
 
-    async def run(self, link: Link) -> None:
-        """Pass at every tick until cancelled; closes `link` when it ends."""
-        try:
-            while True:
-                try:
-                    result = await link.run(self.run_pass)
-                    wait = min(result.next_tick - result.now + WAKE_MARGIN, MAX_SLEEP)
-                except Exception as exc:  # any failure: log, keep the worker, retry later
-                    log.error(
-                        "periodic scheduler pass failed, retrying in %s: %s", RETRY_AFTER, exc
-                    )
-                    wait = RETRY_AFTER
-                await asyncio.sleep(max(wait.total_seconds(), 0.0))
-        finally:
-            await link.close()
+    async def loop(self) -> None:
+        assert self.link is not None, "a Scheduler runs its loop on a link"
+        while True:
+            try:
+                result = await self.link.run(self.run_pass)
+                wait = min(result.next_tick - result.now + WAKE_MARGIN, MAX_SLEEP)
+            except Exception as exc:  # any failure: log, keep the worker, retry later
+                log.error("periodic scheduler pass failed, retrying in %s: %s", RETRY_AFTER, exc)
+                wait = RETRY_AFTER
+            await asyncio.sleep(max(wait.total_seconds(), 0.0))
+
+    async def close(self) -> None:
+        if self.link is not None:
+            await self.link.close()
 
     async def _lock(self, conn: Any, now: datetime | None) -> list[tuple[Any, ...]]:
         rows = [

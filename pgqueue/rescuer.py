@@ -1,49 +1,79 @@
 """Finds running jobs whose worker died and applies each task's on_lost policy.
 
-Owns: one rescue pass, run by every worker every rescue_interval (± jitter) inside a
-transaction that first takes a try-advisory lock, so only one rescuer acts at a time. A job is
-stranded when its worker has not heartbeated for longer than lease_timeout: a dead worker's
-jobs are back within about lease + one rescue interval, never sooner, and a worker that keeps
+Owns: the rescue loop, a service of every worker (pgqueue/service.py): every rescue_interval (± 50%)
+one rescue pass, then a sweep of the concurrency slots of dead workers (tenants.py). A pass runs
+inside a transaction that first takes a try-advisory lock, so only one rescuer acts at a time. A job
+is stranded when its worker has not heartbeated for longer than lease_timeout: a dead worker's jobs
+are back within about lease + one rescue interval, never sooner, and a worker that keeps
 heartbeating never loses a job however long it runs. A running job whose worker row is gone
 (job_find_orphaned, sql/queries/worker.sql) is looked for on the first pass and then every
 ORPHAN_PASSES passes, because that look walks every running entry of the table.
 
-Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed
-once attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and
-compensate (failed, and the named compensating task enqueued in the same transaction with
-job_id, task and args). Outcomes go through job_finish_many, guarded on the dead worker's id
-and the attempt, so a worker that comes back late cannot overwrite the rescue.
+Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed once
+attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and compensate
+(failed, and the named compensating task enqueued in the same transaction with job_id, task and
+args). Outcomes go through job_finish_many, guarded on the dead worker's id and the attempt, so a
+worker that comes back late cannot overwrite the rescue.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from pgqueue import tenants
 from pgqueue.errors import PgQueueError
 from pgqueue.executor import Outcome
+from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, TaskPolicy
 from pgqueue.queries import dead_channel, query
 from pgqueue.queue import insert_statement
 from pgqueue.registry import NewJob, Registry
+from pgqueue.service import Loop
 
 log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()
 ORPHAN_PASSES = 6  # about once a minute per worker at the default rescue_interval
 
 
-class Rescuer:
+class Rescuer(Loop):
+    name = "rescuer"
+
     def __init__(
-        self, registry: Registry, schema: str, lease: timedelta, keep_history: bool
+        self,
+        registry: Registry,
+        schema: str,
+        lease: timedelta,
+        keep_history: bool,
+        *,
+        link: Link | None = None,
+        interval: timedelta = timedelta(seconds=10),
+        on_claimable: Callable[[], None] = lambda: None,
     ) -> None:
+        """`link` and `interval` are for the loop; `on_claimable` is told when a pass or a
+        sweep may have made jobs claimable."""
         self.registry = registry
         self.schema = schema
         self.lease = lease
         self.keep_history = keep_history
+        self.link = link
+        self.interval = interval.total_seconds()
+        self.on_claimable = on_claimable
         self.rescued = 0
         self.passes = 0
+
+    async def loop(self) -> None:
+        await self.every(self.interval, self._round)
+
+    async def _round(self) -> None:
+        assert self.link is not None, "a Rescuer runs its loop on a link"
+        if await self.link.run(self.rescue):
+            self.on_claimable()  # rescued jobs may be claimable now
+        if await self.link.run(lambda conn: tenants.sweep(conn, self.schema)):
+            self.on_claimable()  # waiting jobs of keys with room are queued again
 
     async def rescue(self, conn: Any, limit: int = 1000) -> int:
         """One pass on `conn` (autocommit). Returns how many jobs it rescued."""

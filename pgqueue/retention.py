@@ -13,11 +13,9 @@ Fails: a bad status or duration is a ConfigurationError; database errors reach t
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
-import random
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -26,6 +24,7 @@ from typing import Any
 from pgqueue.errors import ConfigurationError
 from pgqueue.link import Link
 from pgqueue.queries import query
+from pgqueue.service import Loop
 
 log = logging.getLogger("pgqueue.retention")
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
@@ -148,11 +147,23 @@ async def abatch(
         return report.record(step, await cur.fetchall(), time.perf_counter() - started)
 
 
-class Pruner:
-    """A worker's automatic retention: history older than `retention`, every `interval`."""
+class Pruner(Loop):
+    """A worker's automatic retention: history older than `retention`, every `interval`; as a
+    service, on `link`, a connection of its own."""
 
-    def __init__(self, schema: str, retention: timedelta, interval: timedelta, batch: int) -> None:
+    name = "pruner"
+
+    def __init__(
+        self,
+        schema: str,
+        retention: timedelta,
+        interval: timedelta,
+        batch: int,
+        *,
+        link: Link | None = None,
+    ) -> None:
         self.schema = schema
+        self.link = link
         self.cutoff = Cutoff(retention, batch_size=batch)
         self.interval = interval
         self.runs = 0
@@ -190,15 +201,12 @@ class Pruner:
             )
         return report
 
-    async def run(self, link: Link) -> None:
-        """Prune every interval (± 50%) until cancelled; closes `link` when it ends."""
-        seconds = self.interval.total_seconds()
-        try:
-            while True:
-                await asyncio.sleep(seconds * random.uniform(0.5, 1.5))
-                try:
-                    await self.prune_once(link)
-                except Exception as exc:  # log and keep the worker; try again next interval
-                    log.error("history prune failed, retrying next interval: %s", exc)
-        finally:
-            await link.close()
+    async def loop(self) -> None:
+        """Prune every interval (± 50%)."""
+        link = self.link
+        assert link is not None, "a Pruner runs its loop on a link"
+        await self.every(self.interval.total_seconds(), lambda: self.prune_once(link))
+
+    async def close(self) -> None:
+        if self.link is not None:
+            await self.link.close()

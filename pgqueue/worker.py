@@ -1,23 +1,22 @@
 """The worker: claim -> execute -> complete, with heartbeats and a clean shutdown.
 
-Owns: one event loop and its connections: claims (also promotion and rescue, one operation at
-a time), the completer's, the notifier's, one per atomic lane, and the heartbeat thread's. It
-runs at most `concurrency` jobs at once: `async def` handlers as tasks on the loop, `def`
-handlers in a thread pool (with headroom for sync jobs that outlived their timeout).
+Owns: the loop that claims jobs and runs them, at most `concurrency` at once (`async def`
+handlers as tasks on the event loop, `def` handlers in the executor's threads), and the order
+of its services (pgqueue/service.py), started in this order and stopped in reverse: the claim
+and completion connections, the worker's registration, the heartbeat, the completer, the
+executor, the rescuer, the cancel watch, the horizon watch, the periodic scheduler and the
+history pruner (each only when there is something for it to do, never in burst mode), and the
+notifier (unless poll-only). Claims go through the Claimer (claimer.py); atomic jobs through
+lanes of their own (atomic.py).
 
-Claims go through the Claimer (claimer.py: batches, the hint and its resets, promotion of
-due scheduled jobs); leases through the heartbeat thread and the rescuer; atomic jobs through
-their own lanes (atomic.py). Recurring jobs (periodic.py) and history retention (retention.py)
-each get a connection of their own, only when the application has recurring jobs or
-`history_retention` is set, and never in burst mode.
-
-Cancellation of a running job reaches the worker as a notification ('!cancel <id>' on the
-wake-up channel), with a check every rescue interval as the fallback: an async handler is
-cancelled, a sync one sees `ctx.cancel_requested`; the job ends as cancelled.
+Cancellation of a running job reaches the worker as a notification, with the cancel watch as
+the fallback: an async handler is cancelled, a sync one sees `ctx.cancel_requested`; the job
+ends as cancelled.
 
 Stopping (SIGTERM/SIGINT, or stop()): claiming stops, running jobs get `shutdown_grace` to
-finish, the rest are cancelled and put back as queued without spending an attempt, outcomes
-are flushed, and the worker row is removed. A second signal skips the grace period.
+finish, the rest are cancelled and put back as queued without spending an attempt, then the
+services stop: outcomes are flushed and the worker row is removed. A second signal skips the
+grace period.
 """
 
 from __future__ import annotations
@@ -27,23 +26,20 @@ import contextlib
 import json
 import logging
 import os
-import random
 import signal
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
-from pgqueue import tenants
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import OUTCOME_BATCH, Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
+from pgqueue.horizon import HorizonWatch
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
@@ -54,11 +50,12 @@ from pgqueue.registry import CancelSignal, Registry, decode_json
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
+from pgqueue.service import Every, Health, Service, Services
 from pgqueue.wakeup import Position
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64
-HORIZON_WARNING_EVERY = 60.0  # seconds between two horizon warnings of one worker
+STOP_GRACE = 60.0  # seconds each service has to stop: the completer's last writes, mostly
 
 
 class Worker:
@@ -77,6 +74,8 @@ class Worker:
         self.periodics: Schedules = queue.periodics
         self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
         self.pruner: Pruner | None = None  # set at start with history_retention
+        self.horizon: HorizonWatch | None = None
+        self.services = Services()
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -97,8 +96,6 @@ class Worker:
         self._retried_seen = 0
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self._wakes = 0  # wake-ups so far: one during a claim means claim again
-        self.horizon_checks = 0
-        self._next_horizon_warning = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
@@ -145,79 +142,26 @@ class Worker:
             on_connect=self._claim_session,
             on_reconnect=self._release_orphans,
         )
-        await self._claims.open()
-        await self._check_schema()
         finish_link = Link(self.dsn, "complete", prepare=prepare, on_connect=self._planner_session)
-        await finish_link.open()
-        self.id = await self._register(finish_link)
-        self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
-        self.completer = Completer(
-            finish_link,
-            self.schema,
-            self.queue_settings.keep_history,
-            max(s.batch_size, OUTCOME_BATCH),
-        )
-        # Threads start lazily. The headroom beyond `concurrency` is for sync jobs that ran past
-        # their timeout: they keep their thread, but their slot is free for the next job.
-        threads = ThreadPoolExecutor(
-            s.concurrency + STRAGGLER_THREADS, thread_name_prefix="pgqueue-job"
-        )
-        self.executor = Executor(self.registry, threads, self.queue_settings.max_payload_bytes)
-        self.rescuer = Rescuer(
-            self.registry, self.schema, s.lease_timeout, self.queue_settings.keep_history
-        )
-        heartbeat = Heartbeat(
-            self.dsn, self.schema, self._identity() | {"worker_id": self.id}, s.heartbeat_interval
-        )
-        heartbeat.start()
-        helpers = [
-            asyncio.create_task(self.completer.run(), name="pgqueue-complete"),
-            asyncio.create_task(self._rescue_loop(), name="pgqueue-rescue"),
-        ]
-        self.lanes = self._atomic_lanes()
-        self._lanes = [
-            asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
-            for n, lane in enumerate(self.lanes)
-        ]
-        helpers += self._maintenance()
-        notifier = None
-        if not s.poll_only:
-            notifier = Notifier(
-                self.dsn,
-                self.schema,
-                set(s.queues),
-                self._announced,
-                self._relistened,
-                self._cancel_requested,
-            )
-            helpers.append(asyncio.create_task(notifier.run(), name="pgqueue-listen"))
-        log.info(
-            "worker %s started: queues=%s concurrency=%s schema=%s%s",
-            self.id,
-            ",".join(s.queues),
-            s.concurrency,
-            self.schema,
-            " (poll only)" if s.poll_only else "",
-        )
+        self.services = services = Services()
         try:
+            await self._start_services(services, finish_link)
+            log.info(
+                "worker %s started: queues=%s concurrency=%s schema=%s%s",
+                self.id,
+                ",".join(s.queues),
+                s.concurrency,
+                self.schema,
+                " (poll only)" if s.poll_only else "",
+            )
             await self._fetch_loop()
         finally:
             self._stopping = True  # also after a burst ends: atomic lanes stop with it
-            await self._drain(threads, self._lanes)
-            self.completer.close()
-            await helpers[0]
-            for helper in helpers[1:]:
-                helper.cancel()
-            await asyncio.gather(*helpers[1:], return_exceptions=True)
-            await self._cancel_unfinished()
-            await self._release_unfinished()
-            heartbeat.stop()
-            await self._claims.run(self._deregister)
-            if notifier is not None:
-                await notifier.close()
-            await finish_link.close()
-            await self._claims.close()
-            threads.shutdown(wait=False, cancel_futures=True)
+            await self._drain(self._lanes)
+            if self.id:
+                await self._cancel_unfinished()
+                await self._release_unfinished()
+            await services.stop(STOP_GRACE)
             log.info(
                 "worker %s stopped: %s jobs claimed, %s put back",
                 self.id,
@@ -225,23 +169,83 @@ class Worker:
                 len(self._unfinished),
             )
 
-    def _maintenance(self) -> list[asyncio.Task[None]]:
+    async def _start_services(self, services: Services, finish_link: Link) -> None:
+        """Start the worker's services, each after those it uses; `services` stops them in
+        reverse."""
+        s = self.settings
+        keep_history = self.queue_settings.keep_history
+        await services.start(self._claims)
+        await services.start(finish_link)
+        registration = _Registration(finish_link, self.schema, self._identity())
+        await services.start(registration)
+        self.id = registration.worker_id
+        identity = self._identity() | {"worker_id": self.id}
+        await services.start(Heartbeat(self.dsn, self.schema, identity, s.heartbeat_interval))
+        self.completer = Completer(
+            finish_link, self.schema, keep_history, max(s.batch_size, OUTCOME_BATCH)
+        )
+        await services.start(self.completer)
+        # The headroom beyond `concurrency` is for sync jobs that ran past their timeout: they
+        # keep their thread, but their slot is free for the next job.
+        self.executor = Executor(
+            self.registry, s.concurrency + STRAGGLER_THREADS, self.queue_settings.max_payload_bytes
+        )
+        await services.start(self.executor)
+        self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
+        self.rescuer = Rescuer(
+            self.registry,
+            self.schema,
+            s.lease_timeout,
+            keep_history,
+            link=self._claims,
+            interval=s.rescue_interval,
+            on_claimable=self._notified,
+        )
+        await services.start(self.rescuer)
+        await services.start(Every("cancel watch", s.rescue_interval, self._check_cancels))
+        self.horizon = HorizonWatch(self._claims, self.schema, s.rescue_interval, s.horizon_warning)
+        await services.start(self.horizon)
+        for service in self._maintenance():
+            await services.start(service)
+        if not s.poll_only:
+            await services.start(
+                Notifier(
+                    self.dsn,
+                    self.schema,
+                    set(s.queues),
+                    self._announced,
+                    self._relistened,
+                    self._cancel_requested,
+                )
+            )
+        self.lanes = self._atomic_lanes()
+        self._lanes = [
+            asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
+            for n, lane in enumerate(self.lanes)
+        ]
+
+    @property
+    def horizon_checks(self) -> int:
+        """How many times this worker looked at the horizon (tests wait on it)."""
+        return self.horizon.checks if self.horizon is not None else 0
+
+    def _maintenance(self) -> list[Service]:
         """The periodic scheduler and the history pruner, each on a connection of its own,
         when this worker has something for them to do (never in burst mode)."""
         s = self.settings
-        tasks = []
+        found: list[Service] = []
         prepare = not s.poll_only
         if s.periodic and len(self.periodics) and not s.burst:
-            scheduler = self.scheduler = Scheduler(self.periodics, self.schema, self.id)
             link = Link(self.dsn, "periodic", prepare=prepare)
-            tasks.append(asyncio.create_task(scheduler.run(link), name="pgqueue-periodic"))
+            self.scheduler = Scheduler(self.periodics, self.schema, self.id, link=link)
+            found.append(self.scheduler)
         if s.history_retention is not None and not s.burst:
-            pruner = self.pruner = Pruner(
-                self.schema, s.history_retention, s.prune_interval, s.prune_batch
-            )
             link = Link(self.dsn, "prune", prepare=prepare)
-            tasks.append(asyncio.create_task(pruner.run(link), name="pgqueue-prune"))
-        return tasks
+            self.pruner = Pruner(
+                self.schema, s.history_retention, s.prune_interval, s.prune_batch, link=link
+            )
+            found.append(self.pruner)
+        return found
 
     async def _claim_session(self, conn: Any) -> None:
         """The claim connection commits without waiting for its WAL flush: a job starts that
@@ -262,19 +266,6 @@ class Worker:
         session_prefer_indexes)."""
         await conn.execute(query("session_prefer_indexes", self.schema))
 
-    async def _check_schema(self) -> None:
-        async def check(conn: Any) -> bool:
-            cur = await conn.execute(
-                query("migration_table_exists", self.schema), {"schema": self.schema}
-            )
-            row = await cur.fetchone()
-            return bool(row and row[0])
-
-        if not await self._claims.run(check):
-            raise DatabaseError(
-                f"schema {self.schema!r} has no pgqueue tables: run `pgqueue migrate` first"
-            )
-
     def _identity(self) -> dict[str, Any]:
         s = self.settings
         return {
@@ -284,69 +275,6 @@ class Worker:
             "queues": list(s.queues),
             "concurrency": s.concurrency,
         }
-
-    async def _register(self, link: Link) -> int:
-        """The worker's row, on a connection whose commits wait for the WAL flush (the
-        completer's): with the claim connection's asynchronous commit, a server crash could
-        lose the row and its id, which a later worker would then get while this one still
-        heartbeats under it."""
-
-        async def register(conn: Any) -> int:
-            cur = await conn.execute(query("worker_register", self.schema), self._identity())
-            row = await cur.fetchone()
-            return int(row[0])
-
-        return await link.run(register)
-
-    async def _deregister(self, conn: Any) -> None:
-        await conn.execute(query("worker_deregister", self.schema), {"worker_id": self.id})
-
-    async def _rescue_loop(self) -> None:
-        """Every rescue_interval (± 50%), look for jobs of dead workers, then sweep the
-        concurrency slots (tenants.py)."""
-        interval = self.settings.rescue_interval.total_seconds()
-        while True:
-            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
-            if await self._claims.run(self.rescuer.rescue):
-                self._notified()  # rescued jobs may be claimable now
-            await self._check_cancels()
-            if await self._claims.run(lambda conn: tenants.sweep(conn, self.schema)):
-                self._notified()  # waiting jobs of keys with room are queued again
-            await self._watch_horizon()
-
-    async def _watch_horizon(self) -> None:
-        """Warn, at most once a minute, while something holds the xmin horizon back for longer
-        than horizon_warning: VACUUM cannot clean the jobs table meanwhile (seed 002)."""
-        self.horizon_checks += 1
-        if time.monotonic() < self._next_horizon_warning:
-            return
-
-        async def oldest(conn: Any) -> list[dict[str, Any]]:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(
-                    query("horizon_list_holders", self.schema),
-                    {"min_age": self.settings.horizon_warning, "now": None},
-                )
-                rows: list[dict[str, Any]] = await cur.fetchall()
-                return rows
-
-        holders = await self._claims.run(oldest)
-        if holders:
-            top = holders[0]
-            self._next_horizon_warning = time.monotonic() + HORIZON_WARNING_EVERY
-            log.warning(
-                "%d sessions have held back the xmin horizon for over %s, so VACUUM cannot clean "
-                "the jobs table; the oldest: %s pid=%s application=%r state=%s age=%s query=%r "
-                "(see `pgqueue status`, `pgqueue watchdog`)",
-                len(holders),
-                self.settings.horizon_warning,
-                top["kind"],
-                top["pid"],
-                top["application_name"],
-                top["state"],
-                top["age"],
-                (top["query"] or "")[:80],
-            )
 
     # -- claiming ---------------------------------------------------------------------------
 
@@ -530,7 +458,7 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    async def _drain(self, threads: ThreadPoolExecutor, lanes: list[asyncio.Task[None]]) -> None:
+    async def _drain(self, lanes: list[asyncio.Task[None]]) -> None:
         """Give running jobs the grace period, then cancel what is left: lease jobs are put
         back, atomic jobs roll back."""
         assert self._forced is not None
@@ -613,6 +541,52 @@ class Worker:
 
         await self._claims.run(release)
         log.warning("put %d unfinished jobs back in their queues", len(ids))
+
+
+class _Registration:
+    """The worker's row in the workers table: its id, from its start to its stop.
+
+    Written on a connection whose commits wait for the WAL flush (the completer's): with the
+    claim connection's asynchronous commit, a server crash could lose the row and its id, which
+    a later worker would then get while this one still heartbeats under it.
+    """
+
+    name = "registration"
+
+    def __init__(self, link: Link, schema: str, identity: dict[str, Any]) -> None:
+        self.link = link
+        self.schema = schema
+        self.identity = identity
+        self.worker_id = 0
+
+    async def start(self) -> None:
+        """Refuse to start on a schema that was never migrated; then take a worker id."""
+        if not await self.link.run(self._migrated):
+            raise DatabaseError(
+                f"schema {self.schema!r} has no pgqueue tables: run `pgqueue migrate` first"
+            )
+        self.worker_id = await self.link.run(self._register)
+
+    async def stop(self, deadline: float) -> None:
+        await self.link.run(self._deregister)
+
+    def health(self) -> Health:
+        return Health(self.worker_id > 0, f"worker {self.worker_id}")
+
+    async def _migrated(self, conn: Any) -> bool:
+        cur = await conn.execute(
+            query("migration_table_exists", self.schema), {"schema": self.schema}
+        )
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def _register(self, conn: Any) -> int:
+        cur = await conn.execute(query("worker_register", self.schema), self.identity)
+        row = await cur.fetchone()
+        return int(row[0])
+
+    async def _deregister(self, conn: Any) -> None:
+        await conn.execute(query("worker_deregister", self.schema), {"worker_id": self.worker_id})
 
 
 def _is_async(registry: Registry, name: str) -> bool:
