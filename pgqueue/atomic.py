@@ -12,7 +12,7 @@ without the rescuer (its attempt is not counted then).
 sync Connection, and their lane runs the whole transaction in one thread. Lanes of each kind
 claim only tasks of that kind.
 
-The transaction is bounded, because a long transaction is what holds back VACUUM (seed 002):
+The transaction is bounded, because a long transaction is what holds back VACUUM:
 the task's timeout (default 60 s, at most 15 min) cancels an async handler; a sync handler
 cannot be interrupted, so one that returns past its timeout is rolled back and recorded as
 timed out; and idle_in_transaction_session_timeout is set a little past the timeout as a

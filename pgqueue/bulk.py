@@ -68,7 +68,7 @@ class Batch:
         lowest: dict[str, tuple[int, int]] = {}
         # Jobs of one task share their options object: its fields are rendered once, and a
         # job holding the same options, task and atomic objects as the one before skips the
-        # lookups (0.68 -> 0.51 us a job). Its queue's lowest job is then an earlier one.
+        # lookups, which matter at bulk sizes. Its queue's lowest job is then an earlier one.
         fixed: dict[tuple[int, str, bool], tuple[str, str]] = {}
         last_options, last_task, last_atomic, found = None, "", False, ("", "")
         limit = sys.maxsize if max_payload_bytes is None else max_payload_bytes

@@ -1,25 +1,19 @@
 """Claiming: the per-queue hints, the claim statement and the promotion of due jobs.
 
-Owns: where each queue's next claim starts. Claims take a batch of at most the free slots per
-queue, in (priority, id) order, after a hint: the last (priority, id) claimed, written as a
-row comparison so it is an index start bound and dead entries below it are never walked (seed
-002). Jobs that become claimable below a hint (committed late, more urgent, promoted, retried,
-put back) are announced by their wake-up, which names the lowest (priority, id) per queue
-(sql/queries/job.sql, job_insert): at the same priority the hint moves back to just before it;
-at a more urgent priority that priority alone is claimed from there, in a range with a stop
-bound, before the hint's range. After a claim from the floor finds nothing, the hint is the
-ceiling, and announcements alone open ranges below it. So the only unhinted claim is the
-safety net, after a randomised interval (hint_reset_interval +- jitter), for a job no wake-up
-named (one locked by someone else when a claim passed it, or a notification lost while the
-listener reconnected, which also forgets the hints). Without a listener (poll_only) nothing
-is announced, and a short hinted claim is retried from the floor at once, as before.
-(tests/integration/test_hint.py pins each case.) Also owns when due scheduled jobs are next
-promoted. Runs all its statements on the worker's claim connection; raises nothing of its own.
-Jobs with a concurrency key may come back parked (their key is full, README "Per-tenant
-concurrency"): they are not run, but the hint moves past them and they count as walked, so a
-batch of parked jobs makes the next claim come at once. A claim that deadlocks on slot rows
-against a completion (whose trigger frees slots in row order) is retried. Queues are claimed
-with the keyless statement until it meets a keyed job, then with the keyed one for good.
+Owns: where each queue's next claim starts, and when due scheduled jobs are next promoted.
+
+Invariants:
+- A claim takes at most the free slots, in (priority, id) order, after the queue's hint: the
+  last position claimed, an index start bound, so dead entries below it are never walked.
+- A job that becomes claimable below the hint is announced by its wake-up (wakeup.py), which
+  moves the hint back, or opens a range at its more urgent priority. With no listener
+  (poll_only) a short hinted claim is retried from the floor at once.
+- The only unhinted claim is the safety net, after a jittered hint_reset_interval, for a job no
+  wake-up named. test_hint.py pins each case.
+- Parked jobs (their concurrency key is full) are not run, but count as walked.
+
+Runs on the worker's claim connection; a claim that deadlocks on slot rows is retried, and
+nothing else is raised here.
 """
 
 from __future__ import annotations

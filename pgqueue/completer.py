@@ -29,9 +29,7 @@ from pgqueue.service import Health
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL
 # flush, so while the completer lags, fewer and larger batches are what keeps up with the
-# claims (with job_finish_many linear in its batch, a drain at concurrency 100 went from
-# 3,300-3,500 to 5,600-7,200 jobs/s on a loaded PostgreSQL 15 when this went from 100 to
-# 1,000; bench/README.md, issue 6).
+# claims.
 OUTCOME_BATCH = 1000
 
 

@@ -221,10 +221,10 @@ class Executor:
 
 class _Handoff:
     """Sync handlers' trips to the thread pool and back, with one wake-up of the event loop
-    for all the results that arrive together. run_in_executor wakes the loop once per call:
-    a `def` no-op handler's round trip took 33-34 us that way, 21-22 us this way (100 at a
-    time, bench/README.md, issue 6). It also delivers StopIteration, which an asyncio future
-    refuses: through run_in_executor a handler raising it left its job waiting forever."""
+    for all the results that arrive together, where run_in_executor wakes the loop once per
+    call, which dominated a short `def` handler's cost. It also delivers StopIteration, which
+    an asyncio future refuses: through run_in_executor a handler raising it left its job
+    waiting forever."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, threads: ThreadPoolExecutor) -> None:
         self.loop = loop
@@ -287,7 +287,7 @@ class JobTimeoutError(Exception):
 def _interrupt_on_request(cancel: CancelSignal) -> None:
     """Cancel the calling task (the job's own) when cancellation of its job is requested:
     the handler, awaited inline, is interrupted wherever it waits. No task of its own per job:
-    that was a tenth of a drain's time (bench/README.md, issue 6)."""
+    creating one showed up in a drain's profile."""
     current = asyncio.current_task()
     if current is not None:
         cancel.on_request(current.cancel)

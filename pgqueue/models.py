@@ -59,7 +59,7 @@ class JobStatus(str, enum.Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    WAITING = "waiting"  # queued, but its concurrency key is at its limit (README, tenants)
+    WAITING = "waiting"  # queued, but its concurrency key is at its limit
 
 
 class Settings(BaseModel):

@@ -56,9 +56,9 @@ def query(name: str, schema: str) -> sql.Composed:
 @functools.cache
 def statement(name: str, schema: str) -> bytes | sql.Composed:
     """The named query rendered once to bytes, for statements run once per job: psycopg
-    renders a Composed again at every execute, which was a sixth of an enqueue's client time
-    (bench/README.md, issue 6). ASCII is the same bytes in every client encoding; a schema
-    name outside it keeps the Composed."""
+    renders a Composed again at every execute, a visible share of an enqueue's client time.
+    ASCII is the same bytes in every client encoding; a schema name outside it keeps the
+    Composed."""
     composed = query(name, schema)
     text = composed.as_string(None)
     return text.encode("ascii") if text.isascii() else composed

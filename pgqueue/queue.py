@@ -112,13 +112,11 @@ class _Base(abc.ABC):
 
         The options are the defaults of its jobs; each enqueue may override them. The name
         defaults to module.qualname: give one explicitly if the function may move, because
-        stored jobs refer to tasks by name. `timeout` stops a job that runs longer (see
-        README, "Timeouts"); `on_lost` says what happens to a job whose worker died.
-        `atomic=True` runs claim, handler and completion in one transaction (README, "Atomic
-        tasks"); it bounds the job's time (default 60 s, at most 15 min). `dedupe_window`
-        applies to jobs enqueued with a dedupe_key (README, "Dedupe").
-        `concurrency_key` caps how many jobs with that key run at once (README, "Per-tenant
-        concurrency"); atomic tasks cannot take one.
+        stored jobs refer to tasks by name. `timeout` stops a job that runs longer; `on_lost`
+        says what happens to a job whose worker died. `atomic=True` runs claim, handler and
+        completion in one transaction; it bounds the job's time (default 60 s, at most 15
+        min). `dedupe_window` applies to jobs enqueued with a dedupe_key. `concurrency_key`
+        caps how many jobs with that key run at once; atomic tasks cannot take one.
         """
         if isinstance(delay, (int, float)):
             delay = timedelta(seconds=delay)
@@ -191,7 +189,7 @@ class _Base(abc.ABC):
         once. `args` are validated now, like an enqueue's. `missed` ("skip" or "run_once")
         says what happens to ticks no worker enqueued within `grace` (default 1 min, at most
         `every`). A plain function is registered as a task with default options first.
-        Returns the task. See README, "Recurring jobs".
+        Returns the task.
         """
         if isinstance(every, (int, float)):
             every = timedelta(seconds=every)
@@ -259,8 +257,8 @@ ATOMIC_MAX_TIMEOUT = timedelta(minutes=15)
 
 
 def _atomic_timeout(timeout: timedelta | None) -> timedelta:
-    """An atomic job holds a transaction for its whole run, which holds back VACUUM (seed
-    002): its time is always bounded."""
+    """An atomic job holds a transaction for its whole run, which holds back VACUUM: its
+    time is always bounded."""
     if timeout is None:
         return ATOMIC_DEFAULT_TIMEOUT
     if timeout > ATOMIC_MAX_TIMEOUT:
@@ -335,8 +333,7 @@ def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool
 
 def _enqueued(rows: Sequence[Sequence[Any]]) -> list[Enqueued]:
     """Ids from job_insert or job_insert_one, in the order the jobs were given. Without
-    dedupe keys one statement does it all, so the records plan is not needed: that took a
-    single enqueue from 244 to 218 us (bench/README.md, "What changed on 2026-11-24")."""
+    dedupe keys one statement does it all, so a single enqueue skips the records plan."""
     return [Enqueued(row[0]) for row in rows]
 
 
@@ -414,7 +411,7 @@ class Queue(_Base):
         self, job_id: int, *, conn: psycopg.Connection[Any] | None = None
     ) -> Cancellation:
         """Cancel a job: at once if queued or scheduled; if running, its worker is told and
-        it ends as cancelled (README, "Cancellation"). Raises JobNotFoundError, or
+        it ends as cancelled. Raises JobNotFoundError, or
         JobStateError for a running atomic job."""
         with self._connection(conn) as c:
             return records.run(c, self._cancel_plan(job_id), together=False)

@@ -97,8 +97,8 @@ class NewJob:
 
 
 # Fills a NewJob's slots directly: the frozen dataclass's __init__ goes through
-# object.__setattr__ once per field: 0.49 us a job against about 0.3 (bulk enqueue builds
-# thousands). The result is the same frozen dataclass (tests/unit/test_plain_args.py).
+# object.__setattr__ once per field, and bulk enqueue builds thousands. The result is the same
+# frozen dataclass (tests/unit/test_plain_args.py).
 _SET_TASK, _SET_ARGS, _SET_OPTIONS, _SET_ATOMIC = (
     getattr(NewJob, name).__set__ for name in ("task", "args", "options", "atomic")
 )
@@ -326,7 +326,7 @@ class _PlainFields:
     """The fast path for tasks whose parameters are all int, str, float or bool.
 
     Values of exactly the declared type are what pydantic would validate and dump unchanged,
-    so they skip it, in both directions (keeping pydantic off the per-job hot path, issue 6).
+    so they skip it, in both directions, keeping pydantic off the per-job hot path.
     Anything else (another type, a missing or unknown argument, a non-finite float, a string
     jsonb cannot store) returns None and goes the validated way, which gives the same result
     or raises the same error: tests/unit/test_registry.py compares the two paths.
@@ -347,8 +347,7 @@ class _PlainFields:
         kinds = self.by_position
         if kinds is not None and not kwargs and tuple(map(type, args)) == kinds:
             # The common call, `task.job(a, b)`, with values of exactly the declared types.
-            # The types matched, so the lengths are equal: zip's strict= keyword alone would
-            # cost 0.1 us here.
+            # The types matched, so the lengths are equal: no need for zip's strict=.
             if self.check_values and not all(map(_plain_value, kinds, args)):
                 return None
             return dict(zip(self.positional, args))  # noqa: B905
@@ -456,7 +455,7 @@ def _checked_json(task: str, value: dict[str, Any]) -> dict[str, Any]:
 
 def _compact_encoder() -> Callable[[Any], str]:
     """The stdlib's C JSON encoder, made once. json.dumps and JSONEncoder.encode make a new
-    one per call, which was half of encoding a job's arguments (1.9 against 0.9 us).
+    one per call, which was half the cost of encoding a job's arguments.
     It skips the circular-reference check: what reaches it was built as JSON data (validated
     arguments, pydantic's dump, a worker's outcome rows), and a cycle in a NewJob built by
     hand is still refused, by encode_args, as deeper than the recursion limit."""
@@ -480,7 +479,7 @@ _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type] 
 
 def decode_json(data: str | bytes) -> Any:
     """json.loads for JSON text from PostgreSQL, the claim connection's loader (worker.py,
-    _claim_session): five times faster on a job's arguments (0.2 against 1.3 us). json.loads
+    _claim_session), several times faster on a job's arguments. json.loads
     of bytes first guesses their encoding in Python, then strips whitespace around the value
     with regular expressions; this runs the C scanner on the UTF-8 text, and anything it does
     not consume whole (surrounding whitespace, bad JSON, other encodings) goes to json.loads
@@ -543,8 +542,8 @@ def to_json_result(value: Any, max_bytes: int | None = None) -> Any:
     """A handler's return value as JSON-ready data; raises ValueError if it cannot be stored.
 
     None, a bool or a 64-bit int is returned as it is: its JSON is far below any
-    max_payload_bytes (at least 1,024), and measuring it took 1.4 us per job, a tenth of a
-    no-op job's time in the worker (bench/README.md, issue 6)."""
+    max_payload_bytes (at least 1,024), and measuring it was a visible share of a short job's
+    time in the worker."""
     if value is None or type(value) is bool or (type(value) is int and -_INT64 <= value < _INT64):
         return value
     if isinstance(value, (bool, int, float)):

@@ -6,7 +6,7 @@ Unix epoch, so `every=timedelta(hours=1)` ticks on the hour), and answering, for
 which ticks fall in a window and which came last. Ticks are whole seconds and timezone-aware,
 so every worker computes the same ticks for the same definition, whatever its clock.
 Also owns the decision of one scheduler pass (`plan`): which ticks to enqueue and which are
-missed, given the latest tick already dealt with (README, "Recurring jobs").
+missed, given the latest tick already dealt with.
 Fails with ConfigurationError naming the bad expression, interval, zone or policy.
 """
 

@@ -248,15 +248,14 @@ class Worker:
         return found
 
     async def _claim_session(self, conn: Any) -> None:
-        """The claim connection commits without waiting for its WAL flush: a job starts that
-        much sooner after a wake-up (bench/README.md, idle latency). Safe for lease claims and
+        """The claim connection commits without waiting for its WAL flush, so a job starts
+        sooner after a wake-up. Safe for lease claims and
         for everything else this connection writes (promotions, put-backs, rescues, the
         deregistration): a commit lost in a crash leaves the rows as they were, which the
         rescuer, the heartbeat and the next reconnect's orphan release already handle, and the
         completer's synchronous commit flushes the claim's WAL before any outcome is durable.
-        Not for the worker's registration (_register) nor atomic lanes, whose transaction
-        carries the handler's writes
-        (tests/integration/test_worker.py::test_session_settings_stay_on_the_workers_own_connections)."""
+        Not for the worker's registration nor atomic lanes, whose transaction carries the
+        handler's writes (test_worker.py pins which connections have it)."""
         await conn.execute(query("session_set_async_commit", self.schema))
         await self._planner_session(conn)
         set_json_loads(decode_json, conn)  # each claimed job's arguments

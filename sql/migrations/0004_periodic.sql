@@ -28,8 +28,7 @@ CREATE TABLE {schema}.periodic_ticks (
 CREATE INDEX periodic_ticks_tick_idx ON {schema}.periodic_ticks (tick);
 
 -- History reads by queue and status, newest first, a page at a time (keyset on
--- (finished_at, id)). Without it such a read walks job_history_finished_idx and filters: at
--- 1M rows a page of a rare queue/status took 130-150 ms against about 1 ms with it, for
--- archiving about 1.3x the insert time (bench/README.md, "History at scale").
+-- (finished_at, id)). Without it such a read walks job_history_finished_idx and filters, which
+-- grows with the history for a rare queue/status; the index costs archiving a little more.
 CREATE INDEX job_history_queue_status_idx
     ON {schema}.job_history (queue, status, finished_at, id);

@@ -2,10 +2,9 @@
 --
 -- job_claim used to park the other queued jobs of a saturated key inline. The planner costs
 -- that part for the whole backlog of every key it may find saturated, although most claims
--- park nothing: with one key holding 50,000 queued jobs, a claim from the floor was costed at
--- 212,000, over jit_above_cost (100,000 by default), so PostgreSQL 15 JIT-compiled each such
--- claim: 115-300 ms instead of about 3 ms (bench/README.md, "Per-tenant concurrency"). A
--- function call is costed as one call, and the function runs its statement only when a key
+-- park nothing: with one key holding a large backlog, a claim from the floor was costed over
+-- jit_above_cost, so PostgreSQL JIT-compiled each such claim, which cost far more than the
+-- claim itself. A function call is costed as one call, and the function runs its statement only when a key
 -- is saturated. jit is off inside: that statement runs once per saturation and compiling it
 -- would cost more than running it.
 --

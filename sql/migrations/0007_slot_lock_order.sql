@@ -3,9 +3,8 @@
 -- A claim takes its keys' slot rows in key order (job_claim's upsert). A job leaving
 -- 'running' gives its slot back from a row trigger (0005), and a batch of outcomes fires those
 -- triggers in job-id order, so a claim and a finish of the same keys could each hold a slot
--- the other waited for: PostgreSQL broke the cycle after deadlock_timeout (1 s), and the
--- worker retried. With 4 processes claiming 20 keys at a limit of 2, 111 deadlocks in a
--- minute held the claims to 100 jobs/s (bench/tenants_overadmit.py). Locking the slots of a
+-- the other waited for: PostgreSQL broke the cycle only after deadlock_timeout, and the
+-- worker retried, so under contention deadlocks throttled the claims. Locking the slots of a
 -- batch's keys in key order before any of its jobs moves makes every waiter queue in the same
 -- order, so no cycle can form; the triggers then update rows this transaction already holds.
 --

@@ -1,4 +1,4 @@
--- Statements for dedupe keys, job records, cancellation and retries (issue 5). They run on the
+-- Statements for dedupe keys, job records, cancellation and retries. They run on the
 -- caller's connection, except job_list_cancel_requested, which a worker runs.
 
 -- name: job_insert_unique

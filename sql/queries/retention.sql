@@ -12,7 +12,7 @@ SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.prune'), hashtext(%(schema)s)
 -- so each batch is a short transaction that holds few locks and leaves VACUUM a little work.
 -- `after` (the latest finished_at of the previous batch) starts the index walk past the rows
 -- already deleted, whose dead entries stay in the index while a long transaction holds back
--- VACUUM (seed 002): batches never re-walk them. Rows another pruner is deleting are
+-- VACUUM: batches never re-walk them. Rows another pruner is deleting are
 -- skipped, so concurrent prunes never wait on each other.
 DELETE FROM {schema}.job_history
 WHERE id IN (

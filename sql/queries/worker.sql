@@ -31,14 +31,14 @@ SELECT set_config('synchronous_commit', 'off', false);
 -- name: session_prefer_indexes
 -- Keeps the planner off sequential scans and JIT in the worker's own sessions (claim and
 -- completer), whose statements are all written for index access (test_claim_plan.py,
--- test_finish_plan.py) and return in milliseconds. A prepared statement keeps the generic plan
+-- test_finish_plan.py) and return quickly. A prepared statement keeps the generic plan
 -- it got when the table was small, and without fresh statistics (autovacuum off, or the first
--- minute of a new table) nothing replans it: on PG 15 the outcome writes kept a sequential
--- scan of jobs planned while it was nearly empty, and once a held horizon had bloated the heap
--- each write read 6,600 pages. Tables with no usable index (the small concurrency tables) are
+-- minute of a new table) nothing replans it: the outcome writes kept a sequential scan of
+-- jobs planned while it was nearly empty, and once a held horizon had bloated the heap each
+-- write read all of it. Tables with no usable index (the small concurrency tables) are
 -- still scanned: the setting only makes that path the last resort. JIT compiles a statement
--- whose estimate passes jit_above_cost, which stale estimates on a bloated table can do; the
--- compiling alone took 100-300 ms per claim (bench/tenants.py). Never set on an atomic lane:
+-- whose estimate passes jit_above_cost, which stale estimates on a bloated table can do, and
+-- the compiling alone costs far more than a claim. Never set on an atomic lane:
 -- that session runs the handler's own statements.
 SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false);
 
@@ -46,7 +46,7 @@ SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', fals
 -- Claims up to %(limit)s queued jobs of one queue in (priority, id) order, skipping rows other
 -- workers hold, between two positions. The row comparisons are the start and stop bounds of
 -- an index range scan on jobs_claim_idx, so dead entries outside the range are never visited
--- (seed 002). The floor (-32768, 0) and the ceiling (32767, max bigint) claim everything.
+-- even while a long transaction keeps them. The floor (-32768, 0) and the ceiling (32767, max bigint) claim everything.
 -- A row updated concurrently is re-checked against status = 'queued' when its lock is taken,
 -- so a job is never claimed twice.
 -- Jobs with a concurrency key are admitted by one guarded upsert of their key's slot row, in
@@ -55,8 +55,7 @@ SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', fals
 -- says how many got in. Picked jobs beyond that are parked ('waiting', out of the claim
 -- index) and returned with parked = true so the hint moves past them; a saturated key's other
 -- queued jobs are parked too, up to 100,000 per key per claim, by concurrency_park (migration
--- 0006), so no later claim walks them (fairness; bench/README.md: parking a 100,000-job
--- backlog took one claim of 1.3 s).
+-- 0006), so no later claim walks them (fairness).
 -- Jobs without a key only pass through empty CTEs (bench/tenants.py measures that).
 WITH picked AS (
     SELECT id, priority, concurrency_key AS key
@@ -71,8 +70,8 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), demand AS (
     -- The key's own limit, else the default ('*'), else NULL: unlimited (least() and
-    -- greatest() ignore NULL). Joins, not a function call per key: measured 1 ms per claim
-    -- of 100 keys as a function.
+    -- greatest() ignore NULL). Joins, not a function call per key, which cost more per claim
+    -- as keys grow.
     SELECT p.key, count(*)::integer AS n, coalesce(l.max_running, d.max_running) AS lim
     FROM picked AS p
     LEFT JOIN {schema}.concurrency_limits AS l ON l.key = p.key
@@ -196,16 +195,15 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- A retry of a job whose cancellation was requested ends it as cancelled instead.
 -- Each job row finds its outcome by key in one jsonb object (`batch.m`, an InitPlan computed
 -- once), never by a join with the outcomes: whatever the statistics say, a write costs
--- O(batch). A join was planned as a nested loop over every outcome for every row (quadratic:
--- 300 outcomes took 88 ms against 20 ms this way), or with stale statistics (a table analysed
--- while empty) as a walk of every running row once per outcome (bench/throughput.py, issue 6).
+-- O(batch). A join was planned as a nested loop over every outcome for every row (quadratic),
+-- or with stale statistics (a table analysed while empty) as a walk of every running row once
+-- per outcome.
 -- The running guard compares with `(SELECT 'running'::text)`, a value the planner does not
 -- know, rather than a constant, so it cannot select the partial index jobs_running_idx: while
 -- a long transaction holds the horizon that index keeps an entry for every job that ever ran,
--- and a batch walking it took 138 ms on average, up to 992 ms, on PostgreSQL 15
--- (bench/degradation.py, issue 3; test_finish_plan.py).
+-- and a batch walking it slows with every job run meanwhile (test_finish_plan.py).
 -- `retries` holds only the retried ids: in a batch without retries the retried branch reads
--- no row (it read every row of the batch, 1.2 of 14.9 us per outcome at 1,000 outcomes).
+-- no row (it used to read every row of the batch).
 WITH batch AS MATERIALIZED (
     SELECT jsonb_object_agg(o ->> 'id', o) AS m, array_agg((o ->> 'id')::bigint) AS ids,
            coalesce(array_agg((o ->> 'id')::bigint) FILTER (WHERE o ->> 'status' = 'retry'),
@@ -299,8 +297,8 @@ SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.rescue'), hashtext(%(schema)s
 -- (skipping rows a live completion holds) for the rescuing transaction. A worker that
 -- heartbeats is never matched, however long its jobs run. It starts from the silent workers
 -- and reads only their entries of jobs_running_idx: while a long transaction holds the
--- horizon, that index keeps an entry for every job that ever ran, and walking all of it took
--- 120-350 ms per pass on PostgreSQL 15 (bench/degradation.py). The LIMIT inside LATERAL keeps
+-- horizon, that index keeps an entry for every job that ever ran, and walking all of it grows
+-- with every job run meanwhile. The LIMIT inside LATERAL keeps
 -- it a lookup per silent worker: as a plain join, the planner hashed every running entry. It
 -- has no ORDER BY: ordered by id, the generic plan walked jobs_pkey and filtered by worker.
 SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
