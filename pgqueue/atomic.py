@@ -22,13 +22,13 @@ server-side backstop for a worker that hangs.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from pgqueue.completer import finish_params
 from pgqueue.executor import Executor, Outcome
 from pgqueue.link import connect
 from pgqueue.models import ClaimedJob
@@ -149,7 +149,8 @@ class AtomicLane:
                         raise _RollBack(outcome)
             except _RollBack as rollback:
                 outcome = rollback.outcome
-            await conn.execute(query("job_finish_many", self.schema), self._finish_params(outcome))
+            params = finish_params([outcome], self.keep_history)
+            await conn.execute(query("job_finish_many", self.schema), params)
         self.ran += 1
         return True
 
@@ -175,13 +176,8 @@ class AtomicLane:
                         raise _RollBack(outcome)
             except _RollBack as rollback:
                 outcome = rollback.outcome
-            conn.execute(query("job_finish_many", self.schema), self._finish_params(outcome))
+            conn.execute(
+                query("job_finish_many", self.schema), finish_params([outcome], self.keep_history)
+            )
         self.ran += 1
         return True
-
-    def _finish_params(self, outcome: Outcome) -> dict[str, Any]:
-        return {
-            "outcomes": json.dumps([outcome.as_row()]),
-            "keep_history": self.keep_history,
-            "now": None,
-        }

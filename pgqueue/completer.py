@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -31,6 +32,16 @@ log = logging.getLogger("pgqueue.worker")
 # flush, so while the completer lags, fewer and larger batches are what keeps up with the
 # claims.
 OUTCOME_BATCH = 1000
+
+
+def finish_params(outcomes: Sequence[Outcome], keep_history: bool) -> dict[str, Any]:
+    """job_finish_many's parameters. Every writer of outcomes builds them here: the completer,
+    the rescuer, an atomic lane and a stopping worker."""
+    return {
+        "outcomes": encode_json([o.as_row() for o in outcomes]),
+        "keep_history": keep_history,
+        "now": None,
+    }
 
 
 class Completer:
@@ -158,11 +169,7 @@ class Completer:
             )
 
     async def _write_once(self, batch: list[Outcome]) -> None:
-        params = {
-            "outcomes": encode_json([o.as_row() for o in batch]),
-            "keep_history": self.keep_history,
-            "now": None,
-        }
+        params = finish_params(batch, self.keep_history)
 
         async def write(conn: Any) -> tuple[int, int, int]:
             cur = await conn.execute(statement("job_finish_many", self.schema), params)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 from pgqueue.link import Link
 from pgqueue.queries import query
 from pgqueue.queue import insert_statement
+from pgqueue.registry import encode_json
 from pgqueue.schedule import Entry, Plan, Schedules, plan
 from pgqueue.service import Loop
 
@@ -116,7 +116,7 @@ class Scheduler(Loop):
         ]
         await conn.execute(
             query("periodic_state_ensure", self.schema),
-            {"periodics": json.dumps(rows), "now": now},
+            {"periodics": encode_json(rows), "now": now},
         )
         cur = await conn.execute(
             query("periodic_state_lock", self.schema),
@@ -136,7 +136,7 @@ class Scheduler(Loop):
             return []
         cur = await conn.execute(
             query("periodic_tick_claim", self.schema),
-            {"ticks": json.dumps(ticks), "worker_id": self.worker_id, "now": now},
+            {"ticks": encode_json(ticks), "worker_id": self.worker_id, "now": now},
         )
         return sorted(await cur.fetchall())
 
@@ -158,7 +158,7 @@ class Scheduler(Loop):
             {"name": name, "tick": tick.isoformat(), "job_id": job_id}
             for (name, tick), job_id in zip(claimed, ids, strict=True)
         ]
-        await conn.execute(query("periodic_tick_link", self.schema), {"links": json.dumps(links)})
+        await conn.execute(query("periodic_tick_link", self.schema), {"links": encode_json(links)})
         return [(name, tick, job_id) for (name, tick), job_id in zip(claimed, ids, strict=True)]
 
     async def _advance(
@@ -173,7 +173,8 @@ class Scheduler(Loop):
             for name, p in plans.items()
         ]
         await conn.execute(
-            query("periodic_state_advance", self.schema), {"states": json.dumps(states), "now": now}
+            query("periodic_state_advance", self.schema),
+            {"states": encode_json(states), "now": now},
         )
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar, overload
@@ -21,7 +20,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import bulk, migrate, records
-from pgqueue.errors import ConfigurationError, DatabaseError, InvalidArgumentsError
+from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.link import redact
 from pgqueue.models import (
     Cancellation,
@@ -34,7 +33,15 @@ from pgqueue.models import (
     TaskPolicy,
 )
 from pgqueue.queries import Migration, channel, query, statement
-from pgqueue.registry import NewJob, Registry, Task, derived_name, encode_args, too_large
+from pgqueue.registry import (
+    NewJob,
+    Registry,
+    Task,
+    derived_name,
+    encode_args,
+    encode_rows,
+    too_large,
+)
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.tenants import (
     ConcurrencyLimit,
@@ -288,10 +295,7 @@ def insert_statement(
             refuse_keyed_atomic(job.task, job.options.concurrency_key)
     if alone and len(jobs) == 1:
         return _insert_one(jobs[0], schema, max_payload_bytes)
-    try:
-        rows = json.dumps([j.as_row() for j in jobs], allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:  # a NewJob built by hand
-        raise InvalidArgumentsError(f"job arguments are not JSON: {exc}") from None
+    rows = encode_rows([j.as_row() for j in jobs])
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
     return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}

@@ -22,7 +22,6 @@ Fails with JobNotFoundError, JobStateError, ConfigurationError (bad filters), Da
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -42,7 +41,7 @@ from pgqueue.models import (
     Settings,
 )
 from pgqueue.queries import query
-from pgqueue.registry import NewJob
+from pgqueue.registry import NewJob, encode_json, encode_rows
 
 T = TypeVar("T")
 Step = tuple[Any, dict[str, Any] | None]
@@ -145,7 +144,7 @@ def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enq
         rows = yield (
             query("job_insert_unique", schema),
             {
-                "jobs": json.dumps([job.as_row() | {"ord": i} for i, job in pending.items()]),
+                "jobs": encode_rows([job.as_row() | {"ord": i} for i, job in pending.items()]),
                 "now": None,
             },
         )
@@ -182,7 +181,7 @@ def _lost_to_a_finish(
     ]
     if not keys:
         return False
-    rows = yield query("job_dedupe_recheck", schema), {"keys": json.dumps(keys), "now": None}
+    rows = yield query("job_dedupe_recheck", schema), {"keys": encode_json(keys), "now": None}
     return bool(rows)
 
 

@@ -472,6 +472,15 @@ def _compact_encoder() -> Callable[[Any], str]:
 encode_json = _compact_encoder()
 
 
+def encode_rows(rows: list[dict[str, Any]]) -> str:
+    """Job rows as one JSON parameter; a NewJob built by hand with arguments that are not
+    JSON (a set, NaN, a cycle) is an InvalidArgumentsError and nothing is stored."""
+    try:
+        return encode_json(rows)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidArgumentsError(f"job arguments are not JSON: {exc}") from None
+
+
 # The C scanner under json.loads; decode_json uses it.
 _scan: Callable[[str, int], tuple[Any, int]]
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a class

@@ -18,20 +18,20 @@ worker that comes back late cannot overwrite the rescue.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pgqueue import tenants
+from pgqueue.completer import finish_params
 from pgqueue.errors import PgQueueError
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, TaskPolicy
 from pgqueue.queries import dead_channel, query
 from pgqueue.queue import insert_statement
-from pgqueue.registry import NewJob, Registry
+from pgqueue.registry import NewJob, Registry, encode_json
 from pgqueue.service import Loop
 
 log = logging.getLogger("pgqueue.rescuer")
@@ -114,17 +114,13 @@ class Rescuer(Loop):
                 dead.append(job)
         await conn.execute(
             query("job_finish_many", self.schema),
-            {
-                "outcomes": json.dumps([o.as_row() for o in outcomes]),
-                "keep_history": self.keep_history,
-                "now": None,
-            },
+            finish_params(outcomes, self.keep_history),
         )
         if follow_ups:
             statement, insert_params = insert_statement(follow_ups, self.schema)
             await conn.execute(statement, insert_params)
         for job in dead:
-            payload = json.dumps({"id": job.id, "task": job.task, "queue": job.queue})
+            payload = encode_json({"id": job.id, "task": job.task, "queue": job.queue})
             await conn.execute(
                 query("job_notify_dead", self.schema),
                 {"channel": dead_channel(self.schema), "payload": payload},

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -35,7 +34,7 @@ from psycopg.types.json import set_json_loads
 
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
-from pgqueue.completer import OUTCOME_BATCH, Completer
+from pgqueue.completer import OUTCOME_BATCH, Completer, finish_params
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
@@ -514,12 +513,8 @@ class Worker:
             requested = {row[0] for row in await cur.fetchall()}
             jobs = [job for job in self._unfinished if job.id in requested]
             if jobs:
-                outcomes = [cancelled(job, None).as_row() for job in jobs]
-                params = {
-                    "outcomes": json.dumps(outcomes),
-                    "keep_history": self.queue_settings.keep_history,
-                    "now": None,
-                }
+                outcomes = [cancelled(job, None) for job in jobs]
+                params = finish_params(outcomes, self.queue_settings.keep_history)
                 await conn.execute(query("job_finish_many", self.schema), params)
             return jobs
 
