@@ -25,12 +25,14 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
+
 from pgqueue.link import Link
 from pgqueue.queries import query
 from pgqueue.queue import insert_statement
-from pgqueue.registry import encode_json
 from pgqueue.schedule import Entry, Plan, Schedules, plan
 from pgqueue.service import Loop
+from pgqueue.store.periodic import PeriodicStore, Tick, TickJob
 
 log = logging.getLogger("pgqueue.periodic")
 MAX_SLEEP = timedelta(minutes=1)  # also how soon a new definition's first pass may come
@@ -68,32 +70,42 @@ class Scheduler(Loop):
         self.worker_id = worker_id
         self.idle_backstop = idle_backstop
         self.link = link
+        self.store = PeriodicStore(schema)
         self.passes = 0
         self.enqueued = 0
 
-    async def run_pass(self, conn: Any, now: datetime | None = None) -> PassResult:
+    async def run_pass(
+        self, conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+    ) -> PassResult:
         """One pass in one transaction on `conn` (autocommit). `now` pins time for tests."""
         entries = {e.periodic.name: e for e in self.entries}
+        definitions_by_name = {e.periodic.name: e.periodic.definition() for e in self.entries}
+        definitions = list(definitions_by_name.items())
         async with conn.transaction():
             # A worker that freezes mid-pass must not hold the definitions' row locks, and so
             # every other worker's scheduler, for longer than this.
             backstop = str(int(self.idle_backstop.total_seconds() * 1000))
             await conn.execute(query("transaction_bound_idle", self.schema), {"ms": backstop})
-            states = await self._lock(conn, now)
-            db_now: datetime = states[0][3]
+            await self.store.ensure(conn, definitions, now)
+            states = await self.store.lock(conn, sorted(entries), now)
+            db_now = states[0].now
             plans = {
-                name: plan(entries[name].periodic, definition, last_tick, db_now)
-                for name, definition, last_tick, _ in states
+                s.name: plan(entries[s.name].periodic, s.definition, s.last_tick, db_now)
+                for s in states
             }
-            claimed = await self._claim(conn, plans, now)
+            wanted = [Tick(name, tick) for name, p in plans.items() for tick in p.enqueue]
+            claimed = await self.store.claim_ticks(conn, wanted, self.worker_id, now)
             enqueued = await self._enqueue(conn, entries, claimed, now)
-            await self._advance(conn, entries, plans, now)
+            advanced = [
+                (n, entries[n].periodic.definition(), p.last_tick) for n, p in plans.items()
+            ]
+            await self.store.advance(conn, advanced, now)
         self.passes += 1
         self.enqueued += len(enqueued)
         for name, p in plans.items():
             _report(name, p, entries[name])
         next_tick = min(e.periodic.next_after(db_now) for e in self.entries)
-        return PassResult(db_now, enqueued, next_tick)
+        return PassResult(db_now, [(t.name, t.tick, t.job_id) for t in enqueued], next_tick)
 
     async def loop(self) -> None:
         assert self.link is not None, "a Scheduler runs its loop on a link"
@@ -110,72 +122,22 @@ class Scheduler(Loop):
         if self.link is not None:
             await self.link.close()
 
-    async def _lock(self, conn: Any, now: datetime | None) -> list[tuple[Any, ...]]:
-        rows = [
-            {"name": e.periodic.name, "definition": e.periodic.definition()} for e in self.entries
-        ]
-        await conn.execute(
-            query("periodic_state_ensure", self.schema),
-            {"periodics": encode_json(rows), "now": now},
-        )
-        cur = await conn.execute(
-            query("periodic_state_lock", self.schema),
-            {"names": [r["name"] for r in rows], "now": now},
-        )
-        return list(await cur.fetchall())
-
-    async def _claim(
-        self, conn: Any, plans: dict[str, Plan], now: datetime | None
-    ) -> list[tuple[str, datetime]]:
-        ticks = [
-            {"name": name, "tick": tick.isoformat()}
-            for name, p in plans.items()
-            for tick in p.enqueue
-        ]
-        if not ticks:
-            return []
-        cur = await conn.execute(
-            query("periodic_tick_claim", self.schema),
-            {"ticks": encode_json(ticks), "worker_id": self.worker_id, "now": now},
-        )
-        return sorted(await cur.fetchall())
-
     async def _enqueue(
         self,
-        conn: Any,
+        conn: psycopg.AsyncConnection[Any],
         entries: dict[str, Entry],
-        claimed: list[tuple[str, datetime]],
+        claimed: list[Tick],
         now: datetime | None,
-    ) -> list[tuple[str, datetime, int]]:
+    ) -> list[TickJob]:
         if not claimed:
             return []
-        statement, params = insert_statement(
-            [entries[name].job for name, _ in claimed], self.schema
-        )
+        claimed = sorted(claimed, key=lambda t: (t.name, t.tick))
+        statement, params = insert_statement([entries[t.name].job for t in claimed], self.schema)
         cur = await conn.execute(statement, params | {"now": now})
         ids = [row[0] for row in await cur.fetchall()]
-        links = [
-            {"name": name, "tick": tick.isoformat(), "job_id": job_id}
-            for (name, tick), job_id in zip(claimed, ids, strict=True)
-        ]
-        await conn.execute(query("periodic_tick_link", self.schema), {"links": encode_json(links)})
-        return [(name, tick, job_id) for (name, tick), job_id in zip(claimed, ids, strict=True)]
-
-    async def _advance(
-        self, conn: Any, entries: dict[str, Entry], plans: dict[str, Plan], now: datetime | None
-    ) -> None:
-        states = [
-            {
-                "name": name,
-                "definition": entries[name].periodic.definition(),
-                "last_tick": p.last_tick.isoformat(),
-            }
-            for name, p in plans.items()
-        ]
-        await conn.execute(
-            query("periodic_state_advance", self.schema),
-            {"states": encode_json(states), "now": now},
-        )
+        links = [TickJob(t.name, t.tick, i) for t, i in zip(claimed, ids, strict=True)]
+        await self.store.link_ticks(conn, links)
+        return links
 
 
 def _report(name: str, p: Plan, entry: Entry) -> None:

@@ -16,6 +16,7 @@ from psycopg import sql
 
 from pgqueue import Queue, Worker
 from pgqueue.periodic import Scheduler
+from pgqueue.store.periodic import PeriodicStore
 from tests.apps import read_runs
 from tests.conftest import ROOT, count, wait_until, worker_in_thread
 
@@ -334,14 +335,15 @@ def test_a_worker_frozen_mid_pass_holds_up_the_others_only_until_the_backstop(
     passes(dsn, schema, queue, T0)
     frozen, release = threading.Event(), threading.Event()
 
-    class Freezing(Scheduler):
-        async def _claim(self, *args: Any) -> Any:
+    class Freezing(PeriodicStore):
+        async def claim_ticks(self, *args: Any) -> Any:
             frozen.set()
             release.wait(120)  # blocks this worker's event loop with the row locks held
-            return await super()._claim(*args)
+            return await super().claim_ticks(*args)
 
     async def freeze() -> None:
-        scheduler = Freezing(queue.periodics, schema, 2, idle_backstop=timedelta(seconds=1))
+        scheduler = Scheduler(queue.periodics, schema, 2, idle_backstop=timedelta(seconds=1))
+        scheduler.store = Freezing(schema)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as own:
             await scheduler.run_pass(own, now=T0 + timedelta(minutes=5, seconds=1))
 
