@@ -33,6 +33,7 @@ from pgqueue.executor import Executor, Outcome
 from pgqueue.link import connect
 from pgqueue.models import ClaimedJob
 from pgqueue.queries import query
+from pgqueue.values import tolerate
 
 log = logging.getLogger("pgqueue.worker")
 _BACKSTOP_MARGIN_MS = 30_000
@@ -137,8 +138,10 @@ class AtomicLane:
             await conn.execute(
                 query("transaction_bound_idle", self.schema), {"ms": str(self.backstop_ms)}
             )
-            cur = await conn.execute(query("job_claim_atomic", self.schema), self.claim_params)
-            row = await cur.fetchone()
+            async with conn.cursor() as cur:
+                tolerate(cur)  # only this read: the handler gets the connection as it is
+                await cur.execute(query("job_claim_atomic", self.schema), self.claim_params)
+                row = await cur.fetchone()
             if row is None:
                 return False
             job = ClaimedJob(*row)
@@ -165,7 +168,11 @@ class AtomicLane:
             conn.execute(
                 query("transaction_bound_idle", self.schema), {"ms": str(self.backstop_ms)}
             )
-            row = conn.execute(query("job_claim_atomic", self.schema), self.claim_params).fetchone()
+            with conn.cursor() as cur:
+                tolerate(cur)
+                row = cur.execute(
+                    query("job_claim_atomic", self.schema), self.claim_params
+                ).fetchone()
             if row is None:
                 return False
             job = ClaimedJob(*row)

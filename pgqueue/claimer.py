@@ -22,7 +22,6 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import psycopg
@@ -271,16 +270,15 @@ class Claimer:
             row = await cur.fetchone()
             return int(row[0]), row[1]
 
-        promoted, next_run_at = await self.link.run(promote)
+        promoted, next_due_in = await self.link.run(promote)
         now = time.monotonic()
         self._next_promote = (
             now if promoted == s.promote_batch else (now + s.poll_interval.total_seconds())
         )
         self.stats.promoted += promoted
         self._next_due = None
-        if next_run_at is not None:
-            wait = (next_run_at - datetime.now(timezone.utc)).total_seconds()
-            self._next_due = now + max(wait, 0.0)
+        if next_due_in is not None:  # seconds by the server's clock; infinite for infinity
+            self._next_due = now + max(next_due_in, 0.0)
         return promoted
 
     def next_wake(self) -> float:

@@ -131,25 +131,23 @@ class Completer:
 
     async def _write_apart(self, batch: list[Outcome], exc: Exception | None) -> None:
         """A batch the database refused: write its outcomes one by one, so one bad outcome
-        cannot hold back the others. An outcome refused alone is stored without its result
-        and error details: succeeded stays succeeded, anything else is failed (not retried,
-        so its side effects never run again), with a note that says why."""
+        cannot hold back the others. An outcome refused alone is stored as failed, without its
+        result and error details and not retried (its side effects must not run again), with
+        a note that says why: a job never reads as a success whose result was dropped."""
         if len(batch) > 1:
             for outcome in batch:
                 await self._write([outcome])
             return
         (outcome,) = batch
-        status = "succeeded" if outcome.status == "succeeded" else "failed"
         log.error(
-            "the outcome of job %s could not be stored (%s); recording it as %s without its result",
+            "the outcome of job %s could not be stored (%s); recording it as failed",
             outcome.job.id,
             exc,
-            status,
         )
         note = f"its outcome could not be stored: {type(exc).__name__}: {exc}"
         fallback = Outcome(
             outcome.job,
-            status,
+            "failed",
             outcome.duration,
             error={
                 "attempt": outcome.job.attempt,

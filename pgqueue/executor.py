@@ -29,6 +29,7 @@ from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import ClaimedJob, RetryPolicy
 from pgqueue.registry import CancelSignal, JobContext, Registry, to_json_result
 from pgqueue.service import Health
+from pgqueue.values import Unreadable
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -151,6 +152,8 @@ class Executor:
             context = JobContext(
                 job.id, job.task, job.queue, job.attempt, job.max_attempts, connection, cancel
             )
+        if isinstance(job.args, Unreadable):
+            raise InvalidArgumentsError(f"its stored arguments cannot be read: {job.args.reason}")
         args, kwargs = task.load_args(job.args, context)
         return task, args, kwargs
 
@@ -166,14 +169,9 @@ class Executor:
         try:
             outcome.result = to_json_result(value, self.max_result_bytes)
         except Exception as exc:
-            outcome.error = _error_record(job, exc, kind="result")
-            log.warning(
-                "job %s %s attempt %s succeeded but its result cannot be stored: %s",
-                job.id,
-                job.task,
-                job.attempt,
-                outcome.error["error"],
-            )
+            unstorable = ResultError(f"the handler returned a result that cannot be stored: {exc}")
+            unstorable.__cause__ = exc
+            return self._failed(job, unstorable, started)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "job %s %s attempt %s succeeded in %.1f ms",
@@ -189,11 +187,12 @@ class Executor:
         return cancelled(job, time.monotonic() - started)
 
     def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
-        # Retrying cannot make stored arguments valid for this code: those fail at once.
-        retryable = not isinstance(exc, InvalidArgumentsError)
+        # Retrying cannot make stored arguments valid for this code, nor store what the
+        # handler returns (and would run its side effects again): those fail at once.
+        retryable = not isinstance(exc, (InvalidArgumentsError, ResultError))
         retry = self._retry_policy(job.task)
         duration = time.monotonic() - started
-        error = _error_record(job, exc)
+        error = _error_record(job, exc, kind="result" if isinstance(exc, ResultError) else "error")
         if retryable and job.attempt < job.max_attempts:
             retry_in = retry.delay(job.attempt).total_seconds()
             log.warning(
@@ -282,6 +281,10 @@ def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
 
 class JobTimeoutError(Exception):
     """The handler ran longer than its task's timeout."""
+
+
+class ResultError(Exception):
+    """The handler returned a value that cannot be stored as its result."""
 
 
 def _interrupt_on_request(cancel: CancelSignal) -> None:

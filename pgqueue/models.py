@@ -11,7 +11,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     computed_field,
     field_validator,
     model_validator,
@@ -34,6 +35,14 @@ MAX_ATTEMPTS_LIMIT = 1000
 DEDUPE_KEY_MAX = 512
 
 MIN_RETENTION, MAX_RETENTION = timedelta(minutes=1), timedelta(days=36_500)
+# The longest wait a job may be given (delay, run_at ahead, retry backoff, dedupe window,
+# timeout): far beyond any real schedule, and short enough that every time computed from one
+# stays within what Python and PostgreSQL both represent.
+LONGEST_WAIT = timedelta(days=3650)
+# Worker intervals and grace periods: a value past these is a typo (seconds for ms), never a
+# plan, and would leave a worker that never polls, never renews its lease, or never stops.
+LONGEST_INTERVAL = timedelta(hours=1)
+LONGEST_LEASE = timedelta(days=1)
 CONCURRENCY_KEY = re.compile(r"^(?!\*$)[^\x00]{1,255}$", re.DOTALL)
 
 
@@ -86,10 +95,35 @@ def _describe(model: str, exc: ValidationError) -> str:
     return f"invalid {model}: " + "; ".join(parts)
 
 
-def _positive(value: timedelta, name: str) -> timedelta:
+def _positive(value: timedelta, name: str, longest: timedelta = LONGEST_WAIT) -> timedelta:
     if value <= timedelta(0):
         raise ValueError(f"{name} must be greater than 0 seconds")
+    return _at_most(value, name, longest)
+
+
+def _at_most(value: timedelta, name: str, longest: timedelta = LONGEST_WAIT) -> timedelta:
+    if value > longest:
+        raise ValueError(f"{name} must be at most {_span(longest)}")
     return value
+
+
+def duration(value: timedelta | float | None, name: str) -> timedelta | None:
+    """A duration given as a timedelta or as seconds; a number no timedelta can hold (1e300,
+    nan) is a ConfigurationError naming the setting, not an OverflowError."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name}={value!r}: give seconds or a timedelta")
+    try:
+        return timedelta(seconds=value)
+    except (OverflowError, ValueError):
+        raise ConfigurationError(
+            f"{name}={value!r} seconds is out of range: at most {_span(LONGEST_WAIT)}"
+        ) from None
+
+
+def _span(value: timedelta) -> str:
+    return f"{value.days} days" if value.days else f"{value.total_seconds():g} seconds"
 
 
 class RetryPolicy(Settings):
@@ -99,26 +133,20 @@ class RetryPolicy(Settings):
     cap: timedelta = timedelta(hours=1)
     jitter: float = Field(default=0.25, ge=0.0, le=1.0)
 
-    @field_validator("cap")
+    @field_validator("base", "cap")
     @classmethod
-    def _cap_not_negative(cls, value: timedelta) -> timedelta:
+    def _within_range(cls, value: timedelta, info: ValidationInfo) -> timedelta:
         if value < timedelta(0):
-            raise ValueError("cap must be 0 seconds or more")
-        return value
-
-    @field_validator("base")
-    @classmethod
-    def _base_not_negative(cls, value: timedelta) -> timedelta:
-        if value < timedelta(0):
-            raise ValueError("base must be 0 seconds or more")
-        return value
+            raise ValueError(f"{info.field_name} must be 0 seconds or more")
+        return _at_most(value, str(info.field_name))
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> timedelta:
         """Delay before the retry that follows failed attempt number `attempt` (1-based)."""
         exponent = min(max(attempt - 1, 0), 40)
-        raw: timedelta = min(self.base * (2**exponent), self.cap)
+        # In float seconds: base * 2**40 overflows a timedelta long before the cap applies.
+        raw = min(self.base.total_seconds() * 2**exponent, self.cap.total_seconds())
         spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
-        return raw * spread
+        return timedelta(seconds=raw * spread)
 
 
 LOST_POLICIES = ("retry", "fail", "abandon", "compensate")
@@ -199,17 +227,43 @@ class JobOptions(Settings):
 
     @field_validator("delay")
     @classmethod
-    def _delay_not_negative(cls, value: timedelta | None) -> timedelta | None:
+    def _delay_in_range(cls, value: timedelta | None) -> timedelta | None:
         if value is not None and value < timedelta(0):
             raise ValueError("delay must be 0 seconds or more; use run_at for a fixed time")
-        return value
+        return None if value is None else _at_most(value, "delay")
 
     @field_validator("run_at")
     @classmethod
-    def _run_at_aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
+    def _run_at_in_range(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
             raise ValueError("run_at must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        if value - datetime.now(timezone.utc) > LONGEST_WAIT:
+            raise ValueError(f"run_at must be at most {_span(LONGEST_WAIT)} from now")
         return value
+
+    def merged(self, overrides: dict[str, Any]) -> JobOptions:
+        """These options with those of one enqueue (or with_options) on top. A time given
+        there replaces the inherited one: run_at drops an inherited delay, and delay an
+        inherited run_at. Both at once, or a dedupe_window with no dedupe_key for it to apply
+        to, is a ConfigurationError: either would otherwise be ignored without a word."""
+        if overrides.get("run_at") is not None and overrides.get("delay") is not None:
+            raise ConfigurationError(
+                "give delay (seconds from now) or run_at (a time), not both: one would be ignored"
+            )
+        inherited = self.model_dump(exclude_none=True)
+        if overrides.get("run_at") is not None:
+            inherited.pop("delay", None)
+        if overrides.get("delay") is not None:
+            inherited.pop("run_at", None)
+        options = JobOptions(**(inherited | overrides))
+        if overrides.get("dedupe_window") is not None and options.dedupe_key is None:
+            raise ConfigurationError(
+                "dedupe_window applies to jobs enqueued with a dedupe_key: pass dedupe_key= "
+                "with it (or set the window on the task, for the keys its jobs get later)"
+            )
+        return options
 
 
 class QueueSettings(Settings):
@@ -295,19 +349,23 @@ class WorkerSettings(Settings):
         "poll_interval",
         "hint_reset_interval",
         "heartbeat_interval",
-        "lease_timeout",
         "rescue_interval",
     )
     @classmethod
-    def _interval_positive(cls, value: timedelta) -> timedelta:
-        return _positive(value, "interval")
+    def _interval_in_range(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        return _positive(value, str(info.field_name), LONGEST_INTERVAL)
+
+    @field_validator("lease_timeout", "horizon_warning")
+    @classmethod
+    def _lease_in_range(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        return _positive(value, str(info.field_name), LONGEST_LEASE)
 
     @field_validator("shutdown_grace")
     @classmethod
-    def _grace_not_negative(cls, value: timedelta) -> timedelta:
+    def _grace_in_range(cls, value: timedelta) -> timedelta:
         if value < timedelta(0):
             raise ValueError("shutdown_grace must be 0 seconds or more")
-        return value
+        return _at_most(value, "shutdown_grace", LONGEST_LEASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,8 +430,10 @@ class Job(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def wait_time(self) -> timedelta | None:
-        """Queue wait: from creation (or run_at, if later) to the start of the last attempt."""
-        if self.started_at is None:
+        """Queue wait: from creation (or run_at, if later) to the start of the last attempt.
+        None before the first start, and while the job waits for a retry: run_at is then the
+        next attempt's, and the last attempt's own due time is no longer known."""
+        if self.started_at is None or self.run_at > self.started_at:
             return None
         return self.started_at - max(self.created_at, self.run_at)
 
@@ -391,8 +451,12 @@ class Job(BaseModel):
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> Job:
-        """A record from a row in JOB_COLUMNS order (trailing columns may be missing)."""
-        return cls(**dict(zip(JOB_COLUMNS, row, strict=False)))
+        """A record from a row in JOB_COLUMNS order (trailing columns may be missing). An
+        errors column that could not be read (values.Unreadable) becomes one error saying so."""
+        fields = dict(zip(JOB_COLUMNS, row, strict=False))
+        if isinstance(fields.get("errors"), dict):
+            fields["errors"] = [fields["errors"]]
+        return cls(**fields)
 
 
 # The columns of job_get and job_list, in order.

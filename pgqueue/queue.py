@@ -31,6 +31,7 @@ from pgqueue.models import (
     QueueSettings,
     RetryPolicy,
     TaskPolicy,
+    duration,
 )
 from pgqueue.queries import Migration, channel, query, statement
 from pgqueue.registry import (
@@ -50,6 +51,7 @@ from pgqueue.tenants import (
     refuse_keyed_atomic,
     set_statements,
 )
+from pgqueue.values import tolerate
 
 R = TypeVar("R")
 JobRef = NewJob | str | Task[Any]
@@ -125,22 +127,17 @@ class _Base(abc.ABC):
         min). `dedupe_window` applies to jobs enqueued with a dedupe_key. `concurrency_key`
         caps how many jobs with that key run at once; atomic tasks cannot take one.
         """
-        if isinstance(delay, (int, float)):
-            delay = timedelta(seconds=delay)
-        if isinstance(dedupe_window, (int, float)):
-            dedupe_window = timedelta(seconds=dedupe_window)
         options = JobOptions(
             queue=queue,
             priority=priority,
             max_attempts=max_attempts,
-            delay=delay,
-            dedupe_window=dedupe_window,
+            delay=duration(delay, "delay"),
+            dedupe_window=duration(dedupe_window, "dedupe_window"),
             concurrency_key=concurrency_key,
         )
         if atomic and concurrency_key is not None:
             refuse_keyed_atomic(name or "this atomic task", concurrency_key)
-        if isinstance(timeout, (int, float)):
-            timeout = timedelta(seconds=timeout)
+        timeout = duration(timeout, "timeout")
         if atomic:
             timeout = _atomic_timeout(timeout)
         policy = TaskPolicy(
@@ -153,7 +150,7 @@ class _Base(abc.ABC):
         def register(func: Callable[..., R]) -> Task[R]:
             task = Task(
                 func,
-                name=name or derived_name(func),
+                name=derived_name(func) if name is None else name,
                 options=options,
                 policy=policy,
                 atomic=atomic,
@@ -198,10 +195,8 @@ class _Base(abc.ABC):
         `every`). A plain function is registered as a task with default options first.
         Returns the task.
         """
-        if isinstance(every, (int, float)):
-            every = timedelta(seconds=every)
-        if isinstance(grace, (int, float)):
-            grace = timedelta(seconds=grace)
+        every = duration(every, "every")
+        grace = duration(grace, "grace")
 
         def register(target: Task[R] | Callable[..., R] | str) -> Task[R]:
             if isinstance(target, str):
@@ -234,8 +229,7 @@ class _Base(abc.ABC):
                 raise ConfigurationError("pass args to task.job(...), not beside the job")
             if not options:
                 return job
-            merged = job.options.model_dump(exclude_none=True) | options
-            return dataclasses.replace(job, options=JobOptions(**merged))
+            return dataclasses.replace(job, options=job.options.merged(options))
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))
@@ -244,7 +238,7 @@ class _Base(abc.ABC):
         return insert_statement(jobs, self.schema, self.settings.max_payload_bytes, alone=alone)
 
     def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
-        return query("job_get", self.schema), {"id": job_id}
+        return query("job_get", self.schema), {"id": _job_id(job_id)}
 
     def _enqueue_plan(self, jobs: Sequence[NewJob]) -> records.Plan[list[Enqueued]]:
         return records.enqueue_plan(jobs, self.schema, self._insert)
@@ -253,10 +247,10 @@ class _Base(abc.ABC):
         return records.list_plan(records.JobFilter(**filters), self.schema)
 
     def _cancel_plan(self, job_id: int) -> records.Plan[Cancellation]:
-        return records.cancel_plan(job_id, self.schema, self.settings.keep_history)
+        return records.cancel_plan(_job_id(job_id), self.schema, self.settings.keep_history)
 
     def _retry_plan(self, job_id: int) -> records.Plan[Enqueued]:
-        return records.retry_plan(job_id, self.schema, self._insert)
+        return records.retry_plan(_job_id(job_id), self.schema, self._insert)
 
 
 ATOMIC_DEFAULT_TIMEOUT = timedelta(seconds=60)
@@ -311,6 +305,15 @@ def _insert_one(
         _refuse_huge([job], max_payload_bytes)
     params["now"] = None
     return statement("job_insert_one", schema), params
+
+
+def _job_id(value: object) -> int:
+    """A job id as the API takes it: a whole number that a bigint column can hold."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise ConfigurationError(
+            f"job ids are whole numbers from 1 to 2**63-1 (as enqueue returns them), got {value!r}"
+        )
+    return value
 
 
 def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
@@ -434,7 +437,8 @@ class Queue(_Base):
         """
         if conn is not None:
             _require(conn, psycopg.Connection, "Queue")
-            return _names(migrate.apply(conn, self.schema))
+            with _Borrowed(conn, self.schema) as c:
+                return _names(migrate.apply(c, self.schema))
         if self.dsn is None:
             raise ConfigurationError("pass conn= or create the Queue with a dsn to migrate")
         with _connect(self.dsn, autocommit=True) as own:
@@ -444,14 +448,15 @@ class Queue(_Base):
         """The job's record from the hot table or history, or None if there is none."""
         statement, params = self._get(job_id)
         with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            tolerate(cur)
             cur.execute(statement, params)
             return decode_job(cur.fetchone())
 
     def _connection(self, conn: psycopg.Connection[Any] | None) -> Any:
         if conn is not None:
             _require(conn, psycopg.Connection, "Queue")
-            return _Borrowed(conn)
-        return self.pool().connection()
+            return _Borrowed(conn, self.schema)
+        return _Pooled(self.pool(), self.schema)
 
     def pool(self) -> ConnectionPool:
         """The queue's own pool, opened on first use. Needs `dsn`."""
@@ -562,7 +567,8 @@ class AsyncQueue(_Base):
     async def migrate(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[str]:
         if conn is not None:
             _require(conn, psycopg.AsyncConnection, "AsyncQueue")
-            return _names(await migrate.apply_async(conn, self.schema))
+            async with _AsyncBorrowed(conn, self.schema) as c:
+                return _names(await migrate.apply_async(c, self.schema))
         if self.dsn is None:
             raise ConfigurationError("pass conn= or create the AsyncQueue with a dsn to migrate")
         async with await _connect_async(self.dsn, autocommit=True) as own:
@@ -573,13 +579,14 @@ class AsyncQueue(_Base):
     ) -> Job | None:
         statement, params = self._get(job_id)
         async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
+            tolerate(cur)
             await cur.execute(statement, params)
             return decode_job(await cur.fetchone())
 
     def _connection(self, conn: psycopg.AsyncConnection[Any] | None) -> Any:
         if conn is not None:
             _require(conn, psycopg.AsyncConnection, "AsyncQueue")
-            return _AsyncBorrowed(conn)
+            return _AsyncBorrowed(conn, self.schema)
         return _AsyncPooled(self)
 
     async def pool(self) -> AsyncConnectionPool:
@@ -655,28 +662,81 @@ def _names(applied: list[Migration]) -> list[str]:
     return [f"{m.version:04d}_{m.name}" for m in applied]
 
 
+def _usable(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Refuse a connection no statement can run on, before trying one."""
+    if conn.closed:
+        raise DatabaseError("the connection passed as conn= is closed: pass an open one")
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        raise DatabaseError(
+            "the transaction of the connection passed as conn= was aborted by an earlier "
+            "error: roll it back (conn.rollback()) before using it again"
+        )
+
+
+def _translate(exc: BaseException | None, schema: str) -> None:
+    """Raise the pgqueue error that a database error from one call stands for. Serialization
+    failures and deadlocks pass unchanged: callers retry those by their psycopg class."""
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.errors.TransactionRollback):
+        return
+    if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction)):
+        option = "" if schema == "pgqueue" else f" --schema {schema}"
+        raise DatabaseError(
+            f"schema {schema!r} lacks pgqueue's tables or functions: run `pgqueue "
+            f"migrate{option}` (or queue.migrate()) first ({exc})"
+        ) from exc
+    if isinstance(exc, psycopg.errors.InFailedSqlTransaction):
+        raise DatabaseError(
+            "the transaction was aborted by an earlier error: roll it back first"
+        ) from exc
+    raise DatabaseError(f"{type(exc).__name__}: {exc}".strip()) from exc
+
+
 class _Borrowed:
     """The caller's connection as a context manager that leaves its transaction alone."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
         self.conn = conn
+        self.schema = schema
 
     def __enter__(self) -> psycopg.Connection[Any]:
+        _usable(self.conn)
         return self.conn
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        _translate(exc, self.schema)
+
+
+class _Pooled:
+    """A connection of the queue's pool, committed on success, as psycopg_pool does."""
+
+    def __init__(self, pool: ConnectionPool, schema: str) -> None:
+        self._cm = pool.connection()
+        self.schema = schema
+
+    def __enter__(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] = self._cm.__enter__()
+        return conn
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            self._cm.__exit__(kind, exc, tb)
+        except BaseException as commit_failed:
+            _translate(commit_failed, self.schema)
+            raise
+        _translate(exc, self.schema)
 
 
 class _AsyncBorrowed:
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, conn: psycopg.AsyncConnection[Any], schema: str) -> None:
         self.conn = conn
+        self.schema = schema
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        _usable(self.conn)
         return self.conn
 
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        _translate(exc, self.schema)
 
 
 class _AsyncPooled:
@@ -691,5 +751,10 @@ class _AsyncPooled:
         conn: psycopg.AsyncConnection[Any] = await self._cm.__aenter__()
         return conn
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self._cm.__aexit__(*exc)
+    async def __aexit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            await self._cm.__aexit__(kind, exc, tb)
+        except BaseException as commit_failed:
+            _translate(commit_failed, self.queue.schema)
+            raise
+        _translate(exc, self.queue.schema)

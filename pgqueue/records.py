@@ -42,6 +42,7 @@ from pgqueue.models import (
 )
 from pgqueue.queries import query
 from pgqueue.registry import NewJob, encode_json, encode_rows
+from pgqueue.values import tolerate
 
 T = TypeVar("T")
 Step = tuple[Any, dict[str, Any] | None]
@@ -72,6 +73,7 @@ def run(conn: psycopg.Connection[Any], plan: Plan[T], *, together: bool = True) 
     """Drive `plan` on `conn`; `together=False` for a plan whose statements each stand alone
     (then an autocommit connection pays no BEGIN and COMMIT)."""
     with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
+        tolerate(cur)  # a record holding what Python cannot represent still reads
         try:
             step = next(plan)
             while True:
@@ -91,6 +93,7 @@ async def run_async(
     conn: psycopg.AsyncConnection[Any], plan: Plan[T], *, together: bool = True
 ) -> T:
     async with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
+        tolerate(cur)
         try:
             step = next(plan)
             while True:

@@ -164,8 +164,7 @@ class Task(Generic[R]):
     def with_options(self, **options: Any) -> NewJobFactory:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
         dedupe_key, dedupe_window)."""
-        merged = self.options.model_dump(exclude_none=True) | options
-        return NewJobFactory(self, JobOptions(**merged))
+        return NewJobFactory(self, self.options.merged(options))
 
     def dump_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if self._plain is not None:

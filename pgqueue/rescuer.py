@@ -19,7 +19,7 @@ worker that comes back late cannot overwrite the rescue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -52,9 +52,10 @@ class Rescuer(Loop):
         link: Link | None = None,
         interval: timedelta = timedelta(seconds=10),
         on_claimable: Callable[[], None] = lambda: None,
+        queues: Sequence[str] = (),
     ) -> None:
-        """`link` and `interval` are for the loop; `on_claimable` is told when a pass or a
-        sweep may have made jobs claimable."""
+        """`link`, `interval` and `queues` are for the loop; `on_claimable` is told when a
+        pass or a sweep may have made jobs claimable."""
         self.registry = registry
         self.schema = schema
         self.lease = lease
@@ -62,6 +63,8 @@ class Rescuer(Loop):
         self.link = link
         self.interval = interval.total_seconds()
         self.on_claimable = on_claimable
+        self.queues = list(queues)
+        self.out_of_range = 0
         self.rescued = 0
         self.passes = 0
 
@@ -74,6 +77,21 @@ class Rescuer(Loop):
             self.on_claimable()  # rescued jobs may be claimable now
         if await self.link.run(lambda conn: tenants.sweep(conn, self.schema)):
             self.on_claimable()  # waiting jobs of keys with room are queued again
+        if self.queues:
+            self.out_of_range += await self.link.run(self.fail_out_of_range)
+
+    async def fail_out_of_range(self, conn: Any) -> int:
+        """Fail the scheduled jobs of this worker's queues that no worker could ever run: their
+        run_at is past year 9999 (written behind the API's back). Returns how many."""
+        params = {"queues": self.queues, "limit": 1000, "keep_history": self.keep_history}
+        cur = await conn.execute(
+            query("job_fail_out_of_range", self.schema), params | {"now": None}
+        )
+        row = await cur.fetchone()
+        failed = int(row[0]) if row else 0
+        if failed:
+            log.error("failed %d scheduled jobs whose run_at is after year 9999", failed)
+        return failed
 
     async def rescue(self, conn: Any, limit: int = 1000) -> int:
         """One pass on `conn` (autocommit). Returns how many jobs it rescued."""

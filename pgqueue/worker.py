@@ -30,8 +30,6 @@ import socket
 import time
 from typing import Any
 
-from psycopg.types.json import set_json_loads
-
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import OUTCOME_BATCH, Completer, finish_params
@@ -45,11 +43,12 @@ from pgqueue.notifier import Notifier
 from pgqueue.periodic import Scheduler
 from pgqueue.queries import query
 from pgqueue.queue import ATOMIC_MAX_TIMEOUT
-from pgqueue.registry import CancelSignal, Registry, decode_json
+from pgqueue.registry import CancelSignal, Registry
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
 from pgqueue.service import Every, Health, Service, Services
+from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
 
 log = logging.getLogger("pgqueue.worker")
@@ -199,6 +198,7 @@ class Worker:
             link=self._claims,
             interval=s.rescue_interval,
             on_claimable=self._notified,
+            queues=s.queues,
         )
         await services.start(self.rescuer)
         await services.start(Every("cancel watch", s.rescue_interval, self._check_cancels))
@@ -257,7 +257,7 @@ class Worker:
         handler's writes (test_worker.py pins which connections have it)."""
         await conn.execute(query("session_set_async_commit", self.schema))
         await self._planner_session(conn)
-        set_json_loads(decode_json, conn)  # each claimed job's arguments
+        tolerate(conn)  # a job whose row Python cannot read fails alone (values.py)
 
     async def _planner_session(self, conn: Any) -> None:
         """The claim and completer connections plan for index access (worker.sql,

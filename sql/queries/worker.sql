@@ -156,7 +156,9 @@ WHERE (SELECT found FROM keyed);
 
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and
--- returns the next run_at still ahead so the worker can sleep until then. SKIP LOCKED lets
+-- returns in how many seconds the next one falls due, so the worker can sleep until then: as
+-- seconds, not a time, by the server's clock, and readable whatever run_at holds (a time past
+-- what Python can represent, or infinity, which is an infinite wait). SKIP LOCKED lets
 -- several workers promote at once without waiting on each other. Promoted jobs keep their ids,
 -- which claim hints have usually passed: the wake-up names the lowest (priority, id) promoted
 -- per queue, so every worker claims from there next (see job_insert).
@@ -179,9 +181,11 @@ WITH due AS (
           ORDER BY queue, priority, id) AS l
 )
 SELECT (SELECT count(*) FROM promoted) AS promoted,
-       (SELECT min(run_at) FROM {schema}.jobs
+       (SELECT extract(epoch FROM min(run_at))::float8
+               - extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8
+        FROM {schema}.jobs
         WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled'
-          AND run_at > coalesce(%(now)s::timestamptz, now())) AS next_run_at,
+          AND run_at > coalesce(%(now)s::timestamptz, now())) AS next_due_in,
        (SELECT n FROM woken) AS woken;
 
 -- name: job_finish_many
@@ -384,3 +388,43 @@ WITH released AS (
           ORDER BY queue, priority, id) AS l
 )
 SELECT id FROM released WHERE (SELECT n FROM woken) IS NOT NULL;
+
+-- name: job_fail_out_of_range
+-- Fails the scheduled jobs of these queues whose run_at is after year 9999 (infinity
+-- included): Python cannot represent such a time, no worker would ever run the job, and only
+-- a write behind the API's back can store one, since enqueue refuses it. Each moves to history
+-- as failed, with an error that says why. A range scan at the top of jobs_scheduled_idx per
+-- queue, which finds nothing on a healthy queue; SKIP LOCKED lets workers run it at once.
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE queue = ANY(%(queues)s::text[])
+      AND status = 'scheduled'
+      AND run_at >= '10000-01-01 00:00:00+00'::timestamptz
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.jobs AS j
+    USING picked AS p
+    WHERE j.id = p.id AND j.status = 'scheduled'
+    RETURNING j.id, j.queue, j.task, j.args, 'failed'::text AS status, j.priority, j.attempt,
+              j.max_attempts, j.run_at, j.created_at, j.started_at,
+              coalesce(%(now)s::timestamptz, now()) AS finished_at, j.worker_id,
+              j.errors || jsonb_build_array(jsonb_build_object(
+                  'attempt', j.attempt,
+                  'at', coalesce(%(now)s::timestamptz, now()),
+                  'kind', 'out_of_range',
+                  'error', 'run_at ' || j.run_at::text || ' is after year 9999, later than '
+                           || 'pgqueue can represent: enqueue the job again with an earlier time',
+                  'traceback', '')) AS errors,
+              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
+), archived AS (
+    INSERT INTO {schema}.job_history
+        (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
+         started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
+         concurrency_key)
+    SELECT * FROM gone
+    WHERE %(keep_history)s
+    RETURNING id
+)
+SELECT count(*) AS failed, (SELECT count(*) FROM archived) AS archived FROM gone;

@@ -57,13 +57,14 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
         good_runs.append(i)
 
     cases = {  # name -> (expected status, text the recorded error must contain)
-        "nul_in_result": ("succeeded", "NUL character"),
+        # A result that cannot be stored fails the job, saying why; never a bare success.
+        "nul_in_result": ("failed", "NUL character"),
         "nul_in_exception": ("failed", "ValueError: bad \\x00 byte"),
-        "huge_result": ("succeeded", "over max_payload_bytes"),
-        "object_result": ("succeeded", "Unable to serialize"),
-        "nan_result": ("succeeded", "Out of range float values"),
+        "huge_result": ("failed", "over max_payload_bytes"),
+        "object_result": ("failed", "Unable to serialize"),
+        "nan_result": ("failed", "Out of range float values"),
         # Passes Python's JSON checks; PostgreSQL refuses it, alone in its batch or not.
-        "surrogate_result": ("succeeded", "its outcome could not be stored"),
+        "surrogate_result": ("failed", "its outcome could not be stored"),
         "broken_str": ("failed", "BrokenStr: <str() of this exception raised>"),
         "sys_exit": ("failed", "SystemExit: 3"),
         "keyboard_interrupt": ("failed", "KeyboardInterrupt"),
@@ -98,8 +99,8 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
         assert job is not None, name
         assert job.status == status, (name, job.status, job.errors)
         assert text in (job.last_error or ""), (name, job.last_error)
-        if status == "succeeded":
-            assert job.result is None, name
+        assert job.result is None, name
+        assert job.attempt == 1, (name, job.attempt)  # failed at once, not retried
     # The handler's own traceback is kept under the RuntimeError that carries it.
     stopped = queue.get_job(ids["stop_iteration"])
     assert stopped is not None and "in handler" in stopped.errors[-1]["traceback"]
@@ -140,3 +141,25 @@ def test_enqueue_of_an_unregistered_name_raises_and_stores_nothing(queue: Queue,
     with pytest.raises(UnknownTaskError, match=r"no task is registered under 'no\.such\.task'"):
         queue.enqueue("no.such.task", {"x": 1}, conn=conn)
     assert enqueued_jobs(conn, queue) == []
+
+
+def test_a_result_that_cannot_be_stored_fails_its_job_without_a_retry(
+    dsn: str, schema: str
+) -> None:
+    """Retrying would run the handler's side effects again for the same unstorable result."""
+    queue = Queue(dsn, schema=schema)
+    runs: list[int] = []
+
+    @queue.task(name="returns_object", max_attempts=5)
+    def returns_object() -> Any:
+        runs.append(1)
+        return NotJson()
+
+    job_id = queue.enqueue(returns_object.job())
+    drain(queue)
+    job = queue.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempt, len(runs)) == ("failed", 1, 1)
+    assert job.errors[-1]["kind"] == "result"
+    assert "result that cannot be stored" in (job.last_error or "")
+    queue.close()
