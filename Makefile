@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,embedded,bench]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,embedded,bench,cli]'
 	touch $@
 
 demo: $(VENV)/.installed

@@ -283,8 +283,12 @@ class QueueSettings(Settings):
         return value
 
 
+ALL_QUEUES = "*"  # as WorkerSettings.queues: every queue the worker's application knows
+
+
 class WorkerSettings(Settings):
-    """How a worker claims, runs and stops. Durations accept seconds or timedeltas."""
+    """How a worker claims, runs and stops. Durations accept seconds or timedeltas.
+    queues=("*",) serves every queue the application's tasks name, and "default"."""
 
     queues: tuple[str, ...] = ("default",)
     concurrency: int = Field(default=10, ge=1, le=10_000)
@@ -327,6 +331,8 @@ class WorkerSettings(Settings):
     @field_validator("queues")
     @classmethod
     def _queue_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value == (ALL_QUEUES,):
+            return value
         if not value:
             raise ValueError("at least one queue is needed")
         for name in value:

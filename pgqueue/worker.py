@@ -38,7 +38,7 @@ from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.horizon import HorizonWatch
 from pgqueue.link import Link
-from pgqueue.models import ClaimedJob, QueueSettings, WorkerSettings
+from pgqueue.models import ALL_QUEUES, ClaimedJob, QueueSettings, WorkerSettings
 from pgqueue.notifier import Notifier
 from pgqueue.periodic import Scheduler
 from pgqueue.queries import query
@@ -82,6 +82,9 @@ class Worker:
         self.schema: str = self.queue_settings.schema_name
         self.dsn = dsn
         self.settings = settings or WorkerSettings(**overrides)
+        if self.settings.queues == (ALL_QUEUES,):
+            known = sorted({"default", *(task.options.queue for task in self.registry)})
+            self.settings = self.settings.model_copy(update={"queues": tuple(known)})
         self.id = 0
         self.stats = WorkerStats()
         self.abandoned_threads = 0
@@ -152,6 +155,7 @@ class Worker:
                 self.schema,
                 " (poll only)" if s.poll_only else "",
             )
+            self._warn_unserved()
             await self._fetch_loop()
         finally:
             self._stopping = True  # also after a burst ends: atomic lanes stop with it
@@ -222,6 +226,20 @@ class Worker:
             asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
             for n, lane in enumerate(self.lanes)
         ]
+
+    def _warn_unserved(self) -> None:
+        """Say which of the application's tasks this worker will never run: a task on a queue
+        no worker serves waits forever without a word otherwise."""
+        served = set(self.settings.queues)
+        for task in self.registry:
+            if task.fn is not None and task.options.queue not in served:
+                log.warning(
+                    "task %r runs on queue %r, which this worker does not serve: its jobs wait "
+                    "for a worker started with --queues %s (or --queues all)",
+                    task.name,
+                    task.options.queue,
+                    task.options.queue,
+                )
 
     @property
     def horizon_checks(self) -> int:
@@ -556,8 +574,9 @@ class _Registration:
     async def start(self) -> None:
         """Refuse to start on a schema that was never migrated; then take a worker id."""
         if not await self.link.run(self._migrated):
+            option = "" if self.schema == "pgqueue" else f" --schema {self.schema}"
             raise DatabaseError(
-                f"schema {self.schema!r} has no pgqueue tables: run `pgqueue migrate` first"
+                f"schema {self.schema!r} has no pgqueue tables: run `pgqueue migrate{option}` first"
             )
         self.worker_id = await self.link.run(self._register)
 

@@ -16,6 +16,18 @@ VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrenc
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
 RETURNING (xmax = 0) AS revived;
 
+-- name: worker_list
+-- The workers with a row, newest first, each with its running jobs (a lookup per worker in
+-- jobs_running_idx) and the age of its last heartbeat by the database's clock. A worker
+-- whose heartbeat is older than its lease is dead and about to be rescued.
+SELECT w.id, w.name, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.heartbeat_at,
+       coalesce(%(now)s::timestamptz, now()) - w.heartbeat_at AS silent_for,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.worker_id = w.id AND j.status = 'running') AS running
+FROM {schema}.workers AS w
+ORDER BY w.id DESC
+LIMIT %(limit)s;
+
 -- name: worker_deregister
 -- Removes a worker that stopped cleanly, after its jobs were finished or put back.
 DELETE FROM {schema}.workers WHERE id = %(worker_id)s;

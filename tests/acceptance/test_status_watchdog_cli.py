@@ -89,19 +89,28 @@ def test_status_table_exits_0_and_shows_each_queue_and_holders_verbatim(
         odd.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         odd.execute("SELECT '[/] [bold]'")
         wait_idle_in_transaction(own_database, odd.info.backend_pid)
-        # Wide enough that rich does not cut the headers (it falls back to 80 when piped).
         result = run_pgqueue(
             "status", "--schema", schema, "--dsn", own_database, env={"COLUMNS": "200"}
         )
+        # A common terminal's width: every header still fits whole, long names wrap.
+        narrow = run_pgqueue(
+            "status", "--schema", schema, "--dsn", own_database, env={"COLUMNS": "80"}
+        )
 
     assert result.returncode == 0, result.stderr
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80, narrow.stdout
+    assert "…" not in next(line for line in narrow.stdout.splitlines() if "waiting" in line)
     header = next(line for line in result.stdout.splitlines() if "waiting" in line)
-    assert [c.strip() for c in header.split("┃")[1:6]] == [
+    assert [c.strip() for c in header.split("┃")[1:9]] == [
         "queue",
         "queued",
-        "scheduled",
+        "sched",
         "running",
         "waiting",
+        "fail/h",
+        "done/m",
+        "oldest",
     ], header
     cells = {c[0]: c[1:] for c in (_cells(line) for line in result.stdout.splitlines()) if c}
     assert cells[name][:5] == ["3", "0", "0", "0", "0"], result.stdout

@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timedelta, timezone
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import QUEUE_NAME, SCHEMA_NAME, check_name
+from pgqueue.models import ALL_QUEUES, QUEUE_NAME, SCHEMA_NAME, check_name
 
 
 def non_negative_int(text: str) -> int:
@@ -75,6 +75,9 @@ def duration(text: str) -> timedelta:
 
 
 def queues(text: str) -> tuple[str, ...]:
+    """Comma-separated queue names, or `all` (also `*`): every queue the application knows."""
+    if text.strip() in ("all", ALL_QUEUES):
+        return (ALL_QUEUES,)
     names = tuple(name.strip() for name in text.split(","))
     try:
         for name in names:

@@ -1,5 +1,6 @@
-"""How `pgqueue status`, `watchdog` and `jobs` look in a terminal (rich tables). No I/O but
-printing to the console it is given."""
+"""How `pgqueue status`, `workers`, `watchdog` and `jobs` look in a terminal (rich tables).
+No I/O but printing to the console it is given. Tables fit the terminal's width: headers are
+short enough for 80 columns, and long cells wrap or are cut where a full view exists."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from pgqueue import health
 from pgqueue.models import Job, JobPage
+from pgqueue.store.workers import WorkerRow
 
 
 def make_console() -> Console:
@@ -22,11 +24,17 @@ def make_console() -> Console:
 
 def print_status(console: Console, report: health.Status) -> None:
     if report.queues:
-        table = Table(title=f"queues in schema {report.schema_name}", title_justify="left")
-        table.add_column("queue", no_wrap=True)
-        columns = ("queued", "scheduled", "running", "waiting", "failed 1h", "done/min")
-        for name in (*columns, "oldest queued"):
-            table.add_column(name, justify="right")
+        table = Table(
+            title=f"queues in schema {report.schema_name}",
+            title_justify="left",
+            caption="waiting: held by a concurrency limit; fail/h: failed in the last hour; "
+            "done/m: succeeded in the last minute; oldest: the oldest queued job's wait",
+            caption_justify="left",
+        )
+        table.add_column("queue", overflow="fold")
+        columns = ("queued", "sched", "running", "waiting", "fail/h", "done/m")
+        for name in (*columns, "oldest"):
+            table.add_column(name, justify="right", no_wrap=True)
         for q in report.queues:
             counts = (q.queued, q.scheduled, q.running, q.waiting, q.failed_last_hour)
             table.add_row(
@@ -55,6 +63,32 @@ def print_status(console: Console, report: health.Status) -> None:
             console.print(_holder_table(console, title, holders[:10]))
         if len(holders) > 10:
             console.print(f"... and {len(holders) - 10} more (see --json)")
+
+
+def print_workers(console: Console, workers: Sequence[WorkerRow]) -> None:
+    """The live workers, newest first; one silent for long is dead and about to be rescued."""
+    if not workers:
+        console.print("no worker is registered")
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("host", overflow="fold")
+    table.add_column("pid", justify="right", no_wrap=True)
+    table.add_column("queues", overflow="fold")
+    table.add_column("running", justify="right", no_wrap=True)
+    table.add_column("up", justify="right", no_wrap=True)
+    table.add_column("heartbeat", justify="right", no_wrap=True)
+    for w in workers:
+        table.add_row(
+            str(w.id),
+            w.hostname,
+            str(w.pid),
+            ",".join(w.queues),
+            f"{w.running}/{w.concurrency}",
+            _human(w.heartbeat_at - w.started_at + w.silent_for),
+            f"{_human(w.silent_for)} ago",
+        )
+    console.print(table)
 
 
 def print_watchdog(console: Console, report: health.WatchdogReport) -> None:

@@ -1,0 +1,339 @@
+"""What each `pgqueue` subcommand does, given its parsed arguments. Returns the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import psycopg
+
+from pgqueue import health
+from pgqueue import migrate as migrations
+from pgqueue.errors import JobNotFoundError, PgQueueError
+from pgqueue.models import Cancellation, WorkerSettings
+from pgqueue.queue import AsyncQueue, Queue
+from pgqueue.store.workers import WorkersStore
+
+EMBEDDED_DIR = Path(".pgqueue") / "pgdata"
+CONFIRM_BELOW_SECONDS = 60  # a prune this close to now deletes the whole history
+log = logging.getLogger("pgqueue.cli")
+
+
+class UsageError(PgQueueError):
+    """A malformed command line: exit code 2."""
+
+
+# -- shared steps ----------------------------------------------------------------------------
+
+
+def resolve_dsn(given: str | None, app: Queue | AsyncQueue | None = None) -> str:
+    """The database a command works on: --dsn, PGQUEUE_DSN, DATABASE_URL, then the DSN the
+    application's Queue was built with; only when nothing names one, the embedded server."""
+    dsn = given or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
+    if not dsn and app is not None:
+        dsn = app.dsn
+    if dsn:
+        try:
+            psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            raise UsageError(f"invalid DSN: {exc}".strip()) from None
+        return dsn
+    from pgqueue import embedded
+
+    print(
+        "pgqueue: WARNING: no database named (no --dsn, PGQUEUE_DSN, DATABASE_URL"
+        + (", nor a DSN in your Queue(...)" if app is not None else "")
+        + f"); using a throwaway embedded PostgreSQL in ./{EMBEDDED_DIR}/. Jobs in any other "
+        "database are not seen here.",
+        file=sys.stderr,
+    )
+    return embedded.start(EMBEDDED_DIR).dsn
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.Error as exc:
+        raise PgQueueError(f"cannot connect to the database: {exc}".strip()) from None
+
+
+def load_app(spec: str) -> Queue | AsyncQueue:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{spec!r} is not MODULE:ATTR (for example myapp.jobs:queue)")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+    try:
+        app = getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(app, (Queue, AsyncQueue)):
+        raise UsageError(f"{spec} is a {type(app).__name__}, not a pgqueue Queue or AsyncQueue")
+    return app
+
+
+def _schema(args: argparse.Namespace) -> str:
+    return str(args.schema or "pgqueue")
+
+
+def _console() -> ModuleType:
+    """The terminal output module, which needs rich: installed with pgqueue[cli]."""
+    try:
+        from pgqueue.cli import console
+    except ImportError as exc:
+        raise UsageError(
+            f"this output needs the `rich` package ({exc}): pip install 'pgqueue[cli]', "
+            "or pass --json"
+        ) from None
+    return console
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def migrate(args: argparse.Namespace) -> int:
+    schema = _schema(args)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        if args.sql:
+            print(migrations.render(schema, migrations.pending(conn, schema)), end="")
+            return 0
+        applied = migrations.apply(conn, schema)
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "none (up to date)"
+    print(f"schema {schema}: applied {names}", file=sys.stderr)
+    return 0
+
+
+def worker(args: argparse.Namespace) -> int:
+    from pgqueue.worker import Worker
+
+    app = load_app(args.app)
+    options: dict[str, Any] = {
+        "queues": args.queues,
+        "concurrency": args.concurrency,
+        "batch_size": args.batch_size,
+        "burst": args.burst,
+        "poll_only": args.poll_only,
+        "poll_interval": args.poll_interval,
+        "shutdown_grace": args.shutdown_grace,
+        "heartbeat_interval": args.heartbeat_interval,
+        "lease_timeout": args.lease_timeout,
+        "rescue_interval": args.rescue_interval,
+        "atomic_concurrency": args.atomic_concurrency,
+        "horizon_warning": args.horizon_warning,
+        "history_retention": args.history_retention,
+        "periodic": not args.no_periodic,
+    }
+    settings = WorkerSettings(**options)
+    run = Worker(app, dsn=resolve_dsn(args.dsn, app), settings=settings, schema=args.schema)
+    run.run()
+    if run.abandoned_threads:
+        # Sync handlers cannot be interrupted; their jobs were put back (the stop went as
+        # designed, hence 0). Waiting for their threads could take forever: leave now.
+        logging.shutdown()
+        os._exit(0)
+    return 0
+
+
+def workers(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        rows = WorkersStore(_schema(args)).list(conn)
+    if args.json:
+        print(json.dumps([_worker_json(row) for row in rows], indent=2))
+    else:
+        console = _console()
+        console.print_workers(console.make_console(), rows)
+    return 0
+
+
+def _worker_json(row: Any) -> dict[str, Any]:
+    data: dict[str, Any] = dict(vars(row))
+    data["started_at"] = row.started_at.isoformat()
+    data["heartbeat_at"] = row.heartbeat_at.isoformat()
+    data["silent_for"] = row.silent_for.total_seconds()
+    return data
+
+
+def grant(args: argparse.Namespace) -> int:
+    schema = _schema(args)
+    if args.sql:
+        print(migrations.grant_sql(schema, args.role, args.kind).as_string(None))
+        return 0
+    with connect(resolve_dsn(args.dsn)) as conn:
+        migrations.grant_role(conn, schema, args.role, args.kind)
+    print(f"granted {args.kind} privileges on schema {schema} to {args.role}", file=sys.stderr)
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    try:
+        from pgqueue.cli import demo as show
+    except ImportError as exc:
+        raise UsageError(f"the demo needs `rich` ({exc}): pip install 'pgqueue[cli]'") from None
+    return show.run(
+        resolve_dsn(args.dsn),
+        jobs=args.jobs,
+        concurrency=args.concurrency,
+        schema=args.schema or "pgqueue_demo",
+    )
+
+
+def status(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = health.status(conn, _schema(args))
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console = _console()
+        console.print_status(console.make_console(), report)
+    return 0
+
+
+def watchdog(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = health.watch(conn, args.max_age, act=args.terminate)
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console = _console()
+        console.print_watchdog(console.make_console(), report)
+    return 0 if report.clear else 3
+
+
+def prune(args: argparse.Namespace) -> int:
+    from pgqueue import retention
+
+    if args.older_than.total_seconds() < CONFIRM_BELOW_SECONDS and not args.yes:
+        _confirm(f"delete every job that finished more than {args.older_than} ago, nearly all")
+    cutoff = retention.Cutoff(args.older_than, args.status, args.queue, args.batch_size)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        report = retention.prune(conn, _schema(args), cutoff)
+    ticks = f" and {report.ticks_deleted:,} periodic ticks" if cutoff.whole_history else ""
+    print(
+        f"deleted {report.deleted:,} finished jobs{ticks} older than {args.older_than} "
+        f"in {report.batches} batches ({report.seconds:.2f} s)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _confirm(what: str) -> None:
+    """Ask on a terminal; refuse without one, so a script never deletes by accident."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"this would {what} of the history: pass --yes to confirm")
+    answer = input(f"pgqueue: {what} of the history? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UsageError("nothing deleted")
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def _jobs_queue(args: argparse.Namespace) -> Queue:
+    return Queue(schema=_schema(args))
+
+
+def jobs_list(args: argparse.Namespace) -> int:
+    if args.limit > 1000:
+        raise UsageError(f"--limit {args.limit} is over 1000: page with --before-id instead")
+    filters = {
+        "queue": args.queue,
+        "task": args.task,
+        "concurrency_key": args.key,
+        "status": args.status,
+        "created_after": args.since,
+        "created_before": args.until,
+        "before_id": args.before_id,
+        "limit": args.limit,
+    }
+    with connect(resolve_dsn(args.dsn)) as conn:
+        page = _jobs_queue(args).list_jobs(conn=conn, **filters)
+    if args.json:
+        print(page.model_dump_json(indent=2))
+    else:
+        console = _console()
+        console.print_jobs(console.make_console(), page)
+    return 0
+
+
+def jobs_show(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        job = _jobs_queue(args).get_job(args.id, conn=conn)
+    if job is None:
+        raise JobNotFoundError(f"no job has id {args.id}, live or in history")
+    if args.json:
+        print(job.model_dump_json(indent=2))
+    else:
+        console = _console()
+        console.print_job(console.make_console(), job)
+    return 0
+
+
+def jobs_cancel(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        done = _jobs_queue(args).cancel_job(args.id, conn=conn)
+    print(
+        {
+            Cancellation.CANCELLED: f"job {args.id} cancelled",
+            Cancellation.REQUESTED: f"job {args.id} is running: its worker was asked to stop it",
+            Cancellation.FINISHED: f"job {args.id} had already finished; nothing changed",
+        }[done]
+    )
+    return 0
+
+
+def jobs_retry(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        retry = _jobs_queue(args).retry_job(args.id, conn=conn)
+    print(f"job {args.id} retried as job {retry}")
+    return 0
+
+
+# -- tenants (per-key concurrency limits) ----------------------------------------------------
+
+
+def _tenant_key(args: argparse.Namespace) -> str | None:
+    if args.default == (args.key is not None):
+        raise UsageError("give either a KEY or --default")
+    key: str | None = args.key
+    return key
+
+
+def tenants_set(args: argparse.Namespace) -> int:
+    key = _tenant_key(args)
+    with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
+        _jobs_queue(args).set_concurrency_limit(key, args.max_running, conn=conn)
+    print(f"{key or 'default'}: at most {args.max_running} running", file=sys.stderr)
+    return 0
+
+
+def tenants_remove(args: argparse.Namespace) -> int:
+    key = _tenant_key(args)
+    with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
+        _jobs_queue(args).set_concurrency_limit(key, None, conn=conn)
+    print(f"{key or 'default'}: limit removed", file=sys.stderr)
+    return 0
+
+
+def tenants_list(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        limits = _jobs_queue(args).concurrency_limits(conn=conn)
+    if args.json:
+        print(json.dumps([limit.model_dump() for limit in limits], indent=2))
+        return 0
+    print(f"{'KEY':<32} {'MAX_RUNNING':>11} {'RUNNING':>8} {'WAITING':>8}")
+    for limit in limits:
+        name = "* (default)" if limit.key == "*" else limit.key
+        cap = "default" if limit.max_running is None else str(limit.max_running)
+        print(f"{name:<32} {cap:>11} {limit.running:>8} {limit.waiting:>8}")
+    return 0

@@ -1,0 +1,345 @@
+"""The `pgqueue` command line: every subcommand, option, help text and default."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from importlib import metadata
+from typing import Any
+
+from pgqueue.cli import argtypes, commands
+from pgqueue.models import WorkerSettings
+
+DESCRIPTION = """\
+pgqueue: a job queue that lives in your PostgreSQL database.
+
+Run `pgqueue migrate` once, then `pgqueue worker myapp.jobs:queue` to run the jobs your
+application enqueues. Every command takes --dsn; without it, PGQUEUE_DSN or DATABASE_URL, and
+for the worker the DSN given to Queue(...) in your application. Only when nothing names a
+database does a command start a throwaway embedded PostgreSQL in ./.pgqueue/, and say so.
+"""
+
+DSN_HELP = "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL; the worker: else its Queue's DSN)"
+
+WATCHDOG_HELP = """\
+Report sessions, replication slots and prepared transactions that have held back the
+xmin horizon for at least --max-age: while they do, VACUUM cannot remove the jobs table's
+dead rows and claims slow down. A dry run by default: it prints what it would terminate.
+With --terminate it ends those sessions with pg_terminate_backend, never this connection,
+pgqueue's own connections (application_name pgqueue:...) or non-client backends. Prepared
+transactions and replication slots are only reported (slots have no start time, so they
+are never over --max-age: see `pgqueue status`).
+
+exit status:
+  0  nothing held the horizon for --max-age, or --terminate ended all that did
+  1  database error
+  2  bad command line
+  3  holders over the limit found (dry run), or some could not be terminated
+"""
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Keeps descriptions as written and shows each option's default after its help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "(default:" in text
+            or not action.option_strings
+            or default in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def build() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pgqueue", description=DESCRIPTION, formatter_class=_Help)
+    parser.add_argument("--version", action="version", version=f"pgqueue {_version()}")
+    _globals(parser, default=True)
+    parser.set_defaults(dsn=None, schema=None, parser=parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_text: str, **kwargs: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=help_text, formatter_class=_Help, **kwargs
+        )
+        p.set_defaults(parser=p)
+        _globals(p, default=False)
+        return p
+
+    _migrate(add("migrate", "create or upgrade the pgqueue tables"))
+    _worker(add("worker", "run the jobs of the tasks registered on MODULE:ATTR"))
+    _workers(add("workers", "list the live workers: host, pid, queues, running jobs"))
+    _status(add("status", "queue counts and what holds back VACUUM"))
+    _jobs(add("jobs", "list, show, cancel or retry jobs", description="Job records and actions."))
+    _tenants(add("tenants", "per-key concurrency limits (tenants)"))
+    _prune(add("prune", "delete finished jobs older than a given age, in batches"))
+    _watchdog(
+        add(
+            "watchdog",
+            "report (and optionally end) transactions holding the xmin horizon too long",
+            description=WATCHDOG_HELP,
+        )
+    )
+    _grant(add("grant", "grant a role what a worker or an app needs, nothing more"))
+    _demo(add("demo", "show transactional enqueue on a small table"))
+    return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("pgqueue")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
+    """Options taken before or after the subcommand. A subcommand's own copies default to
+    SUPPRESS, so they never overwrite a value given before it."""
+    unset = argparse.SUPPRESS
+    p.add_argument(
+        "--log-level",
+        default="info" if default else unset,
+        choices=["debug", "info", "warning", "error"],
+        help="how much to log on stderr" + (" (default: info)" if not default else ""),
+    )
+    p.add_argument("--dsn", default=unset, help=DSN_HELP)
+    p.add_argument(
+        "--schema",
+        type=argtypes.schema,
+        default=unset,
+        help="schema of the pgqueue tables (default: pgqueue)",
+    )
+
+
+def _migrate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sql", action="store_true", help="print the pending SQL, apply nothing")
+    p.set_defaults(handler=commands.migrate)
+
+
+def _seconds(name: str) -> float:
+    value = WorkerSettings.model_fields[name].default
+    assert isinstance(value, timedelta)
+    return value.total_seconds()
+
+
+def _worker(p: argparse.ArgumentParser) -> None:
+    d = WorkerSettings.model_fields
+    p.add_argument("app", metavar="MODULE:ATTR", help="your pgqueue Queue or AsyncQueue")
+    p.add_argument(
+        "--queues",
+        type=argtypes.queues,
+        default=("default",),
+        metavar="NAMES",
+        help="comma-separated queues to serve, or `all` for every queue your tasks name "
+        "(default: default)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=argtypes.positive_int,
+        default=d["concurrency"].default,
+        metavar="N",
+        help="jobs run at once",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=argtypes.positive_int,
+        default=d["batch_size"].default,
+        metavar="N",
+        help="jobs claimed per statement, at most",
+    )
+    p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    p.add_argument(
+        "--poll-only",
+        action="store_true",
+        help="no LISTEN and no prepared statements (PgBouncer transaction mode)",
+    )
+    for flag, name, help_text in (
+        ("--poll-interval", "poll_interval", "how often to look for jobs without a wake-up"),
+        ("--shutdown-grace", "shutdown_grace", "how long running jobs get to finish on stop"),
+        ("--heartbeat-interval", "heartbeat_interval", "how often the worker proves it is alive"),
+        ("--lease-timeout", "lease_timeout", "silence after which a worker's jobs are rescued"),
+        ("--rescue-interval", "rescue_interval", "how often to look for dead workers' jobs"),
+    ):
+        p.add_argument(
+            flag,
+            type=argtypes.non_negative_float,
+            default=_seconds(name),
+            metavar="SECONDS",
+            help=help_text,
+        )
+    p.add_argument(
+        "--atomic-concurrency",
+        type=argtypes.non_negative_int,
+        default=d["atomic_concurrency"].default,
+        metavar="N",
+        help="atomic jobs run at once, each holding a transaction",
+    )
+    p.add_argument(
+        "--horizon-warning",
+        type=argtypes.duration,
+        default="5m",
+        metavar="AGE",
+        help="warn when a transaction holds back VACUUM for longer",
+    )
+    p.add_argument(
+        "--history-retention",
+        type=argtypes.duration,
+        metavar="AGE",
+        help="delete finished jobs older than this, in batches, e.g. 7d (default: keep them)",
+    )
+    p.add_argument(
+        "--no-periodic",
+        action="store_true",
+        help="do not schedule the application's recurring jobs on this worker",
+    )
+    p.set_defaults(handler=commands.worker)
+
+
+def _workers(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the workers as JSON")
+    p.set_defaults(handler=commands.workers)
+
+
+def _status(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Per-queue counts, the oldest sessions, replication slots and prepared transactions "
+        "holding back the xmin horizon, and the jobs table's dead rows."
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=commands.status)
+
+
+def _jobs(p: argparse.ArgumentParser) -> None:
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        q: argparse.ArgumentParser = actions.add_parser(name, help=help_text, formatter_class=_Help)
+        q.set_defaults(parser=q)
+        _globals(q, default=False)
+        return q
+
+    q = add("list", "job records, newest first, live and finished")
+    q.add_argument("--queue", type=argtypes.queue_name, help="only jobs of this queue")
+    q.add_argument("--task", help="only jobs of this task")
+    q.add_argument("--key", "--tenant", dest="key", help="only jobs of this concurrency key")
+    q.add_argument(
+        "--status", type=argtypes.statuses, help="comma-separated: queued,running,failed..."
+    )
+    q.add_argument("--since", type=argtypes.moment, help="created since: 10m, 2h, or ISO time")
+    q.add_argument("--until", type=argtypes.moment, help="created before: 10m, 2h, or ISO time")
+    q.add_argument("--before-id", type=argtypes.job_id, help="the next page: ids below this")
+    q.add_argument(
+        "--limit", type=argtypes.positive_int, default=50, help="jobs per page, 1 to 1000"
+    )
+    q.add_argument("--json", action="store_true", help="print the page as JSON")
+    q.set_defaults(handler=commands.jobs_list)
+    for action, help_text, handler in (
+        ("show", "one job's record: status, attempts, times, errors, result", commands.jobs_show),
+        ("cancel", "cancel a queued job now, or ask a running job's worker to stop", None),
+        ("retry", "enqueue a failed or cancelled job again, linked to it", None),
+    ):
+        q = add(action, help_text)
+        q.add_argument("id", type=argtypes.job_id, metavar="ID", help="the job's id")
+        if action == "show":
+            q.add_argument("--json", action="store_true", help="print the record as JSON")
+        q.set_defaults(handler=handler or getattr(commands, f"jobs_{action}"))
+
+
+def _tenants(p: argparse.ArgumentParser) -> None:
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        q: argparse.ArgumentParser = verbs.add_parser(name, help=help_text, formatter_class=_Help)
+        q.set_defaults(parser=q)
+        _globals(q, default=False)
+        return q
+
+    s = add("set", "set a key's (or the default) max running jobs")
+    s.add_argument("key", nargs="?", help="the concurrency key")
+    s.add_argument("--default", action="store_true", help="the limit of keys without one")
+    s.add_argument(
+        "--max-running",
+        type=argtypes.non_negative_int,
+        required=True,
+        metavar="N",
+        help="jobs of the key running at once, at most (0 pauses the key)",
+    )
+    s.set_defaults(handler=commands.tenants_set)
+    r = add("remove", "remove a key's limit (it falls back to the default)")
+    r.add_argument("key", nargs="?", help="the concurrency key")
+    r.add_argument("--default", action="store_true", help="remove the default: unlimited")
+    r.set_defaults(handler=commands.tenants_remove)
+    ls = add("list", "keys with a limit, running or waiting jobs")
+    ls.add_argument("--json", action="store_true", help="print the keys as JSON")
+    ls.set_defaults(handler=commands.tenants_list)
+
+
+def _prune(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Delete finished jobs (and, without --status/--queue, periodic ticks) that finished "
+        "more than --older-than ago, in batches of --batch-size, each its own short "
+        "transaction. Safe to run while workers run. Deleting everything (--older-than under "
+        "a minute) asks for confirmation, or --yes."
+    )
+    p.add_argument(
+        "--older-than",
+        type=argtypes.duration,
+        required=True,
+        metavar="AGE",
+        help="finished at least this long ago: 7d, 12h, 1d12h, 90m or seconds",
+    )
+    p.add_argument(
+        "--status",
+        type=argtypes.final_statuses,
+        metavar="STATUS",
+        help="only these: succeeded, failed, cancelled (comma-separated)",
+    )
+    p.add_argument("--queue", type=argtypes.queue_name, help="only jobs of this queue")
+    p.add_argument(
+        "--batch-size",
+        type=argtypes.positive_int,
+        default=1000,
+        metavar="N",
+        help="rows deleted per transaction",
+    )
+    p.add_argument("--yes", action="store_true", help="do not ask before deleting everything")
+    p.set_defaults(handler=commands.prune)
+
+
+def _watchdog(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-age",
+        type=argtypes.duration,
+        required=True,
+        metavar="DURATION",
+        help="report holders at least this old: 90s, 10m, 1h, 1h30m or plain seconds",
+    )
+    p.add_argument(
+        "--terminate",
+        action="store_true",
+        help="pg_terminate_backend the reported sessions (default: dry run)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=commands.watchdog)
+
+
+def _grant(p: argparse.ArgumentParser) -> None:
+    p.add_argument("role", type=argtypes.role_name, help="an existing role")
+    p.add_argument(
+        "--kind", choices=["worker", "app"], required=True, help="what the role will run"
+    )
+    p.add_argument("--sql", action="store_true", help="print the GRANT statements only")
+    p.set_defaults(handler=commands.grant)
+
+
+def _demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--jobs", type=argtypes.positive_int, default=2000, help="jobs the demo enqueues"
+    )
+    p.add_argument(
+        "--concurrency", type=argtypes.positive_int, default=50, help="the demo worker's"
+    )
+    p.set_defaults(handler=commands.demo)
