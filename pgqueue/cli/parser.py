@@ -19,7 +19,10 @@ for the worker the DSN given to Queue(...) in your application. Only when nothin
 database does a command start a throwaway embedded PostgreSQL in ./.pgqueue/, and say so.
 """
 
-DSN_HELP = "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL; the worker: else its Queue's DSN)"
+DSN_HELP = (
+    "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL; for the worker, else the DSN "
+    "of its Queue)"
+)
 
 WATCHDOG_HELP = """\
 Report sessions, replication slots and prepared transactions that have held back the
