@@ -1,0 +1,11 @@
+# The image docker-compose.yml runs its worker from: pgqueue with its command line, and the
+# quickstart application of the README.
+FROM python:3.12-slim
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY pgqueue ./pgqueue
+COPY sql ./sql
+RUN pip install --no-cache-dir '.[cli]'
+COPY examples/quickstart /app
+WORKDIR /app
+CMD ["pgqueue", "worker", "shop:queue", "--queues", "all"]
