@@ -61,8 +61,15 @@ class _Base(abc.ABC):
     """What the twins share: settings, registry, statement building and row decoding."""
 
     def __init__(
-        self, dsn: str | None, *, schema: str, keep_history: bool, max_payload_bytes: int
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str = "pgqueue",
+        keep_history: bool = True,
+        max_payload_bytes: int = 10 * 1024 * 1024,
     ) -> None:
+        """`dsn` is for the queue's own pooled connection, used when a call gets no `conn=`,
+        and the database a worker of this application uses unless told another."""
         self.dsn = dsn
         self.settings = QueueSettings(
             schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
@@ -358,18 +365,7 @@ def _require(conn: object, kind: type, method: str) -> None:
 class Queue(_Base):
     """The sync client. `conn` arguments are psycopg `Connection`s."""
 
-    def __init__(
-        self,
-        dsn: str | None = None,
-        *,
-        schema: str = "pgqueue",
-        keep_history: bool = True,
-        max_payload_bytes: int = 10 * 1024 * 1024,
-    ) -> None:
-        super().__init__(
-            dsn, schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
-        )
-        self._pool: ConnectionPool | None = None
+    _pool: ConnectionPool | None = None  # opened on first use
 
     def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Enqueued]:
         return self.enqueue
@@ -505,18 +501,7 @@ class Queue(_Base):
 class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
 
-    def __init__(
-        self,
-        dsn: str | None = None,
-        *,
-        schema: str = "pgqueue",
-        keep_history: bool = True,
-        max_payload_bytes: int = 10 * 1024 * 1024,
-    ) -> None:
-        super().__init__(
-            dsn, schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
-        )
-        self._pool: AsyncConnectionPool | None = None
+    _pool: AsyncConnectionPool | None = None  # opened on first use
 
     def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:
         return self.enqueue
