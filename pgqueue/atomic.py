@@ -28,11 +28,11 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.completer import finish_params
 from pgqueue.executor import Executor, Outcome
 from pgqueue.link import connect
 from pgqueue.models import ClaimedJob
 from pgqueue.queries import query
+from pgqueue.store.jobs import finish_params
 from pgqueue.values import tolerate
 
 log = logging.getLogger("pgqueue.worker")

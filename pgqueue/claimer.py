@@ -28,7 +28,7 @@ import psycopg
 
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
-from pgqueue.queries import query, statement
+from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.wakeup import Position
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -94,6 +94,7 @@ class Claimer:
         self.settings = settings
         self.worker_id = worker_id
         self.stats = stats
+        self.store = JobsStore(schema)
         self._hints = {q: _QueueHint() for q in settings.queues}
         # Queues where a job with a concurrency key was seen: claimed with job_claim, the
         # others with job_claim_unkeyed, which costs what claims cost before keys existed.
@@ -222,35 +223,31 @@ class Claimer:
             "now": None,
         }
 
-        async def claim(conn: Any) -> list[Any]:
+        async def claim(conn: Any) -> Claimed:
             if queue not in self._keyed:
-                cur = await conn.execute(statement("job_claim_unkeyed", self.schema), params)
-                rows: list[Any] = await cur.fetchall()
-                if not rows or rows[0][8] is not None:
-                    return rows
+                found = await self.store.claim_unkeyed(conn, params)
+                if found is not None:
+                    return found
                 self._keyed.add(queue)  # for good: keyed claims from now on
             for attempt in range(CLAIM_RETRIES):
                 try:
-                    cur = await conn.execute(statement("job_claim", self.schema), params)
-                    rows = await cur.fetchall()
-                    return rows
+                    return await self.store.claim_keyed(conn, params)
                 except psycopg.errors.DeadlockDetected:
                     if attempt == CLAIM_RETRIES - 1:
                         raise
-            return []
+            return Claimed([], [])
 
         started = time.perf_counter()
-        rows = await self.link.run(claim)
+        claimed = await self.link.run(claim)
         self.stats.recent_claims.append((time.perf_counter() - started, after == FLOOR))
         self.stats.claims += 1
         if after == FLOOR:
             self.stats.unhinted_claims += 1
-        jobs = [ClaimedJob(*row[:8]) for row in rows if not row[8]]
+        jobs = claimed.jobs
         self.stats.claimed += len(jobs)
         jobs.sort(key=lambda j: (j.priority, j.id))
         self.in_hand.extend(jobs)
-        top = max(((row[3], row[0]) for row in rows), default=None)
-        return _Batch(jobs, len(rows), top)
+        return _Batch(jobs, claimed.walked, claimed.top)
 
     def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings
@@ -263,14 +260,9 @@ class Claimer:
     async def promote(self) -> int:
         """Move due scheduled jobs to queued; remember when the next one falls due."""
         s = self.settings
-        params = {"queues": list(s.queues), "limit": s.promote_batch, "now": None}
-
-        async def promote(conn: Any) -> tuple[int, Any]:
-            cur = await conn.execute(query("job_promote_due", self.schema), params)
-            row = await cur.fetchone()
-            return int(row[0]), row[1]
-
-        promoted, next_due_in = await self.link.run(promote)
+        promoted, next_due_in = await self.link.run(
+            lambda conn: self.store.promote_due(conn, s.queues, s.promote_batch)
+        )
         now = time.monotonic()
         self._next_promote = (
             now if promoted == s.promote_batch else (now + s.poll_interval.total_seconds())

@@ -16,32 +16,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
 
 import psycopg
 
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
-from pgqueue.queries import statement
-from pgqueue.registry import encode_json
 from pgqueue.service import Health
+from pgqueue.store.jobs import JobsStore
 
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL
 # flush, so while the completer lags, fewer and larger batches are what keeps up with the
 # claims.
 OUTCOME_BATCH = 1000
-
-
-def finish_params(outcomes: Sequence[Outcome], keep_history: bool) -> dict[str, Any]:
-    """job_finish_many's parameters. Every writer of outcomes builds them here: the completer,
-    the rescuer, an atomic lane and a stopping worker."""
-    return {
-        "outcomes": encode_json([o.as_row() for o in outcomes]),
-        "keep_history": keep_history,
-        "now": None,
-    }
 
 
 class Completer:
@@ -52,6 +39,7 @@ class Completer:
         self.schema = schema
         self.keep_history = keep_history
         self.max_batch = max_batch
+        self.store = JobsStore(schema)
         self._pending: list[Outcome] = []
         self._ready = asyncio.Event()
         self._closing = False
@@ -167,14 +155,10 @@ class Completer:
             )
 
     async def _write_once(self, batch: list[Outcome]) -> None:
-        params = finish_params(batch, self.keep_history)
-
-        async def write(conn: Any) -> tuple[int, int, int]:
-            cur = await conn.execute(statement("job_finish_many", self.schema), params)
-            row = await cur.fetchone()
-            return (int(row[0]), int(row[1]), int(row[2]))
-
-        finished, retried, _archived = await self.link.run(write)
+        written = await self.link.run(
+            lambda conn: self.store.finish_many(conn, batch, self.keep_history)
+        )
+        finished, retried = written.finished, written.retried
         moved = finished + retried
         self.written += moved
         self.retried += retried

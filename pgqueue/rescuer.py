@@ -24,15 +24,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pgqueue import tenants
-from pgqueue.completer import finish_params
 from pgqueue.errors import PgQueueError
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, TaskPolicy
-from pgqueue.queries import dead_channel, query
 from pgqueue.queue import insert_statement
-from pgqueue.registry import NewJob, Registry, encode_json
+from pgqueue.registry import NewJob, Registry
 from pgqueue.service import Loop
+from pgqueue.store.jobs import JobsStore
+from pgqueue.store.workers import WorkersStore
 
 log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()
@@ -64,6 +64,8 @@ class Rescuer(Loop):
         self.interval = interval.total_seconds()
         self.on_claimable = on_claimable
         self.queues = list(queues)
+        self.store = JobsStore(schema)
+        self.workers = WorkersStore(schema)
         self.out_of_range = 0
         self.rescued = 0
         self.passes = 0
@@ -83,39 +85,23 @@ class Rescuer(Loop):
     async def fail_out_of_range(self, conn: Any) -> int:
         """Fail the scheduled jobs of this worker's queues that no worker could ever run: their
         run_at is past year 9999 (written behind the API's back). Returns how many."""
-        params = {"queues": self.queues, "limit": 1000, "keep_history": self.keep_history}
-        cur = await conn.execute(
-            query("job_fail_out_of_range", self.schema), params | {"now": None}
-        )
-        row = await cur.fetchone()
-        failed = int(row[0]) if row else 0
+        failed = await self.store.fail_out_of_range(conn, self.queues, 1000, self.keep_history)
         if failed:
             log.error("failed %d scheduled jobs whose run_at is after year 9999", failed)
         return failed
 
     async def rescue(self, conn: Any, limit: int = 1000) -> int:
         """One pass on `conn` (autocommit). Returns how many jobs it rescued."""
-        params = {"lease": self.lease.total_seconds(), "now": None}
         async with conn.transaction():
-            cur = await conn.execute(
-                query("worker_rescue_lock", self.schema), {"schema": self.schema}
-            )
-            locked = await cur.fetchone()
-            if not locked or not locked[0]:
+            if not await self.workers.rescue_lock(conn):
                 return 0  # another worker is rescuing right now
-            cur = await conn.execute(
-                query("job_find_stranded", self.schema), params | {"limit": limit}
-            )
-            jobs = [ClaimedJob(*row) for row in await cur.fetchall()]
+            jobs = await self.store.find_stranded(conn, self.lease, limit)
             if self.passes % ORPHAN_PASSES == 0 and len(jobs) < limit:
-                cur = await conn.execute(
-                    query("job_find_orphaned", self.schema), {"limit": limit - len(jobs)}
-                )
-                jobs += [ClaimedJob(*row) for row in await cur.fetchall()]
+                jobs += await self.store.find_orphaned(conn, limit - len(jobs))
             self.passes += 1
             if jobs:
                 await self._apply(conn, jobs)
-            await conn.execute(query("worker_delete_dead", self.schema), params)
+            await self.workers.delete_dead(conn, self.lease)
         self.rescued += len(jobs)
         return len(jobs)
 
@@ -130,18 +116,13 @@ class Rescuer(Loop):
                 follow_ups.append(follow_up)
             elif outcome.error and outcome.error["kind"] == "abandoned":
                 dead.append(job)
-        await conn.execute(
-            query("job_finish_many", self.schema),
-            finish_params(outcomes, self.keep_history),
-        )
+        await self.store.finish_many(conn, outcomes, self.keep_history)
         if follow_ups:
             statement, insert_params = insert_statement(follow_ups, self.schema)
             await conn.execute(statement, insert_params)
         for job in dead:
-            payload = encode_json({"id": job.id, "task": job.task, "queue": job.queue})
-            await conn.execute(
-                query("job_notify_dead", self.schema),
-                {"channel": dead_channel(self.schema), "payload": payload},
+            await self.workers.notify_dead_job(
+                conn, {"id": job.id, "task": job.task, "queue": job.queue}
             )
         log.warning(
             "rescued %d jobs from dead workers %s: %s",

@@ -32,7 +32,7 @@ from typing import Any
 
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
-from pgqueue.completer import OUTCOME_BATCH, Completer, finish_params
+from pgqueue.completer import OUTCOME_BATCH, Completer
 from pgqueue.errors import DatabaseError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
@@ -48,6 +48,8 @@ from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
 from pgqueue.service import Every, Health, Service, Services
+from pgqueue.store.jobs import JobsStore
+from pgqueue.store.workers import WorkersStore
 from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
 
@@ -80,6 +82,7 @@ class Worker:
                 update={"schema_name": QueueSettings(schema=schema).schema_name}
             )
         self.schema: str = self.queue_settings.schema_name
+        self.jobs = JobsStore(self.schema)
         self.dsn = dsn
         self.settings = settings or WorkerSettings(**overrides)
         if self.settings.queues == (ALL_QUEUES,):
@@ -374,15 +377,11 @@ class Worker:
         if not self._cancels:
             return
 
-        async def requested(conn: Any) -> list[Any]:
-            cur = await conn.execute(
-                query("job_list_cancel_requested", self.schema),
-                {"worker_id": self.id, "ids": list(self._cancels)},
-            )
-            rows: list[Any] = await cur.fetchall()
-            return rows
-
-        for (job_id,) in await self._claims.run(requested):
+        ids = list(self._cancels)
+        requested = await self._claims.run(
+            lambda conn: self.jobs.cancel_requested(conn, ids, self.id)
+        )
+        for job_id in requested:
             self._cancel_requested(job_id)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
@@ -508,10 +507,7 @@ class Worker:
             return
         known = [job.id for job in self._running.values()] + self.completer.job_ids()
         known += [job.id for job in self.claimer.in_hand]  # claimed this round, not yet started
-        cur = await conn.execute(
-            query("job_release_orphans", self.schema), {"worker_id": self.id, "known": known}
-        )
-        orphans = await cur.fetchall()
+        orphans = await self.jobs.release_orphans(conn, self.id, known)
         if orphans:
             log.warning("put back %d jobs claimed while the connection broke", len(orphans))
             self.claimer.forget_hints()  # they sit below any hint now
@@ -524,16 +520,12 @@ class Worker:
             return
 
         async def cancel(conn: Any) -> list[ClaimedJob]:
-            cur = await conn.execute(
-                query("job_list_cancel_requested", self.schema),
-                {"worker_id": self.id, "ids": [job.id for job in self._unfinished]},
-            )
-            requested = {row[0] for row in await cur.fetchall()}
+            ids = [job.id for job in self._unfinished]
+            requested = set(await self.jobs.cancel_requested(conn, ids, self.id))
             jobs = [job for job in self._unfinished if job.id in requested]
             if jobs:
                 outcomes = [cancelled(job, None) for job in jobs]
-                params = finish_params(outcomes, self.queue_settings.keep_history)
-                await conn.execute(query("job_finish_many", self.schema), params)
+                await self.jobs.finish_many(conn, outcomes, self.queue_settings.keep_history)
             return jobs
 
         done = await self._claims.run(cancel)
@@ -546,12 +538,7 @@ class Worker:
             return
         ids = [job.id for job in self._unfinished]
 
-        async def release(conn: Any) -> None:
-            await conn.execute(
-                query("job_release_many", self.schema), {"ids": ids, "worker_id": self.id}
-            )
-
-        await self._claims.run(release)
+        await self._claims.run(lambda conn: self.jobs.release_many(conn, ids, self.id))
         log.warning("put %d unfinished jobs back in their queues", len(ids))
 
 
@@ -567,39 +554,25 @@ class _Registration:
 
     def __init__(self, link: Link, schema: str, identity: dict[str, Any]) -> None:
         self.link = link
-        self.schema = schema
+        self.store = WorkersStore(schema)
         self.identity = identity
         self.worker_id = 0
 
     async def start(self) -> None:
         """Refuse to start on a schema that was never migrated; then take a worker id."""
-        if not await self.link.run(self._migrated):
-            option = "" if self.schema == "pgqueue" else f" --schema {self.schema}"
+        if not await self.link.run(self.store.migrated):
+            option = "" if self.store.schema == "pgqueue" else f" --schema {self.store.schema}"
             raise DatabaseError(
-                f"schema {self.schema!r} has no pgqueue tables: run `pgqueue migrate{option}` first"
+                f"schema {self.store.schema!r} has no pgqueue tables: run `pgqueue "
+                f"migrate{option}` first"
             )
-        self.worker_id = await self.link.run(self._register)
+        self.worker_id = await self.link.run(lambda conn: self.store.register(conn, self.identity))
 
     async def stop(self, deadline: float) -> None:
-        await self.link.run(self._deregister)
+        await self.link.run(lambda conn: self.store.deregister(conn, self.worker_id))
 
     def health(self) -> Health:
         return Health(self.worker_id > 0, f"worker {self.worker_id}")
-
-    async def _migrated(self, conn: Any) -> bool:
-        cur = await conn.execute(
-            query("migration_table_exists", self.schema), {"schema": self.schema}
-        )
-        row = await cur.fetchone()
-        return bool(row and row[0])
-
-    async def _register(self, conn: Any) -> int:
-        cur = await conn.execute(query("worker_register", self.schema), self.identity)
-        row = await cur.fetchone()
-        return int(row[0])
-
-    async def _deregister(self, conn: Any) -> None:
-        await conn.execute(query("worker_deregister", self.schema), {"worker_id": self.worker_id})
 
 
 def _is_async(registry: Registry, name: str) -> bool:
