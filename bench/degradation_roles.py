@@ -204,7 +204,7 @@ def claim_loop(
     name = f"bench:{'hint' if hinted else 'plain'}"
     with psycopg.connect(dsn, autocommit=True, application_name=name) as conn:
         # The planner settings of pgqueue's own worker sessions, so that the strategies differ
-        # only in how they claim (worker.sql, session_prefer_indexes).
+        # only in how they claim (workers.sql, session_prefer_indexes).
         conn.execute(query("session_prefer_indexes", schema))
         ready.set()
         while not stop.is_set():

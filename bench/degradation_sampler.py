@@ -35,7 +35,7 @@ PROBE_LIMIT = 10  # pgqueue's default concurrency: its largest claim batch
 
 
 def probe_statement(schema: str) -> sql.Composed:
-    """job_claim's index walk (sql/queries/worker.sql) without FOR UPDATE and the UPDATE."""
+    """job_claim's index walk (sql/queries/jobs.sql) without FOR UPDATE and the UPDATE."""
     return sql.SQL(
         """SELECT id FROM {}.jobs
 WHERE queue = %(queue)s AND status = 'queued' AND NOT atomic

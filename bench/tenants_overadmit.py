@@ -11,7 +11,7 @@ writes `overadmit.json`.
 seed 003's claim decides from a snapshot: two claims that count a key at the same time both
 see its free slots, and a batch may take more jobs of a key than it has slots. job_claim
 admits each key's jobs through one guarded upsert of the key's slot row, which reads the
-latest version under its lock (sql/queries/worker.sql), so the limit holds.
+latest version under its lock (sql/queries/jobs.sql), so the limit holds.
 
     python -m bench.tenants_overadmit [--dsn DSN] [--out DIR]
 """

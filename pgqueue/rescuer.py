@@ -6,7 +6,7 @@ inside a transaction that first takes a try-advisory lock, so only one rescuer a
 is stranded when its worker has not heartbeated for longer than lease_timeout: a dead worker's jobs
 are back within about lease + one rescue interval, never sooner, and a worker that keeps
 heartbeating never loses a job however long it runs. A running job whose worker row is gone
-(job_find_orphaned, sql/queries/worker.sql) is looked for on the first pass and then every
+(job_find_orphaned, sql/queries/jobs.sql) is looked for on the first pass and then every
 ORPHAN_PASSES passes, because that look walks every running entry of the table.
 
 Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed once

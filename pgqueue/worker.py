@@ -281,7 +281,7 @@ class Worker:
         tolerate(conn)  # a job whose row Python cannot read fails alone (values.py)
 
     async def _planner_session(self, conn: Any) -> None:
-        """The claim and completer connections plan for index access (worker.sql,
+        """The claim and completer connections plan for index access (workers.sql,
         session_prefer_indexes)."""
         await conn.execute(query("session_prefer_indexes", self.schema))
 

@@ -2,7 +2,7 @@
 
 Every state change here is one statement guarded in its WHERE (status, worker, attempt), so a
 late or duplicate write cannot move a job that another actor already moved. Runs the worker's
-statements of sql/queries/worker.sql on the worker's own connections; raises psycopg's errors
+statements of sql/queries/jobs.sql on the worker's own connections; raises psycopg's errors
 (a deadlock a caller may retry), never its own.
 """
 

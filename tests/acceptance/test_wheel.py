@@ -117,7 +117,7 @@ def test_wheel_carries_migrations_queries_and_py_typed(installed: Installed) -> 
         names = set(wheel.namelist())
 
     assert "pgqueue/sql/migrations/0001_jobs.sql" in names
-    assert "pgqueue/sql/queries/worker.sql" in names
+    assert "pgqueue/sql/queries/jobs.sql" in names
     assert "pgqueue/py.typed" in names
     for path in (ROOT / "sql").rglob("*.sql"):
         assert f"pgqueue/sql/{path.relative_to(ROOT / 'sql').as_posix()}" in names

@@ -1,5 +1,5 @@
 -- Per-key concurrency limits: the statements that set and read them, and the worker's sweep.
--- The admission itself is in job_claim (worker.sql); giving slots back is the trigger of
+-- The admission itself is in job_claim (jobs.sql); giving slots back is the trigger of
 -- migration 0005.
 
 -- name: concurrency_limit_set

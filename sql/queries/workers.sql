@@ -1,0 +1,77 @@
+-- The workers table (registration, heartbeat, listing, cleanup), the rescuer's lock, and the
+-- session settings of a worker's own connections.
+
+-- name: worker_register
+-- Records a starting worker; its id guards every write it makes to a job.
+INSERT INTO {schema}.workers (name, hostname, pid, queues, concurrency)
+VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+RETURNING id;
+
+-- name: worker_heartbeat
+-- Proves the worker alive: one row per worker, never one per job. If the rescuer removed the
+-- row (the worker was presumed dead), it is put back under the same id and `revived` is true:
+-- the jobs it held were rescued, and their late outcomes are refused by the completion guard.
+INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency)
+OVERRIDING SYSTEM VALUE
+VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+RETURNING (xmax = 0) AS revived;
+
+-- name: worker_list
+-- The workers with a row, newest first, each with its running jobs (a lookup per worker in
+-- jobs_running_idx) and the age of its last heartbeat by the database's clock. A worker
+-- whose heartbeat is older than its lease is dead and about to be rescued.
+SELECT w.id, w.name, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.heartbeat_at,
+       coalesce(%(now)s::timestamptz, now()) - w.heartbeat_at AS silent_for,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.worker_id = w.id AND j.status = 'running') AS running
+FROM {schema}.workers AS w
+ORDER BY w.id DESC
+LIMIT %(limit)s;
+
+-- name: worker_deregister
+-- Removes a worker that stopped cleanly, after its jobs were finished or put back.
+DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
+
+-- name: session_set_async_commit
+-- Makes this session's commits return before their WAL is flushed. Run on the lease-claim
+-- connection only (pgqueue/worker.py, _claim_session): a claim lost in a server crash leaves
+-- its job queued, or running for a worker the rescuer then finds dead, which a crash causes
+-- anyway; and the outcome's commit, synchronous, flushes the claim's WAL with its own. Never
+-- on an atomic lane, whose commit carries the handler's writes.
+SELECT set_config('synchronous_commit', 'off', false);
+
+-- name: session_prefer_indexes
+-- Keeps the planner off sequential scans and JIT in the worker's own sessions (claim and
+-- completer), whose statements are all written for index access (test_claim_plan.py,
+-- test_finish_plan.py) and return quickly. A prepared statement keeps the generic plan
+-- it got when the table was small, and without fresh statistics (autovacuum off, or the first
+-- minute of a new table) nothing replans it: the outcome writes kept a sequential scan of
+-- jobs planned while it was nearly empty, and once a held horizon had bloated the heap each
+-- write read all of it. Tables with no usable index (the small concurrency tables) are
+-- still scanned: the setting only makes that path the last resort. JIT compiles a statement
+-- whose estimate passes jit_above_cost, which stale estimates on a bloated table can do, and
+-- the compiling alone costs far more than a claim. Never set on an atomic lane:
+-- that session runs the handler's own statements.
+SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false);
+
+-- name: worker_listen
+-- Subscribes to the schema's wake-up channel (pgqueue/wakeup.py reads its payloads).
+LISTEN {channel};
+
+-- name: worker_rescue_lock
+-- Lets one rescuer act at a time across all workers of the schema; released at commit.
+SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.rescue'), hashtext(%(schema)s));
+
+-- name: worker_delete_dead
+-- Removes workers silent for longer than the lease once none of their jobs is still running.
+DELETE FROM {schema}.workers AS w
+WHERE w.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.jobs AS j WHERE j.worker_id = w.id AND j.status = 'running'
+  );
+
+-- name: transaction_bound_idle
+-- Server-side backstop for an atomic job's transaction: if its worker hangs while idle in the
+-- transaction past this many milliseconds, PostgreSQL ends the session and the job is freed.
+SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
