@@ -19,7 +19,7 @@ from pgqueue import migrate as migrations
 from pgqueue.errors import JobNotFoundError, PgQueueError
 from pgqueue.models import Cancellation, WorkerSettings
 from pgqueue.queue import AsyncQueue, Queue
-from pgqueue.store.workers import WorkersStore
+from pgqueue.store.workers import WorkerRow, WorkersStore
 
 EMBEDDED_DIR = Path(".pgqueue") / "pgdata"
 CONFIRM_BELOW_SECONDS = 60  # a prune this close to now deletes the whole history
@@ -156,7 +156,7 @@ def workers(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker_json(row: Any) -> dict[str, Any]:
+def _worker_json(row: WorkerRow) -> dict[str, Any]:
     data: dict[str, Any] = dict(vars(row))
     data["started_at"] = row.started_at.isoformat()
     data["heartbeat_at"] = row.heartbeat_at.isoformat()

@@ -1,0 +1,44 @@
+"""`python -m bench SUITE [OPTIONS]`: every benchmark behind one entry point.
+
+`python -m bench` lists the suites; `python -m bench SUITE --help` gives a suite's options.
+Each suite records the PostgreSQL version, its settings and the exact command beside its
+figures; bench/README.md quotes them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUITES = {
+    "throughput": ("bench.throughput", "drain, enqueue and idle latency against peers and raw SQL"),
+    "throughput-pairs": ("bench.throughput_pairs", "bulk enqueue against a raw COPY, in pairs"),
+    "degradation": ("bench.degradation", "claims while a long transaction holds the horizon"),
+    "chaos": ("bench.chaos", "kill -9, restarts and faults: nothing lost, nothing run twice"),
+    "tenants": ("bench.tenants", "keyed claims against keyless ones, and fairness"),
+    "tenants-overadmit": ("bench.tenants_overadmit", "the per-key limit under racing claims"),
+    "dedupe": ("bench.dedupe", "what a dedupe key costs at enqueue"),
+    "records": ("bench.records", "reading job records from a large history"),
+    "history": ("bench.history", "pruning and reading a history of 1M jobs"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.splitlines()[0] + "\n\nsuites:")
+        for name, (_, what) in SUITES.items():
+            print(f"  {name:<18} {what}")
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in SUITES:
+        print(f"bench: no suite {name!r}; choose one of {', '.join(SUITES)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUITES[name][0])
+    code: int | None = module.main(rest)
+    return code or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
