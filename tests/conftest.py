@@ -185,6 +185,29 @@ def wait_until(predicate: Any, timeout: float = 60.0, what: str = "condition") -
         time.sleep(0.02)
 
 
+def env_without_dsn(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment less PGQUEUE_DSN and DATABASE_URL, so only what a test passes names a
+    database, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    return env | (extra or {})
+
+
+def run_python(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 120
+) -> Any:
+    """`python ARGS` as a real process in `cwd`, with no DSN inherited; its output captured."""
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env_without_dsn(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def worker_process(
     dsn: str, schema: str, *args: str, log: Path, env: dict[str, str] | None = None
 ) -> Any:
@@ -195,8 +218,7 @@ def worker_process(
     import subprocess
     import sys
 
-    full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    full_env.update(env or {})
+    full_env = env_without_dsn(env)
     with open(log, "w") as out:
         return subprocess.Popen(
             [
@@ -226,8 +248,7 @@ def settings_worker_process(
     import json
     import subprocess
 
-    full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    full_env.update(env or {})
+    full_env = env_without_dsn(env)
     with open(log, "w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.run_worker", dsn, schema, json.dumps(settings)],

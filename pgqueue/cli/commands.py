@@ -310,18 +310,13 @@ def _tenant_key(args: argparse.Namespace) -> str | None:
 
 
 def tenants_set(args: argparse.Namespace) -> int:
+    """`tenants set` (a limit) and `tenants remove` (no max_running: the limit goes)."""
     key = _tenant_key(args)
+    limit = getattr(args, "max_running", None)
     with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
-        _jobs_queue(args).set_concurrency_limit(key, args.max_running, conn=conn)
-    print(f"{key or 'default'}: at most {args.max_running} running", file=sys.stderr)
-    return 0
-
-
-def tenants_remove(args: argparse.Namespace) -> int:
-    key = _tenant_key(args)
-    with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
-        _jobs_queue(args).set_concurrency_limit(key, None, conn=conn)
-    print(f"{key or 'default'}: limit removed", file=sys.stderr)
+        _jobs_queue(args).set_concurrency_limit(key, limit, conn=conn)
+    done = "limit removed" if limit is None else f"at most {limit} running"
+    print(f"{key or 'default'}: {done}", file=sys.stderr)
     return 0
 
 

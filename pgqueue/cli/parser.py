@@ -274,7 +274,7 @@ def _tenants(p: argparse.ArgumentParser) -> None:
     r = add("remove", "remove a key's limit (it falls back to the default)")
     r.add_argument("key", nargs="?", help="the concurrency key")
     r.add_argument("--default", action="store_true", help="remove the default: unlimited")
-    r.set_defaults(handler=commands.tenants_remove)
+    r.set_defaults(handler=commands.tenants_set)
     ls = add("list", "keys with a limit, running or waiting jobs")
     ls.add_argument("--json", action="store_true", help="print the keys as JSON")
     ls.set_defaults(handler=commands.tenants_list)

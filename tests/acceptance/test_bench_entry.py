@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from bench.__main__ import SUITES
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result: subprocess.CompletedProcess[str] = run_python("-m", "bench", *args, timeout=600)
+    return result
 
 
 def test_the_entry_point_lists_every_suite_and_each_has_a_main() -> None:

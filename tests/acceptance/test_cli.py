@@ -7,9 +7,7 @@ and exit 0.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,23 +18,15 @@ from psycopg import sql
 
 from pgqueue import Queue
 from tests import apps
-from tests.conftest import ROOT, count, drop_schema
+from tests.conftest import count, drop_schema, run_python
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/x"
 
 
 def run_pgqueue(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m pgqueue ARGS` from the checkout, with no DSN inherited from the environment."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "pgqueue", *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result: subprocess.CompletedProcess[str] = run_python("-m", "pgqueue", *args, env=env)
+    return result
 
 
 def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from pgqueue import Queue
 from pgqueue.cli import parser as cli_parser
 from tests.acceptance.test_cli import assert_usage_error, run_pgqueue
-from tests.conftest import count, new_schema, wait_until, worker_process
+from tests.conftest import ROOT, count, new_schema, run_python, wait_until, worker_process
 
 
 def _app(folder: Path, dsn: str | None, schema: str) -> Path:
@@ -46,16 +45,11 @@ def _app(folder: Path, dsn: str | None, schema: str) -> Path:
 
 
 def _run_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[2]), str(folder)])
-    return subprocess.run(
-        [sys.executable, "-m", "pgqueue", *args],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    path = os.pathsep.join([str(ROOT), str(folder)])
+    result: subprocess.CompletedProcess[str] = run_python(
+        "-m", "pgqueue", *args, cwd=folder, env={"PYTHONPATH": path}
     )
+    return result
 
 
 def test_the_worker_uses_the_dsn_the_application_gave_its_queue(

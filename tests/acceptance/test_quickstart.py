@@ -6,30 +6,23 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from pgqueue import Queue
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_python
 
 QUICKSTART = ROOT / "examples" / "quickstart"
 
 
 def _run(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    env["SHOP_DSN"] = dsn
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(QUICKSTART)])
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=QUICKSTART,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    path = os.pathsep.join([str(ROOT), str(QUICKSTART)])
+    result: subprocess.CompletedProcess[str] = run_python(
+        *args, cwd=QUICKSTART, env={"SHOP_DSN": dsn, "PYTHONPATH": path}
     )
+    return result
 
 
 def test_migrate_enqueue_in_a_transaction_then_run_the_worker(own_database: str) -> None:
