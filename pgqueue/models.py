@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -132,6 +132,16 @@ class RetryPolicy(Settings):
     base: timedelta = timedelta(seconds=1)
     cap: timedelta = timedelta(hours=1)
     jitter: float = Field(default=0.25, ge=0.0, le=1.0)
+
+    if TYPE_CHECKING:  # durations as seconds too, as pydantic accepts them at run time
+
+        def __init__(
+            self,
+            *,
+            base: timedelta | float = ...,
+            cap: timedelta | float = ...,
+            jitter: float = ...,
+        ) -> None: ...
 
     @field_validator("base", "cap")
     @classmethod

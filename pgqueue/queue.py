@@ -13,7 +13,7 @@ import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -55,6 +55,12 @@ from pgqueue.values import tolerate
 
 R = TypeVar("R")
 JobRef = NewJob | str | Task[Any]
+
+
+class _Scheduling(Protocol):
+    """What `@queue.periodic(...)` returns: it schedules the task (or function) it decorates."""
+
+    def __call__(self, target: Task[R] | Callable[..., R], /) -> Task[R]: ...
 
 
 class _Base(abc.ABC):
@@ -179,6 +185,49 @@ class _Base(abc.ABC):
         task.enqueuer = self._enqueue_task(task)
         self.registry.add(task)
         return task
+
+    @overload
+    def periodic(
+        self,
+        task: Task[R] | Callable[..., R],
+        /,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        args: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: str = "skip",
+        grace: timedelta | float | None = None,
+    ) -> Task[R]: ...
+    @overload
+    def periodic(
+        self,
+        task: str,
+        /,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        args: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: str = "skip",
+        grace: timedelta | float | None = None,
+    ) -> Task[Any]: ...
+    @overload
+    def periodic(
+        self,
+        task: None = None,
+        /,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        args: dict[str, Any] | None = None,
+        name: str | None = None,
+        missed: str = "skip",
+        grace: timedelta | float | None = None,
+    ) -> _Scheduling: ...
 
     def periodic(
         self,

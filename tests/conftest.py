@@ -174,6 +174,12 @@ def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "
     return int(row[0])
 
 
+def committed(conn: psycopg.Connection[Any]) -> bool:
+    """End `conn`'s transaction, so the next read of a wait_until predicate sees new rows."""
+    conn.commit()
+    return True
+
+
 def wait_until(predicate: Any, timeout: float = 60.0, what: str = "condition") -> None:
     """Wait for a state the test can observe (a row count, a file), up to `timeout` seconds."""
     import time

@@ -83,7 +83,7 @@ def test_worker_records_every_bad_job_and_keeps_running(dsn: str, schema: str) -
     register("stop_iteration", exc=StopIteration("done early"))
 
     with psycopg.connect(dsn) as conn:
-        ids = {name: queue.enqueue(name, {}, conn=conn) for name in cases}
+        ids: dict[str, int] = {name: queue.enqueue(name, {}, conn=conn) for name in cases}
         ids["unknown_task"] = _raw_job(conn, schema, "no.such.task", {"x": 1})
         ids["args_no_longer_validate"] = _raw_job(conn, schema, "typed", {"user_id": "abc"})
         cases["unknown_task"] = ("failed", "no task is registered under 'no.such.task'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -22,7 +23,7 @@ AWKWARD = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "\\N", 'quote"d'
 COLUMNS = "queue, task, args, status, priority, attempt, max_attempts, atomic, concurrency_key"
 
 
-def _rows(conn: psycopg.Connection[Any], schema: str, ids: list[int]) -> list[tuple[Any, ...]]:
+def _rows(conn: psycopg.Connection[Any], schema: str, ids: Sequence[int]) -> list[tuple[Any, ...]]:
     statement = sql.SQL("SELECT {} FROM {}.jobs WHERE id = ANY(%s) ORDER BY id").format(
         sql.SQL(COLUMNS), sql.Identifier(schema)
     )

@@ -15,7 +15,7 @@ import pytest
 
 from pgqueue import JobContext, Queue, Worker
 from pgqueue.migrate import apply
-from tests.conftest import count, wait_until, worker_in_thread
+from tests.conftest import committed, count, wait_until, worker_in_thread
 
 
 def _terminate(conn: psycopg.Connection[Any], application: str) -> int:
@@ -174,7 +174,7 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
         queue.enqueue(t.job(2), conn=conn, queue="b")
         conn.commit()
         wait_until(fired.is_set, what="the fault between the round's two claims")
-        wait_until(lambda: _finished(conn, "pgqueue") == 2 and not conn.commit(), 20, "both jobs")
+        wait_until(lambda: _finished(conn, "pgqueue") == 2 and committed(conn), 20, "both jobs")
     queue.close()
     assert dict(runs) == {1: 1, 2: 1}
 

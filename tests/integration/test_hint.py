@@ -280,7 +280,7 @@ def test_worker_that_keeps_up_claims_from_the_floor_only_once(queue: Queue, dsn:
         with psycopg.connect(dsn) as late:
             queue.enqueue(t.job(-1), conn=late)  # committed last, below everything
             for i in range(60):
-                urgent = {"priority": -3} if i % 10 == 0 else {}
+                urgent: dict[str, Any] = {"priority": -3} if i % 10 == 0 else {}
                 queue.enqueue(t.job(i), **urgent)
                 if i % 20 == 0:
                     wait_until(lambda n=i: len(done) == n + 1, what=f"job {i}")

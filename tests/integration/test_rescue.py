@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from pgqueue.testing import drain
 from tests import apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
 
-FAST = {"heartbeat_interval": 0.2, "lease_timeout": 1.0, "rescue_interval": 0.2}
+FAST: dict[str, Any] = {"heartbeat_interval": 0.2, "lease_timeout": 1.0, "rescue_interval": 0.2}
 
 
 def _history(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
@@ -137,7 +138,7 @@ def test_a_frozen_worker_that_wakes_after_its_jobs_were_rescued_cannot_overwrite
         assert frozen.wait(timeout=30) == 0, log.read_text()
 
 
-def _strand(conn: psycopg.Connection[Any], schema: str, ids: list[int]) -> None:
+def _strand(conn: psycopg.Connection[Any], schema: str, ids: Sequence[int]) -> None:
     """Mark jobs as running under worker 424242, which has no row: a vanished worker."""
     conn.execute(
         sql.SQL(

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue, Worker
-from tests.conftest import count, wait_until, worker_in_thread
+from tests.conftest import committed, count, wait_until, worker_in_thread
 
 
 def _listeners(conn: psycopg.Connection[Any]) -> int:
@@ -50,7 +50,7 @@ def test_poll_only_worker_opens_no_listener_and_still_runs_jobs(
     worker = Worker(queue, dsn=dsn, poll_only=True, poll_interval=0.05)
     with worker_in_thread(worker), psycopg.connect(dsn) as conn:
         wait_until(
-            lambda: count(conn, schema, "workers") == 1 and not conn.commit(),
+            lambda: count(conn, schema, "workers") == 1 and committed(conn),
             what="the worker to register",
         )
         queue.enqueue(t.job(), conn=conn)

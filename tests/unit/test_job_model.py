@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pgqueue import Job
+from pgqueue import Job, JobStatus
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -16,7 +16,7 @@ def _job(**times: Any) -> Job:
         queue="default",
         task="t",
         args={},
-        status="queued",
+        status=JobStatus.QUEUED,
         priority=0,
         attempt=1,
         max_attempts=3,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,8 @@ def test_enqueued_is_the_id_wherever_an_int_was_used() -> None:
 
 def test_a_record_from_a_row_of_the_old_width_still_decodes() -> None:
     now = datetime.now(timezone.utc)
-    row = (1, "q", "t", {}, "succeeded", 0, 1, 3, now, now, now, now + timedelta(seconds=2))
+    row: tuple[Any, ...] = (1, "q", "t", {}, "succeeded", 0, 1, 3, now, now, now)
+    row += (now + timedelta(seconds=2),)
     job = Job.from_row((*row, 7, [], {"ok": True}))
     assert job.status is JobStatus.SUCCEEDED and job.finished
     assert job.run_time == timedelta(seconds=2) and job.wait_time == timedelta(0)
@@ -35,15 +37,18 @@ def test_a_record_from_a_row_of_the_old_width_still_decodes() -> None:
     assert dumped["run_time"] == "PT2S" and dumped["last_error"] is None
 
 
+def _statuses(status: Any) -> Any:
+    """The statuses a JobFilter built as list_jobs builds it (keywords of any type) sends."""
+    filters: dict[str, Any] = {"status": status}
+    return JobFilter(**filters).params()["statuses"]
+
+
 def test_filters_take_one_status_or_several_and_refuse_unknown_ones() -> None:
-    assert JobFilter(status="failed").params()["statuses"] == ["failed"]
-    assert JobFilter(status=["queued", JobStatus.RUNNING]).params()["statuses"] == [
-        "queued",
-        "running",
-    ]
+    assert _statuses("failed") == ["failed"]
+    assert _statuses(["queued", JobStatus.RUNNING]) == ["queued", "running"]
     assert JobFilter().params()["statuses"] is None
     with pytest.raises(ConfigurationError, match="status"):
-        JobFilter(status="finished")
+        _statuses("finished")
 
 
 def test_the_cancel_notification_can_never_be_mistaken_for_a_queue_name() -> None:
