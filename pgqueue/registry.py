@@ -215,20 +215,13 @@ class Task(Generic[R]):
             raise InvalidArgumentsError(
                 f"task {self.name!r}: stored arguments no longer validate: {exc}"
             ) from None
-        positional: list[Any] = []
-        keyword: dict[str, Any] = {}
+        given: list[tuple[inspect.Parameter, Any]] = []
         for param in self._signature.parameters.values():
             if param.name == self._context_param:
-                value: Any = context
+                given.append((param, context))
             elif param.name in model.model_fields_set or param.default is param.empty:
-                value = getattr(model, param.name)
-            else:
-                continue
-            if param.kind is param.POSITIONAL_ONLY:
-                positional.append(value)
-            else:
-                keyword[param.name] = value
-        return positional, keyword
+                given.append((param, getattr(model, param.name)))
+        return _call_args(given)
 
 
 @dataclass(frozen=True)
@@ -370,22 +363,28 @@ class _PlainFields:
     ) -> tuple[list[Any], dict[str, Any]] | None:
         if not stored.keys() <= self.types.keys() or not self.required <= stored.keys():
             return None
-        positional: list[Any] = []
-        keyword: dict[str, Any] = {}
+        given: list[tuple[inspect.Parameter, Any]] = []
         for param in self.params:
             if param.name == self.context:
-                value: Any = context
+                given.append((param, context))
             elif param.name in stored:
                 value = stored[param.name]
                 if not _plain_value(self.types[param.name], value):
                     return None
-            else:
-                continue
-            if param.kind is param.POSITIONAL_ONLY:
-                positional.append(value)
-            else:
-                keyword[param.name] = value
-        return positional, keyword
+                given.append((param, value))
+        return _call_args(given)
+
+
+def _call_args(given: list[tuple[inspect.Parameter, Any]]) -> tuple[list[Any], dict[str, Any]]:
+    """The call's arguments: positional-only parameters by position, the others by name."""
+    positional: list[Any] = []
+    keyword: dict[str, Any] = {}
+    for param, value in given:
+        if param.kind is param.POSITIONAL_ONLY:
+            positional.append(value)
+        else:
+            keyword[param.name] = value
+    return positional, keyword
 
 
 def _plain_value(kind: type, value: Any) -> bool:

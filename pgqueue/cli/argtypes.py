@@ -5,36 +5,35 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.models import ALL_QUEUES, QUEUE_NAME, SCHEMA_NAME, check_name
 
 
-def non_negative_int(text: str) -> int:
+def _whole(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not 0 or more")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} is not {least} or more")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    return _whole(text, 0)
+
+
+def positive_int(text: str) -> int:
+    return _whole(text, 1)
 
 
 def role_name(text: str) -> str:
     if not 1 <= len(text) <= 63 or "\x00" in text:
         raise argparse.ArgumentTypeError(f"{text!r} is not a role name (1-63 characters)")
     return text  # quoted as an identifier by psycopg.sql, whatever it contains
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
-    return value
 
 
 def non_negative_float(text: str) -> float:
@@ -79,19 +78,20 @@ def queues(text: str) -> tuple[str, ...]:
     if text.strip() in ("all", ALL_QUEUES):
         return (ALL_QUEUES,)
     names = tuple(name.strip() for name in text.split(","))
-    try:
-        for name in names:
-            check_name("queue", name, QUEUE_NAME)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    for name in names:
+        queue_name(name)
     return names
 
 
-def schema(text: str) -> str:
+def _name(kind: str, text: str, pattern: re.Pattern[str]) -> str:
     try:
-        return check_name("schema", text, SCHEMA_NAME)
+        return check_name(kind, text, pattern)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def schema(text: str) -> str:
+    return _name("schema", text, SCHEMA_NAME)
 
 
 def job_id(text: str) -> int:
@@ -104,17 +104,21 @@ def job_id(text: str) -> int:
     return value
 
 
+def _some_of(text: str, allowed: Sequence[str], what: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(","))
+    for name in chosen:
+        if name not in allowed:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not {what}; use one or more of {', '.join(allowed)}"
+            )
+    return chosen
+
+
 def statuses(text: str) -> tuple[str, ...]:
+    """Comma-separated job statuses."""
     from pgqueue.models import JobStatus
 
-    known = [s.value for s in JobStatus]
-    names = tuple(name.strip() for name in text.split(","))
-    for name in names:
-        if name not in known:
-            raise argparse.ArgumentTypeError(
-                f"{name!r} is not a job status; use one or more of {', '.join(known)}"
-            )
-    return names
+    return _some_of(text, [s.value for s in JobStatus], "a job status")
 
 
 def moment(text: str) -> datetime:
@@ -136,20 +140,11 @@ def moment(text: str) -> datetime:
 
 
 def queue_name(text: str) -> str:
-    try:
-        return check_name("queue", text, QUEUE_NAME)
-    except ConfigurationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _name("queue", text, QUEUE_NAME)
 
 
 def final_statuses(text: str) -> tuple[str, ...]:
     """Comma-separated statuses a finished job can have."""
     from pgqueue.retention import FINAL_STATUSES
 
-    chosen = tuple(part.strip() for part in text.split(","))
-    for status in chosen:
-        if status not in FINAL_STATUSES:
-            raise argparse.ArgumentTypeError(
-                f"{status!r} is not a finished status: use {', '.join(FINAL_STATUSES)}"
-            )
-    return chosen
+    return _some_of(text, FINAL_STATUSES, "a finished status")

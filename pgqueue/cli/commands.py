@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import psycopg
+from pydantic import BaseModel
 
 from pgqueue import health
 from pgqueue import migrate as migrations
@@ -99,6 +100,20 @@ def _console() -> ModuleType:
     return console
 
 
+def _print(report: object, printer: str) -> None:
+    """Print `report` for a terminal with the console's `printer`."""
+    console = _console()
+    getattr(console, printer)(console.make_console(), report)
+
+
+def _show(args: argparse.Namespace, report: BaseModel, printer: str) -> None:
+    """Print `report` as JSON with --json, else for a terminal with the console's `printer`."""
+    if args.json:
+        print(report.model_dump_json(indent=2))
+    else:
+        _print(report, printer)
+
+
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -151,8 +166,7 @@ def workers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_worker_json(row) for row in rows], indent=2))
     else:
-        console = _console()
-        console.print_workers(console.make_console(), rows)
+        _print(rows, "print_workers")
     return 0
 
 
@@ -191,22 +205,14 @@ def demo(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args.dsn)) as conn:
         report = health.status(conn, _schema(args))
-    if args.json:
-        print(report.model_dump_json(indent=2))
-    else:
-        console = _console()
-        console.print_status(console.make_console(), report)
+    _show(args, report, "print_status")
     return 0
 
 
 def watchdog(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args.dsn)) as conn:
         report = health.watch(conn, args.max_age, act=args.terminate)
-    if args.json:
-        print(report.model_dump_json(indent=2))
-    else:
-        console = _console()
-        console.print_watchdog(console.make_console(), report)
+    _show(args, report, "print_watchdog")
     return 0 if report.clear else 3
 
 
@@ -258,11 +264,7 @@ def jobs_list(args: argparse.Namespace) -> int:
     }
     with connect(resolve_dsn(args.dsn)) as conn:
         page = _jobs_queue(args).list_jobs(conn=conn, **filters)
-    if args.json:
-        print(page.model_dump_json(indent=2))
-    else:
-        console = _console()
-        console.print_jobs(console.make_console(), page)
+    _show(args, page, "print_jobs")
     return 0
 
 
@@ -271,11 +273,7 @@ def jobs_show(args: argparse.Namespace) -> int:
         job = _jobs_queue(args).get_job(args.id, conn=conn)
     if job is None:
         raise JobNotFoundError(f"no job has id {args.id}, live or in history")
-    if args.json:
-        print(job.model_dump_json(indent=2))
-    else:
-        console = _console()
-        console.print_job(console.make_console(), job)
+    _show(args, job, "print_job")
     return 0
 
 

@@ -139,20 +139,22 @@ def _worker(p: argparse.ArgumentParser) -> None:
         help="comma-separated queues to serve, or `all` for every queue your tasks name "
         "(default: default)",
     )
-    p.add_argument(
-        "--concurrency",
-        type=argtypes.positive_int,
-        default=d["concurrency"].default,
-        metavar="N",
-        help="jobs run at once",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=argtypes.positive_int,
-        default=d["batch_size"].default,
-        metavar="N",
-        help="jobs claimed per statement, at most",
-    )
+    for flag, kind, name, help_text in (
+        ("--concurrency", argtypes.positive_int, "concurrency", "jobs run at once"),
+        (
+            "--batch-size",
+            argtypes.positive_int,
+            "batch_size",
+            "jobs claimed per statement, at most",
+        ),
+        (
+            "--atomic-concurrency",
+            argtypes.non_negative_int,
+            "atomic_concurrency",
+            "atomic jobs run at once, each holding a transaction",
+        ),
+    ):
+        p.add_argument(flag, type=kind, default=d[name].default, metavar="N", help=help_text)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     p.add_argument(
         "--poll-only",
@@ -173,13 +175,6 @@ def _worker(p: argparse.ArgumentParser) -> None:
             metavar="SECONDS",
             help=help_text,
         )
-    p.add_argument(
-        "--atomic-concurrency",
-        type=argtypes.non_negative_int,
-        default=d["atomic_concurrency"].default,
-        metavar="N",
-        help="atomic jobs run at once, each holding a transaction",
-    )
     p.add_argument(
         "--horizon-warning",
         type=argtypes.duration,
@@ -215,14 +210,22 @@ def _status(p: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=commands.status)
 
 
+def _action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse.ArgumentParser:
+    """One action of a command with actions (`jobs list`, `tenants set`): its own usage on an
+    error, and the global options after it too."""
+    q: argparse.ArgumentParser = actions.add_parser(name, help=help_text, formatter_class=_Help)
+    q.set_defaults(parser=q)
+    _globals(q, default=False)
+    return q
+
+
 def _jobs(p: argparse.ArgumentParser) -> None:
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        q: argparse.ArgumentParser = actions.add_parser(name, help=help_text, formatter_class=_Help)
-        q.set_defaults(parser=q)
-        _globals(q, default=False)
-        return q
+        return _action(actions, name, help_text)
 
     q = add("list", "job records, newest first, live and finished")
     q.add_argument("--queue", type=argtypes.queue_name, help="only jobs of this queue")
@@ -255,10 +258,7 @@ def _tenants(p: argparse.ArgumentParser) -> None:
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        q: argparse.ArgumentParser = verbs.add_parser(name, help=help_text, formatter_class=_Help)
-        q.set_defaults(parser=q)
-        _globals(q, default=False)
-        return q
+        return _action(verbs, name, help_text)
 
     s = add("set", "set a key's (or the default) max running jobs")
     s.add_argument("key", nargs="?", help="the concurrency key")
