@@ -31,9 +31,9 @@ import psycopg
 from pgqueue.executor import Executor, Outcome
 from pgqueue.link import connect
 from pgqueue.models import ClaimedJob
-from pgqueue.queries import query
-from pgqueue.store.jobs import finish_params
-from pgqueue.values import tolerate
+from pgqueue.store import plan
+from pgqueue.store.jobs import Finished, claim_atomic_plan, finish_plan
+from pgqueue.store.plan import AsyncConn, SyncConn
 
 log = logging.getLogger("pgqueue.worker")
 _BACKSTOP_MARGIN_MS = 30_000
@@ -80,8 +80,8 @@ class AtomicLane:
         }
         self.ran = 0
         self.sync = sync
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._sync_conn: psycopg.Connection[Any] | None = None
+        self._conn: AsyncConn | None = None
+        self._sync_conn: SyncConn | None = None
 
     async def run(self) -> None:
         """Work atomic jobs until the worker stops; survives connection faults."""
@@ -133,18 +133,18 @@ class AtomicLane:
             else:
                 await self.wait()
 
-    async def _one(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+    def _claim(self) -> plan.Plan[ClaimedJob | None]:
+        return claim_atomic_plan(self.schema, self.claim_params, self.backstop_ms)
+
+    def _finish(self, outcome: Outcome) -> plan.Plan[Finished]:
+        return finish_plan(self.schema, [outcome], self.keep_history)
+
+    async def _one(self, conn: AsyncConn) -> bool:
         async with conn.transaction():
-            await conn.execute(
-                query("transaction_bound_idle", self.schema), {"ms": str(self.backstop_ms)}
-            )
-            async with conn.cursor() as cur:
-                tolerate(cur)  # only this read: the handler gets the connection as it is
-                await cur.execute(query("job_claim_atomic", self.schema), self.claim_params)
-                row = await cur.fetchone()
-            if row is None:
+            # Plans read with a cursor of their own: the handler gets the connection as it is.
+            job = await plan.run_async(conn, self._claim(), together=False)
+            if job is None:
                 return False
-            job = ClaimedJob(*row)
             try:
                 async with conn.transaction():  # a savepoint around the handler's writes
                     outcome = await self.executor.run(job, connection=conn)
@@ -152,8 +152,7 @@ class AtomicLane:
                         raise _RollBack(outcome)
             except _RollBack as rollback:
                 outcome = rollback.outcome
-            params = finish_params([outcome], self.keep_history)
-            await conn.execute(query("job_finish_many", self.schema), params)
+            await plan.run_async(conn, self._finish(outcome), together=False)
         self.ran += 1
         return True
 
@@ -165,17 +164,9 @@ class AtomicLane:
             )
         conn = self._sync_conn
         with conn.transaction():
-            conn.execute(
-                query("transaction_bound_idle", self.schema), {"ms": str(self.backstop_ms)}
-            )
-            with conn.cursor() as cur:
-                tolerate(cur)
-                row = cur.execute(
-                    query("job_claim_atomic", self.schema), self.claim_params
-                ).fetchone()
-            if row is None:
+            job = plan.run(conn, self._claim(), together=False)
+            if job is None:
                 return False
-            job = ClaimedJob(*row)
             try:
                 with conn.transaction():  # a savepoint around the handler's writes
                     outcome = self.executor.run_sync(job, conn)
@@ -183,8 +174,6 @@ class AtomicLane:
                         raise _RollBack(outcome)
             except _RollBack as rollback:
                 outcome = rollback.outcome
-            conn.execute(
-                query("job_finish_many", self.schema), finish_params([outcome], self.keep_history)
-            )
+            plan.run(conn, self._finish(outcome), together=False)
         self.ran += 1
         return True

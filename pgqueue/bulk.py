@@ -1,11 +1,10 @@
 """Bulk enqueue through COPY: many plain jobs at close to COPY's speed.
 
-Owns: which batches take COPY, and the three statements that store one in the caller's
-transaction: job_id_reserve takes the ids first (COPY cannot return them), job_copy streams
-the rows with those ids, and job_wake names each queue's lowest (priority, id), as job_insert's
-wake-up does. Ids come back in the order the jobs were given, increasing, as from job_insert.
-On an autocommit connection the three run in a transaction of their own; otherwise in the
-caller's, which is never committed here.
+Owns: which batches take COPY, and the batch rendered as COPY's text, each job's line
+waiting for its id. pgqueue/store/jobs.py (copy_in) runs the three statements that store
+it: ids are taken first, since COPY cannot return them, and come back in the order the jobs
+were given, increasing, as from job_insert. On an autocommit connection the three run in a
+transaction of their own; otherwise in the caller's, which is never committed here.
 
 A batch takes COPY only when every job is a plain queued job: no dedupe key (that needs
 job_insert_unique), no run_at or delay (the status depends on the server's clock), and only
@@ -19,17 +18,13 @@ server (a check constraint) leave nothing stored.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg import pq
 
-from pgqueue.models import Enqueued
-from pgqueue.queries import query, statement
 from pgqueue.registry import NewJob, encode_args, too_large
 from pgqueue.tenants import refuse_keyed_atomic
 
@@ -39,7 +34,9 @@ COPY_MIN_JOBS = 64
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
-def copyable(jobs: Sequence[NewJob], conn: Any) -> bool:
+def copyable(
+    jobs: Sequence[NewJob], conn: psycopg.Connection[object] | psycopg.AsyncConnection[object]
+) -> bool:
     """Whether this batch takes COPY on `conn`: not while the caller holds the connection in
     pipeline mode, where psycopg refuses COPY (job_insert takes the batch then)."""
     if len(jobs) < COPY_MIN_JOBS or conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
@@ -94,7 +91,7 @@ class Batch:
         rows = zip(ids, self.fields, self.args, strict=True)
         return "".join(f"{i}\t{head}\t{args}\t{tail}\n" for i, (head, tail), args in rows)
 
-    def wake_params(self, ids: Sequence[int]) -> dict[str, list[Any]]:
+    def wake_params(self, ids: Sequence[int]) -> dict[str, list[object]]:
         """job_wake's parameters: each queue's lowest (priority, id)."""
         return {
             "queues": list(self.lowest),
@@ -111,41 +108,3 @@ def _fields(job: NewJob) -> tuple[str, str]:
     key = "\\N" if o.concurrency_key is None else o.concurrency_key.translate(_ESCAPES)
     head = f"{o.queue.translate(_ESCAPES)}\t{job.task.translate(_ESCAPES)}"
     return head, f"{o.priority}\t{o.max_attempts}\t{'t' if job.atomic else 'f'}\t{key}"
-
-
-def _transaction(conn: Any) -> Any:
-    return conn.transaction() if conn.autocommit else contextlib.nullcontext()
-
-
-def _ids(rows: Sequence[Any]) -> list[int]:
-    return sorted(rows[0][0])
-
-
-def enqueue(
-    conn: psycopg.Connection[Any], jobs: Sequence[NewJob], schema: str, limit: int | None
-) -> list[Enqueued]:
-    """Store `jobs` (copyable) on `conn`; returns their ids in the order given."""
-    with _transaction(conn), conn.cursor() as cur:
-        with conn.pipeline():  # the server takes the ids while the batch is rendered
-            cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
-            batch = Batch.of(jobs, limit)
-            ids = _ids(cur.fetchall())
-        with cur.copy(query("job_copy", schema)) as copy:
-            copy.write(batch.copy_text(ids))
-        cur.execute(statement("job_wake", schema), batch.wake_params(ids))
-    return [Enqueued(i) for i in ids]
-
-
-async def enqueue_async(
-    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], schema: str, limit: int | None
-) -> list[Enqueued]:
-    """The async twin of enqueue."""
-    async with _transaction(conn), conn.cursor() as cur:
-        async with conn.pipeline():
-            await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
-            batch = Batch.of(jobs, limit)
-            ids = _ids(await cur.fetchall())
-        async with cur.copy(query("job_copy", schema)) as copy:
-            await copy.write(batch.copy_text(ids))
-        await cur.execute(statement("job_wake", schema), batch.wake_params(ids))
-    return [Enqueued(i) for i in ids]

@@ -22,13 +22,13 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
 
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.store.jobs import Claimed, JobsStore
+from pgqueue.store.plan import AsyncConn
 from pgqueue.wakeup import Position
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -223,7 +223,7 @@ class Claimer:
             "now": None,
         }
 
-        async def claim(conn: Any) -> Claimed:
+        async def claim(conn: AsyncConn) -> Claimed:
             if queue not in self._keyed:
                 found = await self.store.claim_unkeyed(conn, params)
                 if found is not None:

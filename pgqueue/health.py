@@ -22,87 +22,32 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal
 
 import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
-from pydantic import BaseModel, ConfigDict
 
 from pgqueue.errors import ConfigurationError, DatabaseError
-from pgqueue.queries import query
+from pgqueue.store import health as store
+from pgqueue.store.health import HorizonHolder, QueueStats, Report, TableHealth
+from pgqueue.store.plan import SyncConn
+
+__all__ = [
+    "HorizonHolder",
+    "QueueStats",
+    "Status",
+    "TableHealth",
+    "WatchdogReport",
+    "horizon_holders",
+    "queue_stats",
+    "status",
+    "table_health",
+    "terminate",
+    "watch",
+]
 
 log = logging.getLogger("pgqueue.health")
 
-# The horizon statements read only cluster views and render no {schema}: any valid name will do.
-_NO_SCHEMA = "pgqueue"
-_JOBS_TABLE = "jobs"
 
-HolderKind = Literal["session", "replication_slot", "prepared_xact"]
-
-
-class _Report(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class QueueStats(_Report):
-    """One queue: live jobs now, and what finished in the hour up to `now`."""
-
-    queue: str
-    queued: int
-    scheduled: int
-    running: int
-    waiting: int  # parked: their concurrency key is at its limit
-    failed_last_hour: int
-    succeeded_last_minute: int
-    succeeded_last_hour: int
-    oldest_queued_age: timedelta | None  # None when nothing is queued
-
-
-class HorizonHolder(_Report):
-    """Something that keeps VACUUM from removing rows that died after its oldest xid.
-
-    session: a backend with a snapshot or a transaction id (pid, state, query).
-    replication_slot: `name` is the slot, `backend_type` physical or logical, `pid` its walsender
-    if active; a slot has no start time, so `age` is None. catalog_xmin holds catalogs only.
-    prepared_xact: `name` is the gid, `xact_start` when it was prepared; it has no pid.
-    xmin_age and catalog_xmin_age count transactions, not time.
-    """
-
-    kind: HolderKind
-    pid: int | None
-    name: str | None
-    usename: str | None
-    application_name: str | None
-    backend_type: str | None
-    state: str | None
-    xact_start: datetime | None
-    age: timedelta | None
-    state_age: timedelta | None
-    query: str | None
-    xmin_age: int | None
-    catalog_xmin_age: int | None
-    terminable: bool  # what `terminate` would accept, were it old enough
-
-    @property
-    def key(self) -> tuple[str, int | None, str | None, datetime | None]:
-        """The same holder across two reads: its transaction, not just its pid."""
-        return (self.kind, self.pid, self.name, self.xact_start)
-
-
-class TableHealth(_Report):
-    """VACUUM's view of one table; the counts are the statistics system's estimates."""
-
-    schema_name: str
-    table_name: str
-    n_live_tup: int
-    n_dead_tup: int
-    last_vacuum: datetime | None
-    last_autovacuum: datetime | None
-    last_autoanalyze: datetime | None
-
-
-class Status(_Report):
+class Status(Report):
     """Everything `pgqueue status` shows. Holders come oldest xid first."""
 
     schema_name: str
@@ -111,7 +56,7 @@ class Status(_Report):
     jobs_table: TableHealth
 
 
-class WatchdogReport(_Report):
+class WatchdogReport(Report):
     """One watchdog pass. `holders` were at least `max_age` old when read; `remaining` are those
     of them still holding the horizon afterwards (all of them on a dry run)."""
 
@@ -126,22 +71,19 @@ class WatchdogReport(_Report):
         return not self.remaining
 
 
-def queue_stats(
-    conn: psycopg.Connection[Any], schema: str, *, now: datetime | None = None
-) -> list[QueueStats]:
+def queue_stats(conn: SyncConn, schema: str, *, now: datetime | None = None) -> list[QueueStats]:
     """Per-queue counts, ordered by queue name. `now` pins the clock (tests); default: the
     server's. Raises DatabaseError if `schema` has no pgqueue tables."""
     try:
-        rows = _fetch(conn, query("queue_list_stats", schema), {"now": now})
+        return store.queue_stats(conn, schema, now)
     except psycopg.errors.UndefinedTable:
         raise DatabaseError(
             f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate --schema {schema}`"
         ) from None
-    return [QueueStats.model_validate(row) for row in rows]
 
 
 def horizon_holders(
-    conn: psycopg.Connection[Any],
+    conn: SyncConn,
     min_age: timedelta | None = None,
     *,
     now: datetime | None = None,
@@ -149,24 +91,21 @@ def horizon_holders(
     """Sessions, replication slots and prepared transactions holding back this database's xmin
     horizon, oldest xid first, never the calling connection. With `min_age`, only those whose
     transaction is at least that old (which leaves out slots: they have no start time)."""
-    params = {"min_age": min_age, "now": now}
-    rows = _fetch(conn, query("horizon_list_holders", _NO_SCHEMA), params)
-    return [HorizonHolder.model_validate(row) for row in rows]
+    return store.horizon_holders(conn, min_age, now)
 
 
-def table_health(conn: psycopg.Connection[Any], schema: str) -> TableHealth:
+def table_health(conn: SyncConn, schema: str) -> TableHealth:
     """Dead and live rows and the last vacuum of `schema`.jobs. Raises DatabaseError if the
     table does not exist."""
-    params = {"schema": schema, "table": _JOBS_TABLE}
-    rows = _fetch(conn, query("table_read_health", schema), params)
-    if not rows:
+    found = store.jobs_table_health(conn, schema)
+    if found is None:
         raise DatabaseError(
             f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate --schema {schema}`"
         )
-    return TableHealth.model_validate(rows[0])
+    return found
 
 
-def status(conn: psycopg.Connection[Any], schema: str, *, now: datetime | None = None) -> Status:
+def status(conn: SyncConn, schema: str, *, now: datetime | None = None) -> Status:
     """The queues of `schema`, the horizon holders of the database, and the jobs table."""
     return Status(
         schema_name=schema,
@@ -177,7 +116,7 @@ def status(conn: psycopg.Connection[Any], schema: str, *, now: datetime | None =
 
 
 def terminate(
-    conn: psycopg.Connection[Any],
+    conn: SyncConn,
     pids: Iterable[int],
     *,
     min_age: timedelta = timedelta(0),
@@ -193,22 +132,18 @@ def terminate(
     """
     if not conn.autocommit:
         raise ConfigurationError("terminate needs an autocommit connection (autocommit=True)")
-    statement = query("session_terminate_holder", _NO_SCHEMA)
     wait_ms = int(wait.total_seconds() * 1000)
     done = []
     for pid in dict.fromkeys(pids):
-        params = {"pid": pid, "min_age": min_age, "wait_ms": wait_ms, "now": now}
         try:
-            row = conn.execute(statement, params).fetchone()
+            if store.terminate_holder(conn, pid, min_age, wait_ms, now):
+                done.append(pid)
         except psycopg.errors.InsufficientPrivilege as exc:
             log.warning("not permitted to terminate pid %s: %s", pid, exc)
-            continue
-        if row is not None and row[0]:
-            done.append(pid)
     return done
 
 
-def watch(conn: psycopg.Connection[Any], max_age: timedelta, *, act: bool) -> WatchdogReport:
+def watch(conn: SyncConn, max_age: timedelta, *, act: bool) -> WatchdogReport:
     """One watchdog pass: the holders at least `max_age` old; with `act`, terminate the
     terminable ones, then read again to see which of the listed holders still hold."""
     holders = horizon_holders(conn, max_age)
@@ -223,11 +158,3 @@ def watch(conn: psycopg.Connection[Any], max_age: timedelta, *, act: bool) -> Wa
     return WatchdogReport(
         max_age=max_age, acted=True, holders=holders, terminated=terminated, remaining=remaining
     )
-
-
-def _fetch(
-    conn: psycopg.Connection[Any], statement: sql.Composed, params: dict[str, Any]
-) -> list[dict[str, Any]]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(statement, params)
-        return cur.fetchall()

@@ -20,8 +20,9 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.queries import query
 from pgqueue.service import Health
+from pgqueue.store.plan import SyncConn
+from pgqueue.store.workers import WorkersStore
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -31,13 +32,13 @@ class Heartbeat:
 
     def __init__(self, dsn: str, schema: str, params: dict[str, Any], interval: timedelta) -> None:
         self.dsn = dsn
-        self.schema = schema
+        self.store = WorkersStore(schema)
         self.params = params
         self.interval = interval.total_seconds()
         self.beats = 0
         self.outage = False
         self._stop_requested = threading.Event()
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn: SyncConn | None = None
         self._thread = threading.Thread(target=self._run, name="pgqueue-heartbeat", daemon=True)
 
     async def start(self) -> None:
@@ -73,9 +74,9 @@ class Heartbeat:
             self._conn = psycopg.connect(
                 self.dsn, autocommit=True, application_name="pgqueue:heartbeat"
             )
-        row = self._conn.execute(query("worker_heartbeat", self.schema), self.params).fetchone()
+        revived = self.store.heartbeat(self._conn, self.params)
         self.beats += 1
-        if row and row[0]:
+        if revived:
             log.error(
                 "worker %s was presumed dead (missed heartbeats past its lease) and its running "
                 "jobs were rescued; their outcomes from here will be refused",

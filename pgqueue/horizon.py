@@ -12,13 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from datetime import timedelta
-from typing import Any
-
-from psycopg.rows import dict_row
 
 from pgqueue.link import Link
-from pgqueue.queries import query
 from pgqueue.service import Loop
+from pgqueue.store.health import HorizonHolder, horizon_holders_async
+from pgqueue.store.plan import AsyncConn
 
 log = logging.getLogger("pgqueue.worker")
 WARNING_EVERY = 60.0  # seconds between two warnings of one worker
@@ -54,19 +52,13 @@ class HorizonWatch(Loop):
             "(see `pgqueue status`, `pgqueue watchdog`)",
             len(holders),
             self.warn_after,
-            top["kind"],
-            top["pid"],
-            top["application_name"],
-            top["state"],
-            top["age"],
-            (top["query"] or "")[:80],
+            top.kind,
+            top.pid,
+            top.application_name,
+            top.state,
+            top.age,
+            (top.query or "")[:80],
         )
 
-    async def _holders(self, conn: Any) -> list[dict[str, Any]]:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                query("horizon_list_holders", self.schema),
-                {"min_age": self.warn_after, "now": None},
-            )
-            rows: list[dict[str, Any]] = await cur.fetchall()
-            return rows
+    async def _holders(self, conn: AsyncConn) -> list[HorizonHolder]:
+        return await horizon_holders_async(conn, self.warn_after)

@@ -11,21 +11,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 
 from pgqueue.errors import DatabaseError
 from pgqueue.service import Health
+from pgqueue.store.plan import AsyncConn
 
 log = logging.getLogger("pgqueue.worker")
 T = TypeVar("T")
 _BACKOFF_MAX = 5.0
 
 
-async def connect(
-    dsn: str, *, prepare: bool = True, name: str = "pgqueue"
-) -> psycopg.AsyncConnection[Any]:
+async def connect(dsn: str, *, prepare: bool = True, name: str = "pgqueue") -> AsyncConn:
     """Open an autocommit connection; a bad DSN or unreachable server is a DatabaseError.
 
     `name` becomes application_name, so operators can tell pgqueue's sessions apart.
@@ -56,8 +55,8 @@ class Link:
         name: str,
         *,
         prepare: bool = True,
-        on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
-        on_reconnect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+        on_connect: Callable[[AsyncConn], Awaitable[None]] | None = None,
+        on_reconnect: Callable[[AsyncConn], Awaitable[None]] | None = None,
     ) -> None:
         """`on_connect` runs on every new connection (session settings), `on_reconnect` on
         each one that ends an outage."""
@@ -66,7 +65,7 @@ class Link:
         self.prepare = prepare
         self.on_connect = on_connect
         self.on_reconnect = on_reconnect
-        self.conn: psycopg.AsyncConnection[Any] | None = None
+        self.conn: AsyncConn | None = None
         self._outage = False
         self._lock = asyncio.Lock()
 
@@ -87,7 +86,7 @@ class Link:
     def health(self) -> Health:
         return Health(False, "reconnecting") if self._outage else Health(True)
 
-    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+    async def _connect(self) -> AsyncConn:
         conn = await connect(self.dsn, prepare=self.prepare, name=self.app_name)
         if self.on_connect is not None:
             try:
@@ -97,13 +96,13 @@ class Link:
                 raise
         return conn
 
-    async def run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+    async def run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
         """Run op alone on the connection until it succeeds, reconnecting between tries.
         Errors from SQL itself (not from the connection) are raised to the caller."""
         async with self._lock:
             return await self._run(op)
 
-    async def _run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+    async def _run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
         delay = 0.05
         while True:
             try:
@@ -144,7 +143,7 @@ class Link:
                 await conn.close()
 
 
-def _is_connection_fault(conn: psycopg.AsyncConnection[Any]) -> bool:
+def _is_connection_fault(conn: AsyncConn) -> bool:
     return conn.broken or conn.closed
 
 

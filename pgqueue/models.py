@@ -53,12 +53,32 @@ _NAME_RULES = {
 }
 
 
+def one_of(value: str, allowed: Sequence[str], field: str) -> str:
+    """For a validator: `value` if it is one of `allowed`, else the ValueError naming them."""
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {', '.join(allowed)}")
+    return value
+
+
+def matching(value: str, pattern: re.Pattern[str], what: str) -> str:
+    """For a validator: `value` if it matches `pattern`, else the ValueError saying so."""
+    if not pattern.fullmatch(value):
+        raise ValueError(f"{what} must match {pattern.pattern}")
+    return value
+
+
 def check_name(kind: str, value: str, pattern: re.Pattern[str]) -> str:
     """Return value if it matches pattern, else raise ConfigurationError naming the rule."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
         rule = _NAME_RULES.get(pattern.pattern, f"it must match {pattern.pattern}")
         raise ConfigurationError(f"invalid {kind} name {value!r}: {rule}")
     return value
+
+
+# An atomic job holds a transaction for its whole run, which holds back VACUUM: its time is
+# always bounded, by default and at most by these.
+ATOMIC_DEFAULT_TIMEOUT = timedelta(seconds=60)
+ATOMIC_MAX_TIMEOUT = timedelta(minutes=15)
 
 
 class JobStatus(str, enum.Enum):
@@ -183,9 +203,7 @@ class TaskPolicy(Settings):
     @field_validator("on_lost")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        if value not in LOST_POLICIES:
-            raise ValueError(f"on_lost must be one of {', '.join(LOST_POLICIES)}")
-        return value
+        return one_of(value, LOST_POLICIES, "on_lost")
 
     @model_validator(mode="after")
     def _compensation_named(self) -> TaskPolicy:
@@ -231,9 +249,7 @@ class JobOptions(Settings):
     @field_validator("queue")
     @classmethod
     def _queue_name(cls, value: str) -> str:
-        if not QUEUE_NAME.fullmatch(value):
-            raise ValueError(f"queue names must match {QUEUE_NAME.pattern}")
-        return value
+        return matching(value, QUEUE_NAME, "queue names")
 
     @field_validator("delay")
     @classmethod
@@ -288,9 +304,7 @@ class QueueSettings(Settings):
     @field_validator("schema_name")
     @classmethod
     def _schema_name(cls, value: str) -> str:
-        if not SCHEMA_NAME.fullmatch(value):
-            raise ValueError(f"schema names must match {SCHEMA_NAME.pattern}")
-        return value
+        return matching(value, SCHEMA_NAME, "schema names")
 
 
 ALL_QUEUES = "*"  # as WorkerSettings.queues: every queue the worker's application knows
@@ -465,40 +479,6 @@ class Job(BaseModel):
     def finished(self) -> bool:
         return self.status in FINAL_STATUSES
 
-    @classmethod
-    def from_row(cls, row: Sequence[Any]) -> Job:
-        """A record from a row in JOB_COLUMNS order (trailing columns may be missing). An
-        errors column that could not be read (values.Unreadable) becomes one error saying so."""
-        fields = dict(zip(JOB_COLUMNS, row, strict=False))
-        if isinstance(fields.get("errors"), dict):
-            fields["errors"] = [fields["errors"]]
-        return cls(**fields)
-
-
-# The columns of job_get and job_list, in order.
-JOB_COLUMNS = (
-    "id",
-    "queue",
-    "task",
-    "args",
-    "status",
-    "priority",
-    "attempt",
-    "max_attempts",
-    "run_at",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "worker_id",
-    "errors",
-    "result",
-    "dedupe_key",
-    "retry_of",
-    "cancel_requested_at",
-    "atomic",
-    "concurrency_key",
-)
-
 
 FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
@@ -549,3 +529,33 @@ class Cancellation(str, enum.Enum):
     CANCELLED = "cancelled"  # it was queued or scheduled: it is in history as cancelled now
     REQUESTED = "requested"  # it is running: its worker was told, it ends as cancelled
     FINISHED = "finished"  # it had already finished: nothing was changed
+
+
+class JobFilter(Settings):
+    """Filters of list_jobs; None means any. `concurrency_key` is the tenant (or other key) a
+    job was enqueued with."""
+
+    queue: str | None = None
+    task: str | None = None
+    concurrency_key: str | None = None
+    status: tuple[JobStatus, ...] | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    before_id: int | None = Field(default=None, ge=1)
+    limit: int = Field(default=50, ge=1, le=1000)
+
+    @field_validator("status", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, (str, JobStatus)) else value
+
+    @field_validator("created_after", "created_before")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("times must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        return value
+
+    def params(self) -> dict[str, Any]:
+        statuses = None if self.status is None else [s.value for s in self.status]
+        return self.model_dump(exclude={"status"}) | {"statuses": statuses}

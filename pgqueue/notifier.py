@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from pgqueue.link import Link
-from pgqueue.queries import query
 from pgqueue.service import Loop
+from pgqueue.store.plan import AsyncConn
+from pgqueue.store.workers import WorkersStore
 from pgqueue.wakeup import CancelRequest, Position, Wake, parse
 
 log = logging.getLogger("pgqueue.worker")
@@ -54,8 +54,8 @@ class Notifier(Loop):
                 await self.link.close()
                 await asyncio.sleep(1.0)
 
-    async def _listen(self, conn: Any) -> None:
-        await conn.execute(query("worker_listen", self.schema))
+    async def _listen(self, conn: AsyncConn) -> None:
+        await WorkersStore(self.schema).listen(conn)
         self.relisten()  # anything enqueued while we were not listening
         async for note in conn.notifies():
             notice = parse(note.payload)

@@ -23,16 +23,14 @@ import asyncio
 import dataclasses
 import logging
 from datetime import datetime, timedelta
-from typing import Any
-
-import psycopg
 
 from pgqueue.link import Link
-from pgqueue.queries import query
-from pgqueue.queue import insert_statement
 from pgqueue.schedule import Entry, Plan, Schedules, plan
 from pgqueue.service import Loop
+from pgqueue.store.jobs import JobsStore
 from pgqueue.store.periodic import PeriodicStore, Tick, TickJob
+from pgqueue.store.plan import AsyncConn, run_async
+from pgqueue.store.workers import bound_idle
 
 log = logging.getLogger("pgqueue.periodic")
 MAX_SLEEP = timedelta(minutes=1)  # also how soon a new definition's first pass may come
@@ -71,12 +69,11 @@ class Scheduler(Loop):
         self.idle_backstop = idle_backstop
         self.link = link
         self.store = PeriodicStore(schema)
+        self.jobs = JobsStore(schema)
         self.passes = 0
         self.enqueued = 0
 
-    async def run_pass(
-        self, conn: psycopg.AsyncConnection[Any], now: datetime | None = None
-    ) -> PassResult:
+    async def run_pass(self, conn: AsyncConn, now: datetime | None = None) -> PassResult:
         """One pass in one transaction on `conn` (autocommit). `now` pins time for tests."""
         entries = {e.periodic.name: e for e in self.entries}
         definitions_by_name = {e.periodic.name: e.periodic.definition() for e in self.entries}
@@ -84,8 +81,8 @@ class Scheduler(Loop):
         async with conn.transaction():
             # A worker that freezes mid-pass must not hold the definitions' row locks, and so
             # every other worker's scheduler, for longer than this.
-            backstop = str(int(self.idle_backstop.total_seconds() * 1000))
-            await conn.execute(query("transaction_bound_idle", self.schema), {"ms": backstop})
+            backstop = int(self.idle_backstop.total_seconds() * 1000)
+            await run_async(conn, bound_idle(self.schema, backstop), together=False)
             await self.store.ensure(conn, definitions, now)
             states = await self.store.lock(conn, sorted(entries), now)
             db_now = states[0].now
@@ -124,7 +121,7 @@ class Scheduler(Loop):
 
     async def _enqueue(
         self,
-        conn: psycopg.AsyncConnection[Any],
+        conn: AsyncConn,
         entries: dict[str, Entry],
         claimed: list[Tick],
         now: datetime | None,
@@ -132,9 +129,7 @@ class Scheduler(Loop):
         if not claimed:
             return []
         claimed = sorted(claimed, key=lambda t: (t.name, t.tick))
-        statement, params = insert_statement([entries[t.name].job for t in claimed], self.schema)
-        cur = await conn.execute(statement, params | {"now": now})
-        ids = [row[0] for row in await cur.fetchall()]
+        ids = await self.jobs.insert_jobs(conn, [entries[t.name].job for t in claimed], now)
         links = [TickJob(t.name, t.tick, i) for t, i in zip(claimed, ids, strict=True)]
         await self.store.link_ticks(conn, links)
         return links

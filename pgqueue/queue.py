@@ -13,19 +13,21 @@ import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import psycopg
-from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import bulk, migrate, records
+from pgqueue import bulk, migrate
 from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.link import redact
 from pgqueue.models import (
+    ATOMIC_DEFAULT_TIMEOUT,
+    ATOMIC_MAX_TIMEOUT,
     Cancellation,
     Enqueued,
     Job,
+    JobFilter,
     JobOptions,
     JobPage,
     QueueSettings,
@@ -33,27 +35,47 @@ from pgqueue.models import (
     TaskPolicy,
     duration,
 )
-from pgqueue.queries import Migration, channel, query, statement
-from pgqueue.registry import (
-    NewJob,
-    Registry,
-    Task,
-    derived_name,
-    encode_args,
-    encode_rows,
-    too_large,
-)
+from pgqueue.queries import Migration, channel
+from pgqueue.registry import NewJob, Registry, Task, derived_name
 from pgqueue.schedule import Periodic, Schedules
-from pgqueue.tenants import (
-    ConcurrencyLimit,
-    decode_limits,
-    list_statement,
-    refuse_keyed_atomic,
-    set_statements,
-)
-from pgqueue.values import tolerate
+from pgqueue.store import concurrency
+from pgqueue.store import jobs as jobs_store
+from pgqueue.store.plan import Plan, Step, run, run_async
+from pgqueue.tenants import ConcurrencyLimit, refuse_keyed_atomic
 
 R = TypeVar("R")
+
+if TYPE_CHECKING:
+    from typing_extensions import TypedDict, Unpack
+
+    class _TaskOptions(TypedDict, total=False):
+        """The options of `@queue.task(...)`, for its overloads; see the method."""
+
+        name: str | None
+        queue: str
+        priority: int
+        max_attempts: int
+        delay: timedelta | float | None
+        retry: RetryPolicy | None
+        timeout: timedelta | float | None
+        on_lost: str
+        compensate_with: str | None
+        atomic: bool
+        dedupe_window: timedelta | float | None
+        concurrency_key: str | None
+
+    class _PeriodicOptions(TypedDict, total=False):
+        """The options of `queue.periodic(...)`, for its overloads; see the method."""
+
+        cron: str | None
+        every: timedelta | float | None
+        timezone: str
+        args: dict[str, Any] | None
+        name: str | None
+        missed: str
+        grace: timedelta | float | None
+
+
 JobRef = NewJob | str | Task[Any]
 
 
@@ -95,24 +117,9 @@ class _Base(abc.ABC):
     @overload
     def task(self, fn: Callable[..., R], /) -> Task[R]: ...
     @overload
-    def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 25,
-        delay: timedelta | float | None = None,
-        retry: RetryPolicy | None = None,
-        timeout: timedelta | float | None = None,
-        on_lost: str = "retry",
-        compensate_with: str | None = None,
-        atomic: bool = False,
-        dedupe_window: timedelta | float | None = None,
-        concurrency_key: str | None = None,
-    ) -> Callable[[Callable[..., R]], Task[R]]: ...
+    def task(self, /, **options: Unpack[_TaskOptions]) -> Callable[[Callable[..., R]], Task[R]]: ...
 
-    def task(  # type: ignore[misc]  # R is bound by the decorated function
+    def task(
         self,
         fn: Callable[..., R] | None = None,
         /,
@@ -188,45 +195,13 @@ class _Base(abc.ABC):
 
     @overload
     def periodic(
-        self,
-        task: Task[R] | Callable[..., R],
-        /,
-        *,
-        cron: str | None = None,
-        every: timedelta | float | None = None,
-        timezone: str = "UTC",
-        args: dict[str, Any] | None = None,
-        name: str | None = None,
-        missed: str = "skip",
-        grace: timedelta | float | None = None,
+        self, task: Task[R] | Callable[..., R], /, **options: Unpack[_PeriodicOptions]
     ) -> Task[R]: ...
     @overload
-    def periodic(
-        self,
-        task: str,
-        /,
-        *,
-        cron: str | None = None,
-        every: timedelta | float | None = None,
-        timezone: str = "UTC",
-        args: dict[str, Any] | None = None,
-        name: str | None = None,
-        missed: str = "skip",
-        grace: timedelta | float | None = None,
-    ) -> Task[Any]: ...
+    def periodic(self, task: str, /, **options: Unpack[_PeriodicOptions]) -> Task[Any]: ...
     @overload
     def periodic(
-        self,
-        task: None = None,
-        /,
-        *,
-        cron: str | None = None,
-        every: timedelta | float | None = None,
-        timezone: str = "UTC",
-        args: dict[str, Any] | None = None,
-        name: str | None = None,
-        missed: str = "skip",
-        grace: timedelta | float | None = None,
+        self, task: None = None, /, **options: Unpack[_PeriodicOptions]
     ) -> _Scheduling: ...
 
     def periodic(
@@ -290,27 +265,31 @@ class _Base(abc.ABC):
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))
 
-    def _insert(self, jobs: Sequence[NewJob], *, alone: bool = False) -> tuple[Any, dict[str, Any]]:
-        return insert_statement(jobs, self.schema, self.settings.max_payload_bytes, alone=alone)
+    # The statements and plans of each call, the same for both twins; each twin runs them.
 
-    def _get(self, job_id: int) -> tuple[Any, dict[str, Any]]:
-        return query("job_get", self.schema), {"id": _job_id(job_id)}
+    def _insert(self, batch: Sequence[NewJob], *, alone: bool = False) -> Step:
+        return jobs_store.insert(batch, self.schema, self.settings.max_payload_bytes, alone=alone)
 
-    def _enqueue_plan(self, jobs: Sequence[NewJob]) -> records.Plan[list[Enqueued]]:
-        return records.enqueue_plan(jobs, self.schema, self._insert)
+    def _enqueue_plan(self, batch: Sequence[NewJob]) -> Plan[list[Enqueued]]:
+        return jobs_store.enqueue_plan(batch, self.schema, self.settings.max_payload_bytes)
 
-    def _list_plan(self, filters: dict[str, Any]) -> records.Plan[JobPage]:
-        return records.list_plan(records.JobFilter(**filters), self.schema)
+    def _get_plan(self, job_id: int) -> Plan[Job | None]:
+        return jobs_store.get_plan(_job_id(job_id), self.schema)
 
-    def _cancel_plan(self, job_id: int) -> records.Plan[Cancellation]:
-        return records.cancel_plan(_job_id(job_id), self.schema, self.settings.keep_history)
+    def _list_plan(self, filters: dict[str, Any]) -> Plan[JobPage]:
+        return jobs_store.list_plan(JobFilter(**filters), self.schema)
 
-    def _retry_plan(self, job_id: int) -> records.Plan[Enqueued]:
-        return records.retry_plan(_job_id(job_id), self.schema, self._insert)
+    def _cancel_plan(self, job_id: int) -> Plan[Cancellation]:
+        return jobs_store.cancel_plan(_job_id(job_id), self.schema, self.settings.keep_history)
 
+    def _retry_plan(self, job_id: int) -> Plan[Enqueued]:
+        return jobs_store.retry_plan(_job_id(job_id), self.schema, self.settings.max_payload_bytes)
 
-ATOMIC_DEFAULT_TIMEOUT = timedelta(seconds=60)
-ATOMIC_MAX_TIMEOUT = timedelta(minutes=15)
+    def _set_limit_plan(self, key: str | None, max_running: int | None) -> Plan[None]:
+        return concurrency.set_limit_plan(self.schema, key, max_running)
+
+    def _limits_plan(self) -> Plan[list[ConcurrencyLimit]]:
+        return concurrency.list_limits_plan(self.schema)
 
 
 def _atomic_timeout(timeout: timedelta | None) -> timedelta:
@@ -324,43 +303,6 @@ def _atomic_timeout(timeout: timedelta | None) -> timedelta:
             f"over the {ATOMIC_MAX_TIMEOUT} limit: use a lease (non-atomic) task instead"
         )
     return timeout
-
-
-def insert_statement(
-    jobs: Sequence[NewJob],
-    schema: str,
-    max_payload_bytes: int | None = None,
-    *,
-    alone: bool = False,
-) -> tuple[Any, dict[str, Any]]:
-    """The job_insert statement and its parameters for a batch of validated jobs; for one
-    job that is its transaction's only statement (`alone`), job_insert_one, which has no
-    wake-ups of earlier statements to fold its own with.
-
-    Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
-    larger than max_payload_bytes; nothing is stored.
-    """
-    for job in jobs:
-        if job.atomic and job.options.concurrency_key is not None:
-            refuse_keyed_atomic(job.task, job.options.concurrency_key)
-    if alone and len(jobs) == 1:
-        return _insert_one(jobs[0], schema, max_payload_bytes)
-    rows = encode_rows([j.as_row() for j in jobs])
-    if max_payload_bytes is not None and len(rows) > max_payload_bytes:
-        _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
-    return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
-
-
-def _insert_one(
-    job: NewJob, schema: str, max_payload_bytes: int | None
-) -> tuple[Any, dict[str, Any]]:
-    """job_insert_one for a single job: typed parameters, no JSON batch to unpack."""
-    params = job.as_row()
-    params["args"] = args = encode_args(job)
-    if max_payload_bytes is not None and len(args) > max_payload_bytes:
-        _refuse_huge([job], max_payload_bytes)
-    params["now"] = None
-    return statement("job_insert_one", schema), params
 
 
 def _job_id(value: object) -> int:
@@ -382,26 +324,9 @@ def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
     return batch
 
 
-def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
-    for index, job in enumerate(jobs):
-        size = len(encode_args(job))  # as job_insert_one and COPY measure it
-        if size > limit:
-            raise too_large(index, job, size, limit)
-
-
 def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
     """Whether a statement on `conn` is a transaction of its own (autocommit, no block open)."""
     return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def _enqueued(rows: Sequence[Sequence[Any]]) -> list[Enqueued]:
-    """Ids from job_insert or job_insert_one, in the order the jobs were given. Without
-    dedupe keys one statement does it all, so a single enqueue skips the records plan."""
-    return [Enqueued(row[0]) for row in rows]
-
-
-def decode_job(row: Sequence[Any] | None) -> Job | None:
-    return None if row is None else Job.from_row(row)
 
 
 def _require(conn: object, kind: type, method: str) -> None:
@@ -444,12 +369,12 @@ class Queue(_Base):
         if not batch:
             return []
         with self._connection(conn) as c:
-            if records.keyed(batch):
-                return records.run(c, self._enqueue_plan(batch))
+            if jobs_store.keyed(batch):
+                return run(c, self._enqueue_plan(batch))
             if bulk.copyable(batch, c):
-                return bulk.enqueue(c, batch, self.schema, self.settings.max_payload_bytes)
+                return jobs_store.copy_in(c, batch, self.schema, self.settings.max_payload_bytes)
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
-            return _enqueued(c.execute(statement, params).fetchall())
+            return jobs_store.enqueued(c.execute(statement, params).fetchall())
 
     def list_jobs(self, *, conn: psycopg.Connection[Any] | None = None, **filters: Any) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
@@ -457,7 +382,7 @@ class Queue(_Base):
         before_id and limit (1-1000, default 50) page through: pass the page's
         `next_before_id` as `before_id`."""
         with self._connection(conn) as c:
-            return records.run(c, self._list_plan(filters), together=False)
+            return run(c, self._list_plan(filters), together=False)
 
     def cancel_job(
         self, job_id: int, *, conn: psycopg.Connection[Any] | None = None
@@ -466,14 +391,14 @@ class Queue(_Base):
         it ends as cancelled. Raises JobNotFoundError, or
         JobStateError for a running atomic job."""
         with self._connection(conn) as c:
-            return records.run(c, self._cancel_plan(job_id), together=False)
+            return run(c, self._cancel_plan(job_id), together=False)
 
     def retry_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
         """Enqueue a failed or cancelled job again, with a fresh attempt count; the new
         job's `retry_of` is `job_id`. Raises JobStateError otherwise, or if a retry of it is
         still queued or running."""
         with self._connection(conn) as c:
-            return records.run(c, self._retry_plan(job_id))
+            return run(c, self._retry_plan(job_id))
 
     def migrate(self, *, conn: psycopg.Connection[Any] | None = None) -> list[str]:
         """Apply pending migrations to this queue's schema; returns their names.
@@ -491,11 +416,8 @@ class Queue(_Base):
 
     def get_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Job | None:
         """The job's record from the hot table or history, or None if there is none."""
-        statement, params = self._get(job_id)
-        with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
-            tolerate(cur)
-            cur.execute(statement, params)
-            return decode_job(cur.fetchone())
+        with self._connection(conn) as c:
+            return run(c, self._get_plan(job_id), together=False)
 
     def _connection(self, conn: psycopg.Connection[Any] | None) -> Any:
         if conn is not None:
@@ -532,19 +454,16 @@ class Queue(_Base):
         the default for keys without a limit of their own; max_running None: remove the
         limit). Takes effect for the next claims; waiting jobs a raise makes room for are
         woken at commit."""
-        statements = set_statements(self.schema, key, max_running)
+        plan = self._set_limit_plan(key, max_running)
         with self._connection(conn) as c:
-            for statement, params in statements:
-                c.execute(statement, params)
+            run(c, plan)
 
     def concurrency_limits(
         self, *, conn: psycopg.Connection[Any] | None = None
     ) -> list[ConcurrencyLimit]:
         """Every key with a limit, running jobs or waiting jobs; the default ('*') first."""
-        statement, params = list_statement(self.schema)
-        with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
-            cur.execute(statement, params)
-            return decode_limits(cur.fetchall())
+        with self._connection(conn) as c:
+            return run(c, self._limits_plan(), together=False)
 
 
 class AsyncQueue(_Base):
@@ -572,31 +491,31 @@ class AsyncQueue(_Base):
         if not batch:
             return []
         async with self._connection(conn) as c:
-            if records.keyed(batch):
-                return await records.run_async(c, self._enqueue_plan(batch))
+            if jobs_store.keyed(batch):
+                return await run_async(c, self._enqueue_plan(batch))
             if bulk.copyable(batch, c):
                 limit = self.settings.max_payload_bytes
-                return await bulk.enqueue_async(c, batch, self.schema, limit)
+                return await jobs_store.copy_in_async(c, batch, self.schema, limit)
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
-            return _enqueued(await (await c.execute(statement, params)).fetchall())
+            return jobs_store.enqueued(await (await c.execute(statement, params)).fetchall())
 
     async def list_jobs(
         self, *, conn: psycopg.AsyncConnection[Any] | None = None, **filters: Any
     ) -> JobPage:
         async with self._connection(conn) as c:
-            return await records.run_async(c, self._list_plan(filters), together=False)
+            return await run_async(c, self._list_plan(filters), together=False)
 
     async def cancel_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> Cancellation:
         async with self._connection(conn) as c:
-            return await records.run_async(c, self._cancel_plan(job_id), together=False)
+            return await run_async(c, self._cancel_plan(job_id), together=False)
 
     async def retry_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> Enqueued:
         async with self._connection(conn) as c:
-            return await records.run_async(c, self._retry_plan(job_id))
+            return await run_async(c, self._retry_plan(job_id))
 
     async def migrate(self, *, conn: psycopg.AsyncConnection[Any] | None = None) -> list[str]:
         if conn is not None:
@@ -611,11 +530,8 @@ class AsyncQueue(_Base):
     async def get_job(
         self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> Job | None:
-        statement, params = self._get(job_id)
-        async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
-            tolerate(cur)
-            await cur.execute(statement, params)
-            return decode_job(await cur.fetchone())
+        async with self._connection(conn) as c:
+            return await run_async(c, self._get_plan(job_id), together=False)
 
     def _connection(self, conn: psycopg.AsyncConnection[Any] | None) -> Any:
         if conn is not None:
@@ -648,18 +564,15 @@ class AsyncQueue(_Base):
         *,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> None:
-        statements = set_statements(self.schema, key, max_running)
+        plan = self._set_limit_plan(key, max_running)
         async with self._connection(conn) as c:
-            for statement, params in statements:
-                await c.execute(statement, params)
+            await run_async(c, plan)
 
     async def concurrency_limits(
         self, *, conn: psycopg.AsyncConnection[Any] | None = None
     ) -> list[ConcurrencyLimit]:
-        statement, params = list_statement(self.schema)
-        async with self._connection(conn) as c, c.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(statement, params)
-            return decode_limits(await cur.fetchall())
+        async with self._connection(conn) as c:
+            return await run_async(c, self._limits_plan(), together=False)
 
 
 def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:

@@ -1,8 +1,9 @@
 """Finds running jobs whose worker died and applies each task's on_lost policy.
 
-Owns: the rescue loop, a service of every worker (pgqueue/service.py): every rescue_interval (± 50%)
-one rescue pass, then a sweep of the concurrency slots of dead workers (tenants.py). A pass runs
-inside a transaction that first takes a try-advisory lock, so only one rescuer acts at a time. A job
+Owns: the rescue loop, a service of every worker (pgqueue/service.py): every rescue_interval
+(± 50%) one rescue pass, then a sweep of the concurrency slots of dead workers
+(pgqueue/store/concurrency.py). A pass runs inside a transaction that first takes a
+try-advisory lock, so only one rescuer acts at a time. A job
 is stranded when its worker has not heartbeated for longer than lease_timeout: a dead worker's jobs
 are back within about lease + one rescue interval, never sooner, and a worker that keeps
 heartbeating never loses a job however long it runs. A running job whose worker row is gone
@@ -23,15 +24,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pgqueue import tenants
 from pgqueue.errors import PgQueueError
 from pgqueue.executor import Outcome
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, TaskPolicy
-from pgqueue.queue import insert_statement
 from pgqueue.registry import NewJob, Registry
 from pgqueue.service import Loop
+from pgqueue.store import concurrency
 from pgqueue.store.jobs import JobsStore
+from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
 
 log = logging.getLogger("pgqueue.rescuer")
@@ -77,12 +78,12 @@ class Rescuer(Loop):
         assert self.link is not None, "a Rescuer runs its loop on a link"
         if await self.link.run(self.rescue):
             self.on_claimable()  # rescued jobs may be claimable now
-        if await self.link.run(lambda conn: tenants.sweep(conn, self.schema)):
+        if await self.link.run(lambda conn: concurrency.sweep(conn, self.schema)):
             self.on_claimable()  # waiting jobs of keys with room are queued again
         if self.queues:
             self.out_of_range += await self.link.run(self.fail_out_of_range)
 
-    async def fail_out_of_range(self, conn: Any) -> int:
+    async def fail_out_of_range(self, conn: AsyncConn) -> int:
         """Fail the scheduled jobs of this worker's queues that no worker could ever run: their
         run_at is past year 9999 (written behind the API's back). Returns how many."""
         failed = await self.store.fail_out_of_range(conn, self.queues, 1000, self.keep_history)
@@ -90,7 +91,7 @@ class Rescuer(Loop):
             log.error("failed %d scheduled jobs whose run_at is after year 9999", failed)
         return failed
 
-    async def rescue(self, conn: Any, limit: int = 1000) -> int:
+    async def rescue(self, conn: AsyncConn, limit: int = 1000) -> int:
         """One pass on `conn` (autocommit). Returns how many jobs it rescued."""
         async with conn.transaction():
             if not await self.workers.rescue_lock(conn):
@@ -105,7 +106,7 @@ class Rescuer(Loop):
         self.rescued += len(jobs)
         return len(jobs)
 
-    async def _apply(self, conn: Any, jobs: list[ClaimedJob]) -> None:
+    async def _apply(self, conn: AsyncConn, jobs: list[ClaimedJob]) -> None:
         outcomes: list[Outcome] = []
         follow_ups: list[NewJob] = []
         dead: list[ClaimedJob] = []
@@ -118,8 +119,7 @@ class Rescuer(Loop):
                 dead.append(job)
         await self.store.finish_many(conn, outcomes, self.keep_history)
         if follow_ups:
-            statement, insert_params = insert_statement(follow_ups, self.schema)
-            await conn.execute(statement, insert_params)
+            await self.store.insert_jobs(conn, follow_ups)
         for job in dead:
             await self.workers.notify_dead_job(
                 conn, {"id": job.id, "task": job.task, "queue": job.queue}

@@ -19,12 +19,12 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.link import Link
-from pgqueue.queries import query
 from pgqueue.service import Loop
+from pgqueue.store.history import prune_batch_plan
+from pgqueue.store.plan import AsyncConn, Params, Rows, SyncConn, run, run_async
 
 log = logging.getLogger("pgqueue.retention")
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
@@ -56,7 +56,7 @@ class Cutoff:
         """No filter: periodic ticks past the cutoff go too."""
         return self.statuses is None and self.queue is None
 
-    def params(self, now: datetime | None) -> dict[str, Any]:
+    def params(self, now: datetime | None) -> dict[str, object]:
         return {
             "older_than": self.older_than.total_seconds(),
             "statuses": list(self.statuses) if self.statuses else None,
@@ -76,14 +76,14 @@ class PruneReport:
     locked_out: bool = False  # another worker held the prune lock
     after: dict[str, datetime] = dataclasses.field(default_factory=dict)  # per statement
 
-    def params(self, cutoff: Cutoff, step: str, now: datetime | None) -> dict[str, Any]:
+    def params(self, cutoff: Cutoff, step: str, now: datetime | None) -> Params:
         """The next batch starts where the previous one ended (see job_history_prune)."""
         return cutoff.params(now) | {"after": self.after.get(step)}
 
-    def record(self, step: str, rows: list[tuple[datetime]], seconds: float) -> int:
+    def record(self, step: str, rows: Rows, seconds: float) -> int:
         if rows:
             self.after[step] = max(row[0] for row in rows)
-        if step == "job_history_prune":
+        if step == "jobs":
             self.deleted += len(rows)
         else:
             self.ticks_deleted += len(rows)
@@ -100,30 +100,28 @@ class PruneReport:
 
 
 def _steps(cutoff: Cutoff) -> Sequence[str]:
-    return (
-        ("job_history_prune", "periodic_tick_prune")
-        if cutoff.whole_history
-        else ("job_history_prune",)
-    )
+    return ("jobs", "ticks") if cutoff.whole_history else ("jobs",)
 
 
-def prune(conn: Any, schema: str, cutoff: Cutoff, *, now: datetime | None = None) -> PruneReport:
+def prune(
+    conn: SyncConn, schema: str, cutoff: Cutoff, *, now: datetime | None = None
+) -> PruneReport:
     """Delete what `cutoff` selects, batch after batch, until none is left. `conn` must be
     in autocommit mode: each batch commits on its own."""
     report = PruneReport()
     for step in _steps(cutoff):
         while True:
             started = time.perf_counter()
-            with conn.transaction():
-                rows = conn.execute(query(step, schema), report.params(cutoff, step, now))
-                deleted = report.record(step, rows.fetchall(), time.perf_counter() - started)
+            plan = prune_batch_plan(schema, step, report.params(cutoff, step, now), lock=False)
+            rows = run(conn, plan)
+            deleted = report.record(step, rows or [], time.perf_counter() - started)
             if deleted < cutoff.batch_size:
                 break
     return report
 
 
 async def abatch(
-    conn: Any,
+    conn: AsyncConn,
     schema: str,
     cutoff: Cutoff,
     step: str,
@@ -136,15 +134,12 @@ async def abatch(
     step. With `lock` it first takes the prune lock, and returns None (and sets
     `report.locked_out`) if another worker holds it."""
     started = time.perf_counter()
-    async with conn.transaction():
-        if lock:
-            cur = await conn.execute(query("retention_lock", schema), {"schema": schema})
-            row = await cur.fetchone()
-            if not row or not row[0]:
-                report.locked_out = True
-                return None
-        cur = await conn.execute(query(step, schema), report.params(cutoff, step, now))
-        return report.record(step, await cur.fetchall(), time.perf_counter() - started)
+    plan = prune_batch_plan(schema, step, report.params(cutoff, step, now), lock=lock)
+    rows = await run_async(conn, plan)
+    if rows is None:
+        report.locked_out = True
+        return None
+    return report.record(step, rows, time.perf_counter() - started)
 
 
 class Pruner(Loop):

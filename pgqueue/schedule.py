@@ -22,7 +22,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import Field, field_validator, model_validator
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import TASK_NAME, Settings, check_name
+from pgqueue.models import TASK_NAME, Settings, check_name, one_of
 from pgqueue.registry import NewJob
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -60,9 +60,7 @@ class Periodic(Settings):
     @field_validator("missed")
     @classmethod
     def _policy(cls, value: str) -> str:
-        if value not in MISSED_POLICIES:
-            raise ValueError(f"missed must be one of {', '.join(MISSED_POLICIES)}")
-        return value
+        return one_of(value, MISSED_POLICIES, "missed")
 
     @field_validator("every")
     @classmethod

@@ -8,13 +8,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import psycopg
-from psycopg.rows import tuple_row
-
 from pgqueue.claimer import WorkerStats
 from pgqueue.models import Job
-from pgqueue.queries import query
-from pgqueue.queue import AsyncQueue, Queue, decode_job
+from pgqueue.queue import AsyncQueue, Queue
+from pgqueue.store import plan
+from pgqueue.store.jobs import list_live_plan
+from pgqueue.store.plan import SyncConn
 from pgqueue.worker import Worker
 
 
@@ -40,10 +39,7 @@ async def adrain(
 
 
 def enqueued_jobs(
-    conn: psycopg.Connection[Any], queue: Queue | AsyncQueue, *, task: str | None = None
+    conn: SyncConn, queue: Queue | AsyncQueue, *, task: str | None = None
 ) -> list[Job]:
     """Jobs still waiting or running in the hot table (visible to `conn`), oldest first."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_list_live", queue.schema), {"task": task})
-        rows = cur.fetchall()
-    return [job for job in map(decode_job, rows) if job is not None]
+    return plan.run(conn, list_live_plan(queue.schema, task), together=False)

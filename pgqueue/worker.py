@@ -38,17 +38,23 @@ from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.horizon import HorizonWatch
 from pgqueue.link import Link
-from pgqueue.models import ALL_QUEUES, ClaimedJob, QueueSettings, WorkerSettings
+from pgqueue.models import (
+    ALL_QUEUES,
+    ATOMIC_MAX_TIMEOUT,
+    ClaimedJob,
+    QueueSettings,
+    WorkerSettings,
+)
 from pgqueue.notifier import Notifier
 from pgqueue.periodic import Scheduler
-from pgqueue.queries import query
-from pgqueue.queue import ATOMIC_MAX_TIMEOUT
 from pgqueue.registry import CancelSignal, Registry
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
 from pgqueue.service import Every, Health, Service, Services
 from pgqueue.store.jobs import JobsStore
+from pgqueue.store.migrations import migrated
+from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
 from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
@@ -267,7 +273,7 @@ class Worker:
             found.append(self.pruner)
         return found
 
-    async def _claim_session(self, conn: Any) -> None:
+    async def _claim_session(self, conn: AsyncConn) -> None:
         """The claim connection commits without waiting for its WAL flush, so a job starts
         sooner after a wake-up. Safe for lease claims and
         for everything else this connection writes (promotions, put-backs, rescues, the
@@ -276,14 +282,14 @@ class Worker:
         completer's synchronous commit flushes the claim's WAL before any outcome is durable.
         Not for the worker's registration nor atomic lanes, whose transaction carries the
         handler's writes (test_worker.py pins which connections have it)."""
-        await conn.execute(query("session_set_async_commit", self.schema))
+        await WorkersStore(self.schema).claim_session(conn)
         await self._planner_session(conn)
         tolerate(conn)  # a job whose row Python cannot read fails alone (values.py)
 
-    async def _planner_session(self, conn: Any) -> None:
+    async def _planner_session(self, conn: AsyncConn) -> None:
         """The claim and completer connections plan for index access (workers.sql,
         session_prefer_indexes)."""
-        await conn.execute(query("session_prefer_indexes", self.schema))
+        await WorkersStore(self.schema).planner_session(conn)
 
     def _identity(self) -> dict[str, Any]:
         s = self.settings
@@ -501,7 +507,7 @@ class Worker:
             1 for job in self._unfinished if not _is_async(self.registry, job.task)
         )
 
-    async def _release_orphans(self, conn: Any) -> None:
+    async def _release_orphans(self, conn: AsyncConn) -> None:
         """Put back jobs a claim took for us but whose reply the broken connection lost."""
         if not self.id:
             return
@@ -519,7 +525,7 @@ class Worker:
         if not self._unfinished:
             return
 
-        async def cancel(conn: Any) -> list[ClaimedJob]:
+        async def cancel(conn: AsyncConn) -> list[ClaimedJob]:
             ids = [job.id for job in self._unfinished]
             requested = set(await self.jobs.cancel_requested(conn, ids, self.id))
             jobs = [job for job in self._unfinished if job.id in requested]
@@ -560,7 +566,7 @@ class _Registration:
 
     async def start(self) -> None:
         """Refuse to start on a schema that was never migrated; then take a worker id."""
-        if not await self.link.run(self.store.migrated):
+        if not await self.link.run(lambda conn: migrated(conn, self.store.schema)):
             option = "" if self.store.schema == "pgqueue" else f" --schema {self.store.schema}"
             raise DatabaseError(
                 f"schema {self.store.schema!r} has no pgqueue tables: run `pgqueue "

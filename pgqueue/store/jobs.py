@@ -1,32 +1,373 @@
-"""The jobs table as a worker moves it: claims, promotions, outcomes, put-backs and rescues.
+"""The jobs table: every statement of sql/queries/jobs.sql, for the application and the worker.
 
-Every state change here is one statement guarded in its WHERE (status, worker, attempt), so a
-late or duplicate write cannot move a job that another actor already moved. Runs the worker's
-statements of sql/queries/jobs.sql on the worker's own connections; raises psycopg's errors
-(a deadlock a caller may retry), never its own.
+Every state change is one statement guarded in its WHERE (status, worker, attempt), so a late
+or duplicate write cannot move a job that another actor already moved. The application's side
+(insert, dedupe, records, cancel, retry) is written as plans that either twin drives; the
+worker's side is `JobsStore`, on the worker's own async connections.
+
+Invariants:
+- dedupe: at most one queued, scheduled or running job per dedupe key (a unique index on the
+  hot table), and every caller gets that job's id, however many transactions race. With a
+  window, a job with the key that finished within it counts too. Under REPEATABLE READ or
+  SERIALIZABLE a race with a concurrent enqueue of the same key is a serialization failure to
+  retry.
+- cancel: a queued or scheduled job is cancelled at once; a running one is marked and its
+  worker told; an atomic job that is running cannot be interrupted (JobStateError).
+- retry: only failed or cancelled jobs, through job_insert, linked by retry_of; one live
+  retry per job.
+Raises pgqueue's errors for what a caller asked wrongly (JobNotFoundError, JobStateError,
+InvalidArgumentsError, ConfigurationError) and psycopg's for the database's own failures,
+which the twins translate.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
+from psycopg.rows import TupleRow, tuple_row
 
-from pgqueue.models import ClaimedJob
-from pgqueue.queries import query, statement
-from pgqueue.registry import encode_json
+from pgqueue.bulk import Batch
+from pgqueue.errors import DatabaseError, JobNotFoundError, JobStateError
+from pgqueue.models import (
+    Cancellation,
+    ClaimedJob,
+    Enqueued,
+    Job,
+    JobFilter,
+    JobOptions,
+    JobPage,
+    JobStatus,
+)
+from pgqueue.queries import channel, query, statement
+from pgqueue.registry import NewJob, encode_args, encode_json, encode_rows, too_large
+from pgqueue.store.plan import AsyncConn, Params, Plan, Rows, Step, SyncConn, fetch, fetch_one
+from pgqueue.store.workers import bound_idle
+from pgqueue.tenants import refuse_keyed_atomic
 from pgqueue.wakeup import Position
 
-AsyncConn = psycopg.AsyncConnection[Any]
+# A concurrent enqueue that commits the same key while ours waits is invisible to our
+# statement's snapshot; each further round takes a new one. Two rounds settle any race that
+# does not keep recurring; the bound only stops a pathological loop.
+DEDUPE_ROUNDS = 20
+# Rounds of job_cancel while the row is locked by a claim or completion in flight (those take
+# milliseconds), a short pause apart: about a second in all before giving up.
+CANCEL_ROUNDS = 50
+CANCEL_PAUSE = 0.02
+
+
+# -- enqueue ------------------------------------------------------------------------------------
+
+
+def insert(
+    jobs: Sequence[NewJob],
+    schema: str,
+    max_payload_bytes: int | None = None,
+    *,
+    alone: bool = False,
+) -> Step:
+    """The job_insert statement and its parameters for a batch of validated jobs; for one
+    job that is its transaction's only statement (`alone`), job_insert_one, which has no
+    wake-ups of earlier statements to fold its own with. Either returns one row per job, its
+    id, in the order given (see `enqueued`).
+
+    Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
+    larger than max_payload_bytes; nothing is stored.
+    """
+    for job in jobs:
+        if job.atomic and job.options.concurrency_key is not None:
+            refuse_keyed_atomic(job.task, job.options.concurrency_key)
+    if alone and len(jobs) == 1:
+        return _insert_one(jobs[0], schema, max_payload_bytes)
+    rows = encode_rows([j.as_row() for j in jobs])
+    if max_payload_bytes is not None and len(rows) > max_payload_bytes:
+        _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
+    return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
+
+
+def _insert_one(job: NewJob, schema: str, max_payload_bytes: int | None) -> Step:
+    """job_insert_one for a single job: typed parameters, no JSON batch to unpack."""
+    params = job.as_row()
+    params["args"] = args = encode_args(job)
+    if max_payload_bytes is not None and len(args) > max_payload_bytes:
+        _refuse_huge([job], max_payload_bytes)
+    params["now"] = None
+    return statement("job_insert_one", schema), params
+
+
+def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
+    for index, job in enumerate(jobs):
+        size = len(encode_args(job))  # as job_insert_one and COPY measure it
+        if size > limit:
+            raise too_large(index, job, size, limit)
+
+
+def enqueued(rows: Rows) -> list[Enqueued]:
+    """The ids an insert returned, in the order the jobs were given."""
+    return [Enqueued(row[0]) for row in rows]
+
+
+def insert_plan(jobs: Sequence[NewJob], schema: str) -> Plan[list[Enqueued]]:
+    """`insert` as a plan, for a caller that composes it with other statements."""
+    return enqueued((yield insert(jobs, schema)))
+
+
+def _copy_transaction(conn: SyncConn | AsyncConn) -> Any:  # sync or async, as `conn`
+    return conn.transaction() if conn.autocommit else contextlib.nullcontext()
+
+
+def _copy_ids(rows: Rows) -> list[int]:
+    return sorted(rows[0][0])
+
+
+def copy_in(
+    conn: SyncConn, jobs: Sequence[NewJob], schema: str, limit: int | None
+) -> list[Enqueued]:
+    """Store a batch bulk.copyable accepts through COPY: job_id_reserve takes the ids first
+    (COPY cannot return them), job_copy streams the rows with those ids, and job_wake names
+    each queue's lowest (priority, id), as job_insert's wake-up does. Ids in the order given."""
+    with _copy_transaction(conn), conn.cursor(row_factory=tuple_row) as cur:
+        with conn.pipeline():  # the server takes the ids while the batch is rendered
+            cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
+            batch = Batch.of(jobs, limit)
+            ids = _copy_ids(cur.fetchall())
+        with cur.copy(query("job_copy", schema)) as copy:
+            copy.write(batch.copy_text(ids))
+        cur.execute(statement("job_wake", schema), batch.wake_params(ids))
+    return [Enqueued(i) for i in ids]
+
+
+async def copy_in_async(
+    conn: AsyncConn, jobs: Sequence[NewJob], schema: str, limit: int | None
+) -> list[Enqueued]:
+    """`copy_in` on an async connection."""
+    async with _copy_transaction(conn), conn.cursor(row_factory=tuple_row) as cur:
+        async with conn.pipeline():
+            await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
+            batch = Batch.of(jobs, limit)
+            ids = _copy_ids(await cur.fetchall())
+        async with cur.copy(query("job_copy", schema)) as copy:
+            await copy.write(batch.copy_text(ids))
+        await cur.execute(statement("job_wake", schema), batch.wake_params(ids))
+    return [Enqueued(i) for i in ids]
+
+
+def keyed(jobs: Sequence[NewJob]) -> bool:
+    """Whether any job carries a dedupe key: only then does enqueue take several statements."""
+    return any(job.options.dedupe_key is not None for job in jobs)
+
+
+def enqueue_plan(
+    jobs: Sequence[NewJob], schema: str, max_payload_bytes: int | None
+) -> Plan[list[Enqueued]]:
+    """Insert jobs; those with a dedupe key may resolve to an existing job. Ids come back in
+    the order given. Jobs without a key take job_insert unchanged."""
+    out: list[Enqueued | None] = [None] * len(jobs)
+    plain = [i for i, job in enumerate(jobs) if job.options.dedupe_key is None]
+    if plain:
+        rows = yield insert([jobs[i] for i in plain], schema, max_payload_bytes)
+        for i, row in zip(plain, rows, strict=True):
+            out[i] = Enqueued(row[0])
+    with_key = {i: job for i, job in enumerate(jobs) if job.options.dedupe_key is not None}
+    if with_key:
+        # The size check, before anything is sent.
+        insert(list(with_key.values()), schema, max_payload_bytes)
+        resolved = yield from _insert_keyed(with_key, schema)
+        for i, enqueued in resolved.items():
+            out[i] = enqueued
+    assert all(item is not None for item in out)
+    return [item for item in out if item is not None]
+
+
+def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enqueued]]:
+    done: dict[int, Enqueued] = {}
+    for _ in range(DEDUPE_ROUNDS):
+        windowed = any(job.options.dedupe_window for job in pending.values())
+        if windowed:
+            yield query("dedupe_savepoint", schema), {}
+        rows = yield (
+            query("job_insert_unique", schema),
+            {
+                "jobs": encode_rows([job.as_row() | {"ord": i} for i, job in pending.items()]),
+                "now": None,
+            },
+        )
+        got = {int(ord_): (job_id, bool(created)) for ord_, job_id, created in rows}
+        if windowed:
+            if (yield from _lost_to_a_finish(pending, got, schema)):
+                yield query("dedupe_rollback", schema), {}
+                yield query("dedupe_release", schema), {}
+                continue  # the next round's snapshot sees the finished job
+            yield query("dedupe_release", schema), {}
+        for i in list(pending):
+            job_id, created = got[i]
+            if job_id is not None:
+                done[i] = Enqueued(job_id, created)
+                del pending[i]
+        if not pending:
+            return done
+    keys = sorted({str(job.options.dedupe_key) for job in pending.values()})
+    raise DatabaseError(
+        f"dedupe keys {keys} did not settle after {DEDUPE_ROUNDS} rounds of concurrent "
+        "enqueues: retry the transaction"
+    )
+
+
+def _lost_to_a_finish(
+    pending: dict[int, NewJob], got: dict[int, tuple[int | None, bool]], schema: str
+) -> Plan[bool]:
+    """Whether a job we just created has a key whose window holds a job that finished after
+    our snapshot (see job_dedupe_recheck)."""
+    keys = [
+        {"dedupe_key": job.options.dedupe_key, "dedupe_window": window.total_seconds()}
+        for i, job in pending.items()
+        if got[i][1] and (window := job.options.dedupe_window) is not None
+    ]
+    if not keys:
+        return False
+    rows = yield query("job_dedupe_recheck", schema), {"keys": encode_json(keys), "now": None}
+    return bool(rows)
+
+
+# -- records ------------------------------------------------------------------------------------
+
+# The columns of job_get, job_list and job_list_live, in order.
+JOB_COLUMNS = (
+    "id",
+    "queue",
+    "task",
+    "args",
+    "status",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "worker_id",
+    "errors",
+    "result",
+    "dedupe_key",
+    "retry_of",
+    "cancel_requested_at",
+    "atomic",
+    "concurrency_key",
+)
+
+
+def job_from_row(row: Sequence[object]) -> Job:
+    """A record from a row in JOB_COLUMNS order (trailing columns may be missing). An
+    errors column that could not be read (values.Unreadable) becomes one error saying so."""
+    fields = dict(zip(JOB_COLUMNS, row, strict=False))
+    if isinstance(fields.get("errors"), dict):
+        fields["errors"] = [fields["errors"]]
+    return Job.model_validate(fields)
+
+
+def list_plan(where: JobFilter, schema: str) -> Plan[JobPage]:
+    rows = yield query("job_list", schema), where.params()
+    jobs = [job_from_row(row) for row in rows]
+    full = len(jobs) == where.limit
+    return JobPage(jobs=jobs, next_before_id=jobs[-1].id if full else None)
+
+
+def get_plan(job_id: int, schema: str) -> Plan[Job | None]:
+    rows = yield query("job_get", schema), {"id": job_id}
+    return job_from_row(rows[0]) if rows else None
+
+
+def _require_job(job_id: int, schema: str) -> Plan[Job]:
+    job = yield from get_plan(job_id, schema)
+    if job is None:
+        raise JobNotFoundError(f"no job has id {job_id}, live or in history")
+    return job
+
+
+def list_live_plan(schema: str, task: str | None) -> Plan[list[Job]]:
+    """Jobs still waiting or running in the hot table, oldest first."""
+    rows = yield query("job_list_live", schema), {"task": task}
+    return [job_from_row(row) for row in rows]
+
+
+# -- cancel and retry ---------------------------------------------------------------------------
+
+
+def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellation]:
+    params = {"id": job_id, "now": None, "keep_history": keep_history}
+    job: Job | None = None
+    for _ in range(CANCEL_ROUNDS):
+        rows = yield query("job_cancel", schema), params
+        _locked, cancelled, requested = rows[0]
+        if cancelled:
+            return Cancellation.CANCELLED
+        if requested:
+            return Cancellation.REQUESTED
+        job = yield from _require_job(job_id, schema)
+        if job.finished:
+            return Cancellation.FINISHED
+        yield query("job_cancel_pause", schema), {"seconds": CANCEL_PAUSE}
+    if job is not None and job.atomic:
+        raise JobStateError(
+            f"job {job_id} ({job.task}) is running as an atomic task: its run is one "
+            "transaction that commits whole or not at all, so it cannot be cancelled midway. "
+            "It ends at its timeout at the latest; cancel it again if it is retried"
+        )
+    raise JobStateError(f"job {job_id} stayed locked by another transaction; try again")
+
+
+def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[Enqueued]:
+    rows = yield query("job_retry_source", schema), {"id": job_id}
+    if not rows:
+        job = yield from _require_job(job_id, schema)
+        raise JobStateError(
+            f"job {job_id} is {job.status.value}: only failed or cancelled jobs can be retried"
+        )
+    original, queue, task, args, status, priority, max_attempts, atomic, live_retry, key = rows[0]
+    if status not in (JobStatus.FAILED.value, JobStatus.CANCELLED.value):
+        raise JobStateError(f"job {job_id} {status}: only failed or cancelled jobs can be retried")
+    if live_retry is not None:
+        raise JobStateError(f"job {job_id} is already being retried as job {live_retry}")
+    options = JobOptions(
+        queue=queue, priority=priority, max_attempts=max_attempts, concurrency_key=key
+    )
+    rows = yield insert([NewJob(task, args, options, atomic)], schema, max_payload_bytes)
+    new_id = int(rows[0][0])
+    try:
+        yield query("job_link_retry", schema), {"id": new_id, "retry_of": original}
+    except psycopg.errors.UniqueViolation:
+        raise JobStateError(f"job {job_id} is already being retried by another job") from None
+    return Enqueued(new_id)
+
+
+# -- atomic jobs: claimed, run and finished in one transaction ----------------------------------
+
+
+def claim_atomic_plan(schema: str, params: Params, backstop_ms: int) -> Plan[ClaimedJob | None]:
+    """Claim one atomic job for the caller's open transaction, which the server ends if it
+    idles longer than `backstop_ms` (a hung worker frees the job)."""
+    yield from bound_idle(schema, backstop_ms)
+    rows = yield query("job_claim_atomic", schema), params
+    return ClaimedJob(*rows[0]) if rows else None
+
+
+def finish_plan(schema: str, outcomes: Sequence[OutcomeRow], keep_history: bool) -> Plan[Finished]:
+    """job_finish_many as a plan, for an atomic job's own transaction."""
+    rows = yield statement("job_finish_many", schema), finish_params(outcomes, keep_history)
+    return _finished(rows[0])
+
+
+# -- the worker's side ----------------------------------------------------------------------------
 
 
 class OutcomeRow(Protocol):
     """What an outcome gives job_finish_many (executor.Outcome)."""
 
-    def as_row(self) -> dict[str, Any]: ...
+    def as_row(self) -> dict[str, object]: ...
 
 
 @dataclass
@@ -55,7 +396,15 @@ class Finished:
     archived: int
 
 
-def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[str, Any]:
+def _ids(rows: Rows) -> list[int]:
+    return [int(row[0]) for row in rows]
+
+
+def _finished(row: TupleRow) -> Finished:
+    return Finished(int(row[0]), int(row[1]), int(row[2]))
+
+
+def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[str, object]:
     """job_finish_many's parameters. Every writer of outcomes builds them here: the completer,
     the rescuer, an atomic lane (also on a sync connection) and a stopping worker."""
     return {
@@ -69,20 +418,26 @@ class JobsStore:
     def __init__(self, schema: str) -> None:
         self.schema = schema
 
-    async def claim_unkeyed(self, conn: AsyncConn, params: dict[str, Any]) -> Claimed | None:
+    async def insert_jobs(
+        self, conn: AsyncConn, jobs: Sequence[NewJob], now: datetime | None = None
+    ) -> list[Enqueued]:
+        """Insert jobs a worker makes itself (follow-ups, periodic ticks); their ids in order.
+        `now` pins the clock their delays count from."""
+        query_, params = insert(jobs, self.schema)
+        return enqueued(await fetch(conn, query_, {**(params or {}), "now": now}))
+
+    async def claim_unkeyed(self, conn: AsyncConn, params: Params) -> Claimed | None:
         """job_claim_unkeyed: the claim of a queue whose jobs carry no concurrency key. None
         when it met a keyed job and claimed nothing: claim with claim_keyed from then on."""
-        cur = await conn.execute(statement("job_claim_unkeyed", self.schema), params)
-        rows = await cur.fetchall()
+        rows = await fetch(conn, statement("job_claim_unkeyed", self.schema), params)
         if rows and rows[0][8] is None:
             return None
         return Claimed([ClaimedJob(*row[:8]) for row in rows], [])
 
-    async def claim_keyed(self, conn: AsyncConn, params: dict[str, Any]) -> Claimed:
+    async def claim_keyed(self, conn: AsyncConn, params: Params) -> Claimed:
         """job_claim: jobs that fit their key's limit are claimed, the others parked."""
-        cur = await conn.execute(statement("job_claim", self.schema), params)
         claimed = Claimed([], [])
-        for row in await cur.fetchall():
+        for row in await fetch(conn, statement("job_claim", self.schema), params):
             if row[8]:
                 claimed.parked.append((row[3], row[0]))
             else:
@@ -94,12 +449,11 @@ class JobsStore:
     ) -> tuple[int, float | None]:
         """Due scheduled jobs of `queues` made queued, at most `limit`; and in how many seconds
         the next one falls due (None: none is scheduled; infinite for infinity)."""
-        cur = await conn.execute(
+        row = await fetch_one(
+            conn,
             query("job_promote_due", self.schema),
             {"queues": list(queues), "limit": limit, "now": None},
         )
-        row = await cur.fetchone()
-        assert row is not None
         return int(row[0]), None if row[1] is None else float(row[1])
 
     async def finish_many(
@@ -107,15 +461,12 @@ class JobsStore:
     ) -> Finished:
         """Write outcomes: finished jobs move to history, retried ones back to the queue."""
         params = finish_params(outcomes, keep_history)
-        cur = await conn.execute(statement("job_finish_many", self.schema), params)
-        row = await cur.fetchone()
-        assert row is not None
-        return Finished(int(row[0]), int(row[1]), int(row[2]))
+        return _finished(await fetch_one(conn, statement("job_finish_many", self.schema), params))
 
     async def release_many(self, conn: AsyncConn, ids: Sequence[int], worker_id: int) -> None:
         """Put a stopping worker's unfinished jobs back without spending an attempt."""
-        await conn.execute(
-            query("job_release_many", self.schema), {"ids": list(ids), "worker_id": worker_id}
+        await fetch(
+            conn, query("job_release_many", self.schema), {"ids": list(ids), "worker_id": worker_id}
         )
 
     async def release_orphans(
@@ -123,45 +474,40 @@ class JobsStore:
     ) -> list[int]:
         """Put back this worker's running jobs it does not know of (a claim whose reply a
         broken connection lost); returns their ids."""
-        cur = await conn.execute(
-            query("job_release_orphans", self.schema),
-            {"worker_id": worker_id, "known": list(known)},
-        )
-        return [int(row[0]) for row in await cur.fetchall()]
+        params = {"worker_id": worker_id, "known": list(known)}
+        return _ids(await fetch(conn, query("job_release_orphans", self.schema), params))
 
     async def cancel_requested(
         self, conn: AsyncConn, ids: Sequence[int], worker_id: int
     ) -> list[int]:
         """Those of this worker's running jobs `ids` whose cancellation was requested."""
-        cur = await conn.execute(
-            query("job_list_cancel_requested", self.schema),
-            {"worker_id": worker_id, "ids": list(ids)},
-        )
-        return [int(row[0]) for row in await cur.fetchall()]
+        params = {"worker_id": worker_id, "ids": list(ids)}
+        return _ids(await fetch(conn, query("job_list_cancel_requested", self.schema), params))
 
     async def find_stranded(
         self, conn: AsyncConn, lease: timedelta, limit: int
     ) -> list[ClaimedJob]:
         """Running jobs of workers silent for longer than `lease`, locked for the caller's
         transaction."""
-        cur = await conn.execute(
+        rows = await fetch(
+            conn,
             query("job_find_stranded", self.schema),
             {"lease": lease.total_seconds(), "limit": limit, "now": None},
         )
-        return [ClaimedJob(*row) for row in await cur.fetchall()]
+        return [ClaimedJob(*row) for row in rows]
 
     async def find_orphaned(self, conn: AsyncConn, limit: int) -> list[ClaimedJob]:
         """Running jobs whose worker row is gone, locked for the caller's transaction."""
-        cur = await conn.execute(query("job_find_orphaned", self.schema), {"limit": limit})
-        return [ClaimedJob(*row) for row in await cur.fetchall()]
+        rows = await fetch(conn, query("job_find_orphaned", self.schema), {"limit": limit})
+        return [ClaimedJob(*row) for row in rows]
 
     async def fail_out_of_range(
         self, conn: AsyncConn, queues: Sequence[str], limit: int, keep_history: bool
     ) -> int:
         """Fail scheduled jobs of `queues` whose run_at is after year 9999; returns how many."""
-        cur = await conn.execute(
+        rows = await fetch(
+            conn,
             query("job_fail_out_of_range", self.schema),
             {"queues": list(queues), "limit": limit, "keep_history": keep_history, "now": None},
         )
-        row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        return int(rows[0][0]) if rows else 0

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-import psycopg
 from psycopg.rows import class_row
 
 from pgqueue.queries import query
 from pgqueue.registry import encode_json
+from pgqueue.store.plan import AsyncConn, fetch
 
 
 @dataclass(frozen=True)
@@ -20,7 +19,7 @@ class Definition:
     """A definition as a scheduler pass sees it, with the latest tick already dealt with."""
 
     name: str
-    definition: dict[str, Any]
+    definition: dict[str, object]
     last_tick: datetime
     now: datetime  # the database's time of the pass, or the pinned one
 
@@ -46,19 +45,20 @@ class PeriodicStore:
 
     async def ensure(
         self,
-        conn: psycopg.AsyncConnection[Any],
-        definitions: Sequence[tuple[str, dict[str, Any]]],
+        conn: AsyncConn,
+        definitions: Sequence[tuple[str, dict[str, object]]],
         now: datetime | None,
     ) -> None:
         """Record definitions no worker has seen yet, as dealt with up to now."""
         rows = [{"name": name, "definition": data} for name, data in definitions]
-        await conn.execute(
+        await fetch(
+            conn,
             query("periodic_state_ensure", self.schema),
             {"periodics": encode_json(rows), "now": now},
         )
 
     async def lock(
-        self, conn: psycopg.AsyncConnection[Any], names: Sequence[str], now: datetime | None
+        self, conn: AsyncConn, names: Sequence[str], now: datetime | None
     ) -> list[Definition]:
         """Lock the named definitions until the caller's transaction ends, in name order."""
         async with conn.cursor(row_factory=class_row(Definition)) as cur:
@@ -69,7 +69,7 @@ class PeriodicStore:
 
     async def claim_ticks(
         self,
-        conn: psycopg.AsyncConnection[Any],
+        conn: AsyncConn,
         ticks: Sequence[Tick],
         worker_id: int,
         now: datetime | None,
@@ -85,17 +85,15 @@ class PeriodicStore:
             )
             return await cur.fetchall()
 
-    async def link_ticks(
-        self, conn: psycopg.AsyncConnection[Any], links: Sequence[TickJob]
-    ) -> None:
+    async def link_ticks(self, conn: AsyncConn, links: Sequence[TickJob]) -> None:
         """Record the job each claimed tick became."""
         rows = [{"name": t.name, "tick": t.tick.isoformat(), "job_id": t.job_id} for t in links]
-        await conn.execute(query("periodic_tick_link", self.schema), {"links": encode_json(rows)})
+        await fetch(conn, query("periodic_tick_link", self.schema), {"links": encode_json(rows)})
 
     async def advance(
         self,
-        conn: psycopg.AsyncConnection[Any],
-        states: Sequence[tuple[str, dict[str, Any], datetime]],
+        conn: AsyncConn,
+        states: Sequence[tuple[str, dict[str, object], datetime]],
         now: datetime | None,
     ) -> None:
         """Store each definition and the latest tick dealt with; a tick never moves back."""
@@ -103,7 +101,8 @@ class PeriodicStore:
             {"name": name, "definition": data, "last_tick": tick.isoformat()}
             for name, data, tick in states
         ]
-        await conn.execute(
+        await fetch(
+            conn,
             query("periodic_state_advance", self.schema),
             {"states": encode_json(rows), "now": now},
         )

@@ -1,19 +1,18 @@
-"""The workers table: one row per live worker, kept fresh by its heartbeat; and the
-rescuer's lock and notices, which are about dead workers."""
+"""The workers table and the worker's sessions: one row per live worker, kept fresh by its
+heartbeat; the rescuer's lock and notices, which are about dead workers; and the settings
+and subscription of the worker's own connections. Runs sql/queries/workers.sql."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-import psycopg
-from psycopg.rows import class_row
+from psycopg.rows import class_row, tuple_row
 
 from pgqueue.queries import dead_channel, query
 from pgqueue.registry import encode_json
-
-AsyncConn = psycopg.AsyncConnection[Any]
+from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one
 
 
 @dataclass(frozen=True)
@@ -32,52 +31,70 @@ class WorkerRow:
     running: int
 
 
+def bound_idle(schema: str, ms: int) -> Plan[None]:
+    """Have the server end this session if its open transaction idles longer than `ms`: a
+    worker that hangs mid-transaction must not hold its row locks for longer."""
+    yield query("transaction_bound_idle", schema), {"ms": str(ms)}
+
+
 class WorkersStore:
     def __init__(self, schema: str) -> None:
         self.schema = schema
 
     def list(
-        self, conn: psycopg.Connection[Any], limit: int = 1000, now: datetime | None = None
+        self, conn: SyncConn, limit: int = 1000, now: datetime | None = None
     ) -> list[WorkerRow]:
         """The workers with a row, newest first."""
         with conn.cursor(row_factory=class_row(WorkerRow)) as cur:
             cur.execute(query("worker_list", self.schema), {"limit": limit, "now": now})
             return cur.fetchall()
 
-    async def register(self, conn: AsyncConn, identity: dict[str, Any]) -> int:
+    async def register(self, conn: AsyncConn, identity: Mapping[str, object]) -> int:
         """A starting worker's row; its id guards every write it makes to a job."""
-        cur = await conn.execute(query("worker_register", self.schema), identity)
-        row = await cur.fetchone()
-        assert row is not None
+        row = await fetch_one(conn, query("worker_register", self.schema), identity)
         return int(row[0])
 
-    async def deregister(self, conn: AsyncConn, worker_id: int) -> None:
-        await conn.execute(query("worker_deregister", self.schema), {"worker_id": worker_id})
-
-    async def migrated(self, conn: AsyncConn) -> bool:
-        """Whether the schema has pgqueue's tables at all."""
-        cur = await conn.execute(
-            query("migration_table_exists", self.schema), {"schema": self.schema}
-        )
-        row = await cur.fetchone()
+    def heartbeat(self, conn: SyncConn, params: Mapping[str, object]) -> bool:
+        """Prove the worker alive (the heartbeat runs in a thread, on a sync connection).
+        True when its row had been removed as dead and was put back: its jobs were rescued."""
+        with conn.cursor(row_factory=tuple_row) as cur:
+            row = cur.execute(query("worker_heartbeat", self.schema), params).fetchone()
         return bool(row and row[0])
+
+    async def deregister(self, conn: AsyncConn, worker_id: int) -> None:
+        await fetch(conn, query("worker_deregister", self.schema), {"worker_id": worker_id})
+
+    async def claim_session(self, conn: AsyncConn) -> None:
+        """Commits on this session return before their WAL is flushed (see workers.sql)."""
+        await fetch(conn, query("session_set_async_commit", self.schema))
+
+    async def planner_session(self, conn: AsyncConn) -> None:
+        """This session's planner keeps to index access (see workers.sql)."""
+        await fetch(conn, query("session_prefer_indexes", self.schema))
+
+    async def listen(self, conn: AsyncConn) -> None:
+        """Subscribe `conn` to the schema's wake-up channel."""
+        await fetch(conn, query("worker_listen", self.schema))
 
     async def rescue_lock(self, conn: AsyncConn) -> bool:
         """Take the schema's rescue lock for the caller's transaction, if no one holds it."""
-        cur = await conn.execute(query("worker_rescue_lock", self.schema), {"schema": self.schema})
-        row = await cur.fetchone()
-        return bool(row and row[0])
+        row = await fetch_one(
+            conn, query("worker_rescue_lock", self.schema), {"schema": self.schema}
+        )
+        return bool(row[0])
 
     async def delete_dead(self, conn: AsyncConn, lease: timedelta) -> None:
         """Remove workers silent for longer than the lease once none of their jobs runs."""
-        await conn.execute(
+        await fetch(
+            conn,
             query("worker_delete_dead", self.schema),
             {"lease": lease.total_seconds(), "now": None},
         )
 
-    async def notify_dead_job(self, conn: AsyncConn, job: dict[str, Any]) -> None:
+    async def notify_dead_job(self, conn: AsyncConn, job: Mapping[str, object]) -> None:
         """Tell the dead-job channel's listeners, at commit, that a job was abandoned."""
-        await conn.execute(
-            query("job_notify_dead", self.schema),
+        await fetch(
+            conn,
+            query("worker_notify_dead_job", self.schema),
             {"channel": dead_channel(self.schema), "payload": encode_json(job)},
         )

@@ -1,4 +1,4 @@
--- History retention: deleting finished jobs in small batches. Nothing here is on the hot
+-- History retention: deleting finished jobs and old periodic ticks in small batches. Nothing here is on the hot
 -- path: claims and completions never read job_history.
 
 -- name: retention_lock
@@ -26,3 +26,19 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING finished_at;
+
+-- name: periodic_tick_prune
+-- Deletes at most `limit` periodic ticks older than the cutoff, oldest first, starting at
+-- `after` like job_history_prune; returns each deleted tick. Guard: only ticks at or before
+-- their definition's last_tick, which no scheduler pass looks at again.
+DELETE FROM {schema}.periodic_ticks
+WHERE (name, tick) IN (
+    SELECT t.name, t.tick FROM {schema}.periodic_ticks AS t
+    JOIN {schema}.periodic AS p ON p.name = t.name AND t.tick <= p.last_tick
+    WHERE t.tick < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+      AND t.tick >= coalesce(%(after)s::timestamptz, '-infinity')
+    ORDER BY t.tick
+    LIMIT %(limit)s
+    FOR UPDATE OF t SKIP LOCKED
+)
+RETURNING tick;

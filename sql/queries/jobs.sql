@@ -616,10 +616,6 @@ ORDER BY j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;
 
--- name: job_notify_dead
--- Tells listeners on the schema's dead-job channel that a job was abandoned; sent at commit.
-SELECT pg_notify(%(channel)s, %(payload)s);
-
 -- name: job_claim_atomic
 -- Claims one atomic job of the given tasks inside the caller's open transaction. Other workers
 -- still see it queued but locked, so SKIP LOCKED passes over it and the rescuer ignores it; a

@@ -47,19 +47,3 @@ SET definition = s.definition,
     updated_at = coalesce(%(now)s::timestamptz, now())
 FROM jsonb_to_recordset(%(states)s::jsonb) AS s(name text, definition jsonb, last_tick timestamptz)
 WHERE p.name = s.name;
-
--- name: periodic_tick_prune
--- Deletes at most `limit` periodic ticks older than the cutoff, oldest first, starting at
--- `after` like job_history_prune; returns each deleted tick. Guard: only ticks at or before
--- their definition's last_tick, which no scheduler pass looks at again.
-DELETE FROM {schema}.periodic_ticks
-WHERE (name, tick) IN (
-    SELECT t.name, t.tick FROM {schema}.periodic_ticks AS t
-    JOIN {schema}.periodic AS p ON p.name = t.name AND t.tick <= p.last_tick
-    WHERE t.tick < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
-      AND t.tick >= coalesce(%(after)s::timestamptz, '-infinity')
-    ORDER BY t.tick
-    LIMIT %(limit)s
-    FOR UPDATE OF t SKIP LOCKED
-)
-RETURNING tick;

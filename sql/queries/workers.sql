@@ -75,3 +75,7 @@ WHERE w.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(sec
 -- Server-side backstop for an atomic job's transaction: if its worker hangs while idle in the
 -- transaction past this many milliseconds, PostgreSQL ends the session and the job is freed.
 SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
+
+-- name: worker_notify_dead_job
+-- Tells listeners on the schema's dead-job channel that a job was abandoned; sent at commit.
+SELECT pg_notify(%(channel)s, %(payload)s);

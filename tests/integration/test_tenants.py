@@ -203,7 +203,7 @@ def test_the_sweep_corrects_a_drifted_counter_and_unparks_waiting_jobs(
 ) -> None:
     import asyncio
 
-    from pgqueue import tenants
+    from pgqueue.store import concurrency
 
     queue.set_concurrency_limit("a", 1)
     ids = queue.enqueue_many([app.with_options(concurrency_key="a").job(i) for i in range(3)])
@@ -215,7 +215,7 @@ def test_the_sweep_corrects_a_drifted_counter_and_unparks_waiting_jobs(
 
     async def sweep() -> int:
         async with await psycopg.AsyncConnection.connect(queue.dsn or "", autocommit=True) as c:
-            return await tenants.sweep(c, schema)
+            return await concurrency.sweep(c, schema)
 
     assert asyncio.run(sweep()) == 1
     assert slots(db, schema) == {"a": 0}

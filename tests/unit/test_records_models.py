@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from pgqueue import ConfigurationError, Enqueued, Job, JobStatus
-from pgqueue.models import QUEUE_NAME
-from pgqueue.records import JobFilter
+from pgqueue import ConfigurationError, Enqueued, JobStatus
+from pgqueue.models import QUEUE_NAME, JobFilter
+from pgqueue.store.jobs import job_from_row
 from pgqueue.wakeup import CANCEL_PREFIX
 
 
@@ -29,7 +29,7 @@ def test_a_record_from_a_row_of_the_old_width_still_decodes() -> None:
     now = datetime.now(timezone.utc)
     row: tuple[Any, ...] = (1, "q", "t", {}, "succeeded", 0, 1, 3, now, now, now)
     row += (now + timedelta(seconds=2),)
-    job = Job.from_row((*row, 7, [], {"ok": True}))
+    job = job_from_row((*row, 7, [], {"ok": True}))
     assert job.status is JobStatus.SUCCEEDED and job.finished
     assert job.run_time == timedelta(seconds=2) and job.wait_time == timedelta(0)
     assert job.retry_of is None and job.dedupe_key is None and not job.atomic

@@ -1,0 +1,130 @@
+"""What the operator's reports read: queue counts, the sessions that hold back the xmin
+horizon, and VACUUM's statistics of the jobs table; and the guarded kill of a holder. Runs
+sql/queries/health.sql. Nothing here writes to pgqueue's tables."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from psycopg.rows import class_row, tuple_row
+from pydantic import BaseModel, ConfigDict
+
+from pgqueue.queries import query
+from pgqueue.store.plan import AsyncConn, SyncConn
+
+# The horizon statements read only cluster views and render no {schema}: any valid name will do.
+_NO_SCHEMA = "pgqueue"
+_JOBS_TABLE = "jobs"
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+HolderKind = Literal["session", "replication_slot", "prepared_xact"]
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class QueueStats(Report):
+    """One queue: live jobs now, and what finished in the hour up to `now`."""
+
+    queue: str
+    queued: int
+    scheduled: int
+    running: int
+    waiting: int  # parked: their concurrency key is at its limit
+    failed_last_hour: int
+    succeeded_last_minute: int
+    succeeded_last_hour: int
+    oldest_queued_age: timedelta | None  # None when nothing is queued
+
+
+class HorizonHolder(Report):
+    """Something that keeps VACUUM from removing rows that died after its oldest xid.
+
+    session: a backend with a snapshot or a transaction id (pid, state, query).
+    replication_slot: `name` is the slot, `backend_type` physical or logical, `pid` its walsender
+    if active; a slot has no start time, so `age` is None. catalog_xmin holds catalogs only.
+    prepared_xact: `name` is the gid, `xact_start` when it was prepared; it has no pid.
+    xmin_age and catalog_xmin_age count transactions, not time.
+    """
+
+    kind: HolderKind
+    pid: int | None
+    name: str | None
+    usename: str | None
+    application_name: str | None
+    backend_type: str | None
+    state: str | None
+    xact_start: datetime | None
+    age: timedelta | None
+    state_age: timedelta | None
+    query: str | None
+    xmin_age: int | None
+    catalog_xmin_age: int | None
+    terminable: bool  # what `terminate` would accept, were it old enough
+
+    @property
+    def key(self) -> tuple[str, int | None, str | None, datetime | None]:
+        """The same holder across two reads: its transaction, not just its pid."""
+        return (self.kind, self.pid, self.name, self.xact_start)
+
+
+class TableHealth(Report):
+    """VACUUM's view of one table; the counts are the statistics system's estimates."""
+
+    schema_name: str
+    table_name: str
+    n_live_tup: int
+    n_dead_tup: int
+    last_vacuum: datetime | None
+    last_autovacuum: datetime | None
+    last_autoanalyze: datetime | None
+
+
+def queue_stats(conn: SyncConn, schema: str, now: datetime | None) -> list[QueueStats]:
+    """Per-queue counts, ordered by queue name; raises UndefinedTable if never migrated."""
+    with conn.cursor(row_factory=class_row(QueueStats)) as cur:
+        return cur.execute(query("queue_list_stats", schema), {"now": now}).fetchall()
+
+
+def horizon_holders(
+    conn: SyncConn, min_age: timedelta | None, now: datetime | None
+) -> list[HorizonHolder]:
+    """Holders of the horizon, oldest xid first, never the calling connection."""
+    params = {"min_age": min_age, "now": now}
+    with conn.cursor(row_factory=class_row(HorizonHolder)) as cur:
+        return cur.execute(query("horizon_list_holders", _NO_SCHEMA), params).fetchall()
+
+
+async def horizon_holders_async(
+    conn: AsyncConn, min_age: timedelta | None, now: datetime | None = None
+) -> list[HorizonHolder]:
+    """`horizon_holders` on an async connection."""
+    params = {"min_age": min_age, "now": now}
+    async with conn.cursor(row_factory=class_row(HorizonHolder)) as cur:
+        await cur.execute(query("horizon_list_holders", _NO_SCHEMA), params)
+        return await cur.fetchall()
+
+
+def jobs_table_health(conn: SyncConn, schema: str) -> TableHealth | None:
+    """VACUUM's view of `schema`.jobs; None if there is no such table."""
+    params = {"schema": schema, "table": _JOBS_TABLE}
+    with conn.cursor(row_factory=class_row(TableHealth)) as cur:
+        return cur.execute(query("table_read_health", schema), params).fetchone()
+
+
+def terminate_holder(
+    conn: SyncConn, pid: int, min_age: timedelta, wait_ms: int, now: datetime | None
+) -> bool:
+    """End `pid` if, at this moment, it still holds the horizon with a transaction at least
+    `min_age` old and is neither this connection nor pgqueue's own; whether it exited within
+    `wait_ms`."""
+    params = {"pid": pid, "min_age": min_age, "wait_ms": wait_ms, "now": now}
+    with conn.cursor(row_factory=tuple_row) as cur:
+        row = cur.execute(query("session_terminate_holder", _NO_SCHEMA), params).fetchone()
+    return bool(row and row[0])

@@ -1,0 +1,103 @@
+"""Plans: an operation of several statements written once for the sync and async twins.
+
+A plan is a generator that yields (statement, params) and is sent back the rows. `run` and
+`run_async` drive one on a sync or async connection, the only place the twins differ. A plan
+whose statements must commit together runs, on an autocommit connection, in a transaction of
+its own; otherwise in the caller's transaction, which it never commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator, Mapping
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import TupleRow, tuple_row
+
+from pgqueue.values import tolerate
+
+T = TypeVar("T")
+Query = sql.Composed | bytes
+Params = Mapping[str, object]
+Step = tuple[Query, Params | None]
+Rows = list[TupleRow]
+Plan = Generator[Step, Rows, T]
+# A connection of any row factory: the store reads through cursors with factories of its own.
+SyncConn = psycopg.Connection[object]
+AsyncConn = psycopg.AsyncConnection[object]
+
+
+def _own_transaction(
+    conn: SyncConn | AsyncConn, together: bool
+) -> Any:  # a sync or async context manager, as the connection's kind
+    """A transaction for statements that must commit together on an autocommit connection;
+    none otherwise (a caller's transaction is never committed here)."""
+    return conn.transaction() if together and conn.autocommit else contextlib.nullcontext()
+
+
+def run(conn: SyncConn, plan: Plan[T], *, together: bool = True) -> T:
+    """Drive `plan` on `conn`; `together=False` for a plan whose statements each stand alone
+    (then an autocommit connection pays no BEGIN and COMMIT)."""
+    with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
+        tolerate(cur)  # a record holding what Python cannot represent still reads
+        try:
+            step = next(plan)
+            while True:
+                step = _resume(plan, _execute(cur, step))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+
+async def run_async(conn: AsyncConn, plan: Plan[T], *, together: bool = True) -> T:
+    """`run` on an async connection."""
+    async with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
+        tolerate(cur)
+        try:
+            step = next(plan)
+            while True:
+                step = _resume(plan, await _execute_async(cur, step))
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+
+def _execute(cur: psycopg.Cursor[TupleRow], step: Step) -> Rows | psycopg.Error:
+    try:
+        cur.execute(*step)
+        return cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        return exc
+
+
+async def _execute_async(cur: psycopg.AsyncCursor[TupleRow], step: Step) -> Rows | psycopg.Error:
+    try:
+        await cur.execute(*step)
+        return await cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        return exc
+
+
+def _resume(plan: Plan[T], outcome: Rows | psycopg.Error) -> Step:
+    """The plan's next step, given the rows of its last one or the error it raised; a plan
+    may catch the error (a unique violation it expects) and go on."""
+    if isinstance(outcome, psycopg.Error):
+        return plan.throw(outcome)
+    return plan.send(outcome)
+
+
+async def fetch(conn: AsyncConn, query: Query, params: Params | None = None) -> Rows:
+    """Run one statement in the caller's transaction; its rows, none for a command."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall() if cur.description is not None else []
+
+
+async def fetch_one(conn: AsyncConn, query: Query, params: Params | None = None) -> TupleRow:
+    """Run one statement that returns exactly one row (an aggregate); that row."""
+    rows = await fetch(conn, query, params)
+    if len(rows) != 1:
+        raise AssertionError(f"expected one row, got {len(rows)}")
+    return rows[0]
