@@ -1,7 +1,7 @@
-"""The fault suite (issue 4; seed 004): does every committed job run, exactly once when atomic,
+"""The fault suite: does every committed job run, exactly once when atomic,
 and no rolled-back job ever, while workers are killed and the database misbehaves?
 
-    python -m bench.chaos [--dsn DSN] [--scenarios kill9,restart,terminate,rollback,longtx]
+    python -m bench chaos [--dsn DSN] [--scenarios kill9,restart,terminate,rollback,longtx]
                           [--modes lease,atomic] [--jobs N] [--rate N] [--short]
                           [--allow-restart-cmd CMD] [--drain-timeout S] [--out DIR]
 
@@ -24,26 +24,20 @@ until the queue drains or --drain-timeout passes, then counts (bench/chaos_count
 Without --dsn (or PGQUEUE_DSN) it starts the embedded PostgreSQL in a temporary folder. On a
 given server it works in a database of its own, created and dropped here, so terminating
 `pgqueue:%` sessions and holding a snapshot touch nobody else's work. Writes results.json and
-results.md to --out (default bench/out/chaos-<timestamp>/), and keeps each run's logs and
-records under runs/. Exits 1 if any promise was broken (see the printed Problems), 2 on a bad
+results.md to its results folder (bench/report.py), and keeps each run's logs and records
+under runs/. Exits 1 if any promise was broken (see the printed Problems), 2 on a bad
 command line.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
-import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +57,13 @@ from bench.chaos_faults import (
     wait_registered,
 )
 from bench.chaos_server import Server, describe, own_database, server
+from bench.report import Run, guarded
+from bench.server import Server as Described
 from pgqueue.link import redact
 from pgqueue.migrate import apply
 
 SCENARIOS = ("kill9", "restart", "terminate", "rollback", "longtx")
 FAULTS = {"kill9": (2, 5), "restart": (2, 3), "terminate": (3, 6)}  # (short, full) counts
-ROOT = Path(__file__).resolve().parent
 PRODUCER_STOP_SECONDS = 60.0
 
 
@@ -88,8 +83,7 @@ class Config:
     short: bool
     drain_timeout: float
     restart_cmd: str | None
-    out: Path
-    command: str = field(default="")
+    run: Run
 
     def worker_settings(self) -> dict[str, Any]:
         return {
@@ -108,11 +102,11 @@ class Config:
 
 
 def parse_args(argv: Sequence[str]) -> Config:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.chaos",
-        description="Kill workers, restart and cut the database, roll back: count every job.",
+    parser = options.parser(
+        "chaos",
+        "Kill workers, restart and cut the database, roll back: count every job.",
+        short="the CI run: 1000 jobs, few faults",
     )
-    parser.add_argument("--dsn", help="PostgreSQL to use (default: PGQUEUE_DSN, else embedded)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=",".join(SCENARIOS))
     parser.add_argument("--modes", default=",".join(MODES), help="lease,atomic")
     parser.add_argument("--jobs", type=int, help="enqueue attempts per row (10000; short 1000)")
@@ -123,7 +117,6 @@ def parse_args(argv: Sequence[str]) -> Config:
     parser.add_argument("--atomic-concurrency", type=int, default=10, help="per worker (10)")
     parser.add_argument("--work-ms", type=float, default=5.0, help="each job's work (5 ms)")
     parser.add_argument("--faults", type=int, help="faults per run (default by scenario)")
-    parser.add_argument("--short", action="store_true", help="the CI run: 1000 jobs, few faults")
     parser.add_argument(
         "--drain-timeout", type=float, help="seconds to wait for the queue to drain (120; short 30)"
     )
@@ -132,7 +125,6 @@ def parse_args(argv: Sequence[str]) -> Config:
         metavar="CMD",
         help="shell command that restarts the --dsn server (the restart scenario needs it)",
     )
-    parser.add_argument("--out", type=Path, help="output folder (default bench/out/chaos-*)")
     args = parser.parse_args(argv)
     jobs = _default(args.jobs, 1000 if args.short else 10_000)
     rate = _default(args.rate, 500.0 if args.short else 800.0)
@@ -155,9 +147,8 @@ def parse_args(argv: Sequence[str]) -> Config:
         parser.error("--workers must be at least 2: kill9 kills one while the others work")
     if args.faults is not None and args.faults < 1:
         parser.error(f"--faults must be at least 1, got {args.faults}")
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Config(
-        dsn=args.dsn or os.environ.get("PGQUEUE_DSN") or None,
+        dsn=options.dsn(args.dsn),
         scenarios=options.choices(parser, "--scenarios", args.scenarios, SCENARIOS),
         modes=options.choices(parser, "--modes", args.modes, MODES),
         jobs=jobs,
@@ -171,10 +162,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         short=args.short,
         drain_timeout=drain_timeout,
         restart_cmd=args.allow_restart_cmd,
-        out=args.out or ROOT / "out" / f"chaos-{stamp}",
-        command=shlex.join(
-            [Path(sys.executable).name, "-m", "bench.chaos", *(_redacted(a) for a in argv)]
-        ),
+        run=Run("chaos", [_redacted(a) for a in argv], args.out, args.short),
     )
 
 
@@ -200,13 +188,14 @@ class Bench:
     server: Server
     dsn: str  # the bench's own database
     admin: Admin
+    out: Path
 
     def run(self, scenario: str, mode: str) -> dict[str, Any]:
         row: dict[str, Any] = {"scenario": scenario, "mode": mode}
         if scenario == "restart" and (reason := self.server.cannot_restart()):
             return row | {"skipped": reason}
         schema = f"chaos_{scenario}_{mode}"
-        run_dir = self.config.out / "runs" / f"{scenario}-{mode}"
+        run_dir = self.out / "runs" / f"{scenario}-{mode}"
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
         started = time.monotonic()
@@ -331,15 +320,16 @@ class Bench:
 
 
 def suite(config: Config) -> int:
-    started = time.monotonic()
-    started_at = datetime.now(timezone.utc)
-    config.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     with server(config.dsn, config.restart_cmd) as srv, own_database(srv.dsn) as dsn:
         admin = Admin(dsn)
         try:
-            database = {"embedded": srv.embedded is not None, **describe(admin)}
-            bench = Bench(config, srv, dsn, admin)
+            found = describe(admin)
+            described = Described(
+                dsn, srv.embedded is not None, found["server_version"], found["settings"]
+            )
+            out = config.run.folder(described)
+            bench = Bench(config, srv, dsn, admin, out)
             for scenario in config.scenarios:
                 for mode in config.modes:
                     print(f"chaos: {scenario} {mode}", file=sys.stderr)
@@ -355,13 +345,7 @@ def suite(config: Config) -> int:
             admin.close()
     problems = [f"{r['scenario']} {r['mode']}: {p}" for r in rows for p in r["problems"]]
     warnings = [f"{r['scenario']} {r['mode']}: {w}" for r in rows for w in r["warnings"]]
-    summary = {
-        "bench": "chaos",
-        "command": config.command,
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "runtime_s": round(time.monotonic() - started, 1),
-        "database": database,
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    summary = config.run.header(described) | {
         "settings": {
             "jobs": config.jobs,
             "rate": config.rate,
@@ -377,28 +361,19 @@ def suite(config: Config) -> int:
         "warnings": warnings,
         "ok": not problems,
     }
-    chaos_report.write(config.out, summary)
+    chaos_report.write(out, summary)
     print(chaos_report.table(rows))
     for problem in problems:
         print(f"PROBLEM: {problem}")
     for warning in warnings:
         print(f"WARNING: {warning}")
-    print(f"chaos: wrote {config.out} in {summary['runtime_s']} s", file=sys.stderr)
+    print(f"chaos: wrote {out} in {summary['runtime_s']} s", file=sys.stderr)
     return 0 if not problems else 1
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # runs the finally blocks: processes stopped, data dropped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        return suite(config)
-    except KeyboardInterrupt:
-        print("chaos: interrupted; processes stopped and data dropped", file=sys.stderr)
-        return 130
+    return guarded("chaos", lambda: suite(config))
 
 
 if __name__ == "__main__":

@@ -26,8 +26,7 @@ import psycopg
 from psycopg import sql
 
 from bench.chaos_faults import Admin
-
-SETTINGS = ("shared_buffers", "fsync", "synchronous_commit", "max_connections")
+from bench.server import SETTINGS
 
 
 @dataclass

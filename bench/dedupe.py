@@ -1,6 +1,6 @@
-"""What a dedupe key costs at enqueue (issue 5).
+"""What a dedupe key costs at enqueue.
 
-    python -m bench.dedupe [--dsn DSN] [--batch 100] [--rounds 40] [--history 100000] [--out DIR]
+    python -m bench dedupe [--dsn DSN] [--batch 100] [--rounds 40] [--history 100000] [--out DIR]
 
 On a fresh schema (dropped afterwards), one connection enqueues batches of no-op jobs with
 `Queue.enqueue_many`, committing each batch, in four modes taken in turn, round after round,
@@ -12,44 +12,35 @@ so that a slow moment of a shared machine falls on every mode alike:
   (the history lookup, a savepoint and the recheck statement);
 - `existing`: keys whose job is live, so every job resolves to it and nothing is inserted.
 
-Writes results.json (jobs per second per mode and the ratio to `plain`, with the server's
-version and settings and this command) to --out (default bench/out/dedupe-<timestamp>/) and
-prints the table. Without --dsn or PGQUEUE_DSN it starts the embedded PostgreSQL.
+Writes results.json (jobs per second per mode and the ratio to `plain`) to its results folder
+(bench/report.py) and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import shlex
 import sys
 import time
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from bench.degradation import database, describe_server
+from bench import options
+from bench.report import Run, guarded
+from bench.server import database, scratch_schema
 from pgqueue import Queue
-from pgqueue.migrate import apply
 
 MODES = ("plain", "keyed", "keyed_window", "existing")
-ROOT = Path(__file__).resolve().parent
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.dedupe", description=__doc__)
-    parser.add_argument("--dsn", default=os.environ.get("PGQUEUE_DSN"))
+    parser = options.parser("dedupe", __doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=100, help="jobs per enqueue_many")
     parser.add_argument("--rounds", type=int, default=40, help="batches per mode")
     parser.add_argument("--history", type=int, default=100_000, help="finished keyed jobs")
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     for name in ("batch", "rounds"):
         if getattr(args, name) < 1:
@@ -116,31 +107,22 @@ def measure(dsn: str, schema: str, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = args.out or ROOT / "out" / f"dedupe-{stamp}"
-    schema = f"bench_dedupe_{os.getpid()}"
-    with database(args.dsn) as (dsn, is_embedded):
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            apply(conn, schema)
-        try:
-            modes = measure(dsn, schema, args)
-        finally:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        server = {"embedded": is_embedded, **describe_server(dsn)}
-    result = {
-        "command": shlex.join([Path(sys.executable).name, "-m", "bench.dedupe", *argv]),
-        "when": stamp,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "server": server,
-        "batch": args.batch,
-        "rounds": args.rounds,
-        "history_rows": args.history,
-        "modes": modes,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"PostgreSQL {server['server_version']}, batches of {args.batch}, {args.rounds} each")
+    return guarded("dedupe", lambda: bench(Run("dedupe", argv, args.out), args))
+
+
+def bench(run: Run, args: argparse.Namespace) -> int:
+    with database(options.dsn(args.dsn)) as server:
+        out = run.folder(server)
+        with scratch_schema(server.dsn, "bench_dedupe") as schema:
+            modes = measure(server.dsn, schema, args)
+        figures = {
+            "batch": args.batch,
+            "rounds": args.rounds,
+            "history_rows": args.history,
+            "modes": modes,
+        }
+        run.write(out, "results.json", server, figures)
+    print(f"PostgreSQL {server.version}, batches of {args.batch}, {args.rounds} each")
     print(f"{'mode':<14}{'jobs/s':>10}{'vs plain':>10}")
     for mode, row in modes.items():
         print(f"{mode:<14}{row['jobs_per_second']:>10,.0f}{row['ratio_to_plain']:>10.2f}")

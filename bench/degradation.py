@@ -1,53 +1,43 @@
-"""The long-transaction degradation bench (issue 3; seed 002, "Failure By MVCC").
+"""The long-transaction degradation bench: claims while a transaction holds back VACUUM.
 
-    python -m bench.degradation [--dsn DSN] [--duration S] [--rate N] [--workers N]
+    python -m bench degradation [--dsn DSN] [--duration S] [--rate N] [--workers N]
                                 [--strategies plain,hint,default] [--modes control,hold]
                                 [--hold S] [--runaway-seconds S] [--out DIR] [--short]
 
 For each strategy and mode it runs, as separate OS processes, a producer enqueuing no-op jobs
 at a fixed rate, the workers, and in `hold` mode a long-runner idle in a REPEATABLE READ
 transaction, on a fresh schema that is dropped afterwards. A sampler on its own connection
-records one row per second. Strategies: `plain` (one job per claim, no hint: the baseline of
-the article), `hint` (one job per claim after a (priority, id) hint, reset every 2 s ± 50% and
-when a hinted claim is empty) and `default` (pgqueue.Worker with its defaults).
+records one row per second. Strategies: `plain` (one job per claim, no hint: an unprotected
+queue), `hint` (one job per claim after a (priority, id) hint, reset every 2 s ± 50% and when
+a hinted claim is empty) and `default` (pgqueue.Worker with its defaults).
 
-Writes samples.csv, summary.json and PNG charts to --out (default
-bench/out/degradation-<timestamp>/) and prints the summary table. Without --dsn or
-PGQUEUE_DSN it starts the embedded PostgreSQL in a temporary folder. Every process it starts
-is stopped (and joined) at the end of each run, and it exits 0 when all runs completed.
+Writes samples.csv, summary.json and PNG charts to its results folder (bench/report.py) and
+prints the summary table. Every process it starts is stopped (and joined) at the end of each
+run, and it exits 0 when all runs completed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import multiprocessing
 import os
-import platform
-import shlex
-import signal
 import sys
-import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import psycopg
 
 from bench import degradation_report as report
 from bench import options
 from bench.degradation_run import run_one
 from bench.degradation_sampler import Sample
+from bench.report import Run, guarded
+from bench.server import database
 
 STRATEGIES = ("plain", "hint", "default")
 MODES = ("control", "hold")
 SHORT_DURATION_SECONDS = 4.0
 SHORT_RATE = 300.0
-ROOT = Path(__file__).resolve().parent
-SETTINGS = ("shared_buffers", "fsync", "synchronous_commit", "max_connections")
 
 
 @dataclass(frozen=True)
@@ -60,8 +50,7 @@ class Config:
     modes: tuple[str, ...]
     hold: float | None
     runaway_seconds: float
-    out: Path
-    command: str = field(default="")
+    run: Run
     durations: dict[str, float] = field(default_factory=dict)
 
     def duration_of(self, strategy: str, mode: str) -> float:
@@ -71,11 +60,11 @@ class Config:
 
 
 def parse_args(argv: Sequence[str]) -> Config:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.degradation",
-        description="Claim throughput and latency while a long transaction holds back VACUUM.",
+    parser = options.parser(
+        "degradation",
+        "Claim throughput and latency while a long transaction holds back VACUUM.",
+        short="the CI run: 4 s per run, rate 300",
     )
-    parser.add_argument("--dsn", help="PostgreSQL to use (default: PGQUEUE_DSN, else embedded)")
     parser.add_argument("--duration", type=float, help="seconds per run (default 600; short 4)")
     parser.add_argument(
         "--durations",
@@ -90,8 +79,6 @@ def parse_args(argv: Sequence[str]) -> Config:
     parser.add_argument("--control", action="store_true", help="same as --modes control")
     parser.add_argument("--hold", type=float, help="seconds the long-runner holds (default: all)")
     parser.add_argument("--runaway-seconds", type=float, default=5.0, help="(default 5)")
-    parser.add_argument("--out", type=Path, help="output folder (default bench/out/degradation-*)")
-    parser.add_argument("--short", action="store_true", help="the CI run: 4 s per run, rate 300")
     args = parser.parse_args(argv)
     strategies = options.choices(parser, "--strategies", args.strategies, STRATEGIES)
     modes = ("control",) if args.control else options.choices(parser, "--modes", args.modes, MODES)
@@ -112,9 +99,8 @@ def parse_args(argv: Sequence[str]) -> Config:
     durations = _durations(parser, args.durations)
     if args.hold is not None and args.hold <= 0:
         parser.error(f"--hold must be greater than 0 seconds, got {args.hold}")
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Config(
-        dsn=args.dsn or os.environ.get("PGQUEUE_DSN") or None,
+        dsn=options.dsn(args.dsn),
         duration=duration,
         durations=durations,
         rate=rate,
@@ -123,8 +109,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         modes=modes,
         hold=args.hold,
         runaway_seconds=args.runaway_seconds,
-        out=args.out or ROOT / "out" / f"degradation-{stamp}",
-        command=shlex.join([Path(sys.executable).name, "-m", "bench.degradation", *argv]),
+        run=Run("degradation", argv, args.out, args.short),
     )
 
 
@@ -147,68 +132,29 @@ def _durations(parser: argparse.ArgumentParser, value: str) -> dict[str, float]:
     return found
 
 
-# -- the database ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def database(dsn: str | None) -> Iterator[tuple[str, bool]]:
-    """The DSN to use and whether it is the embedded server started here (stopped after)."""
-    if dsn:
-        yield dsn, False
-        return
-    from pgqueue import embedded
-
-    with tempfile.TemporaryDirectory(prefix="pgqueue-bench-") as tmp:
-        print(
-            f"bench: no --dsn and no PGQUEUE_DSN: starting the embedded PostgreSQL in {tmp}",
-            file=sys.stderr,
-        )
-        server = embedded.start(Path(tmp) / "data")
-        try:
-            yield server.dsn, True
-        finally:
-            server.stop()
-
-
-def describe_server(dsn: str) -> dict[str, Any]:
-    with psycopg.connect(dsn, autocommit=True, application_name="bench:sampler") as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-        settings = conn.execute(
-            "SELECT name, current_setting(name) FROM pg_settings"
-            " WHERE name LIKE 'autovacuum%%' OR name = ANY(%s) ORDER BY name",
-            [list(SETTINGS)],
-        ).fetchall()
-    return {"server_version": row[0] if row else None, "settings": dict(settings)}
-
-
 # -- the whole bench ---------------------------------------------------------------------------
 
 
 def bench(config: Config) -> int:
     """Every (strategy, mode) run in turn, then the summary, the charts and the table."""
-    started, started_at = time.monotonic(), datetime.now(timezone.utc)
-    config.out.mkdir(parents=True, exist_ok=True)
-    with database(config.dsn) as (dsn, is_embedded):
-        server = {"embedded": is_embedded, **describe_server(dsn)}
-        samples, runs = run_all(config, dsn)
-    summary = summarise(config, server, runs)
-    summary["started_at"] = started_at.isoformat(timespec="seconds")
-    summary["runtime_s"] = round(time.monotonic() - started, 1)
+    with database(config.dsn) as server:
+        out = config.run.folder(server)
+        samples, runs = run_all(config, server.dsn, out)
+        summary = summarise(config, runs)
+        config.run.write(out, "summary.json", server, summary)
     title = (
         f"pgqueue degradation: {config.rate:g} jobs/s, {config.workers} workers, "
-        f"PostgreSQL {server['server_version']}"
+        f"PostgreSQL {server.version}"
     )
-    report.charts(config.out, samples, title, config.rate * config.runaway_seconds)
-    report.write_summary(config.out / "summary.json", summary)
+    report.charts(out, samples, title, config.rate * config.runaway_seconds)
     print(report.table(summary))
-    print(f"bench: wrote {config.out} in {summary['runtime_s']} s", file=sys.stderr)
+    print(f"bench: wrote {out}", file=sys.stderr)
     return 0
 
 
-def run_all(config: Config, dsn: str) -> tuple[list[Sample], list[dict[str, Any]]]:
+def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dict[str, Any]]]:
     """Run each strategy in each mode; samples.csv grows after each run."""
-    csv_path = config.out / "samples.csv"
-    csv_path.unlink(missing_ok=True)
+    csv_path = out / "samples.csv"
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["bench.degradation_roles"])
     samples: list[Sample] = []
@@ -242,12 +188,8 @@ def run_all(config: Config, dsn: str) -> tuple[list[Sample], list[dict[str, Any]
     return samples, runs
 
 
-def summarise(config: Config, server: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "bench": "degradation",
-        "command": config.command,
-        "database": server,
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "rate": config.rate,
         "duration_s": config.duration,
         "durations_s": config.durations,
@@ -260,27 +202,9 @@ def summarise(config: Config, server: dict[str, Any], runs: list[dict[str, Any]]
     }
 
 
-class Terminated(Exception):
-    """SIGTERM arrived: unwind through the finally blocks that stop processes and drop schemas."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        return bench(config)
-    except (KeyboardInterrupt, Terminated) as exc:
-        print(
-            "bench: stopped early; its processes were stopped, its schema dropped", file=sys.stderr
-        )
-        return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    except (psycopg.Error, RuntimeError) as exc:
-        print(f"bench: failed: {exc}", file=sys.stderr)
-        return 1
+    return guarded("degradation", lambda: bench(config))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ to the same strategy's control run) and into pictures. Reads nothing from the da
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -127,10 +126,6 @@ def by_strategy(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 worst = round(max(minutes) / control["claim_p50_run_ms"], 2)
         modes["claim_p50_worst_minute_ratio_hold_to_control"] = worst
     return grouped
-
-
-def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    path.write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def table(summary: dict[str, Any]) -> str:

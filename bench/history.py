@@ -1,6 +1,6 @@
-"""History at scale (issue 5): prune and read timings with `--rows` finished jobs.
+"""History at scale: prune and read timings with `--rows` finished jobs.
 
-    python -m bench.history [--dsn DSN] [--rows N] [--days D] [--samples N]
+    python -m bench history [--dsn DSN] [--rows N] [--days D] [--samples N]
                             [--batch-size N] [--out DIR] [--short]
 
 Fills job_history of a fresh schema (made by pgqueue.migrate.apply, dropped afterwards) with
@@ -18,19 +18,16 @@ writes them; 10 queues of uneven size; 90% succeeded, 8% failed, 2% cancelled), 
    (the daily steady state of a 29-day retention), then everything older than 7 days (the
    first prune after retention is turned on), recording each batch's time, then VACUUM.
 
-Writes results.json (and prune_batches.png) to --out (default bench/out/history-<timestamp>/)
-and prints a summary. Without --dsn or PGQUEUE_DSN it starts the embedded PostgreSQL.
+Writes results.json (and prune_batches.png) to its results folder (bench/report.py) and
+prints a summary.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
-import platform
 import random
-import shlex
 import statistics
 import sys
 import time
@@ -42,12 +39,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.degradation import database, describe_server
+from bench import options
+from bench.report import Run, guarded
+from bench.server import database
 from pgqueue.migrate import apply
 from pgqueue.queries import query
 from pgqueue.retention import Cutoff, PruneReport, prune
 
-ROOT = Path(__file__).resolve().parent
 QUEUES = [f"q{n}" for n in range(10)]  # q0 holds about half the rows, q9 about 0.1%
 INDEX = "job_history_queue_status_idx"
 COLUMNS = (
@@ -57,16 +55,13 @@ COLUMNS = (
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.history", description=__doc__.splitlines()[0]
+    parser = options.parser(
+        "history", __doc__.splitlines()[0], short="the CI run: 20000 rows, 20 samples"
     )
-    parser.add_argument("--dsn", help="PostgreSQL to use (default: PGQUEUE_DSN, else embedded)")
     parser.add_argument("--rows", type=int, help="finished jobs in history (default 1000000)")
     parser.add_argument("--days", type=int, default=30, help="days they span (default 30)")
     parser.add_argument("--samples", type=int, help="timed runs of each read (default 200)")
     parser.add_argument("--batch-size", type=int, default=1000, help="prune batch (default 1000)")
-    parser.add_argument("--out", type=Path, help="output folder (default bench/out/history-*)")
-    parser.add_argument("--short", action="store_true", help="the CI run: 20000 rows, 20 samples")
     args = parser.parse_args(argv)
     args.rows = args.rows or (20_000 if args.short else 1_000_000)
     args.samples = args.samples or (20 if args.short else 200)
@@ -75,10 +70,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be greater than 0")
     if args.days <= 8:
         parser.error("--days must be more than 8: the bench prunes what is older than 7 days")
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    args.out = args.out or ROOT / "out" / f"history-{stamp}"
-    args.command = shlex.join([Path(sys.executable).name, "-m", "bench.history", *argv])
-    args.dsn = args.dsn or os.environ.get("PGQUEUE_DSN") or None
+    args.run = Run("history", argv, args.out, args.short)
+    args.dsn = options.dsn(args.dsn)
     return args
 
 
@@ -453,31 +446,29 @@ def print_summary(results: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    with database(args.dsn) as (dsn, is_embedded):
-        server = {"embedded": is_embedded, **describe_server(dsn)}
-        results = run(args, dsn)
-    document = {
-        "command": args.command,
-        "started_at": started_at,
-        "rows": args.rows,
-        "days": args.days,
-        "samples": args.samples,
-        "batch_size": args.batch_size,
-        "server": server,
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        **results,
-    }
-    (args.out / "results.json").write_text(json.dumps(document, indent=2) + "\n")
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    return guarded("history", lambda: bench(args))
+
+
+def bench(args: argparse.Namespace) -> int:
+    with database(args.dsn) as server:
+        out = args.run.folder(server)
+        results = run(args, server.dsn)
+        figures = {
+            "rows": args.rows,
+            "days": args.days,
+            "samples": args.samples,
+            "batch_size": args.batch_size,
+            **results,
+        }
+        args.run.write(out, "results.json", server, figures)
     title = (
         f"prune of {results['prune_backlog_to_7_days']['deleted']:,} rows in batches of "
-        f"{args.batch_size}, PostgreSQL {server['server_version']}"
+        f"{args.batch_size}, PostgreSQL {server.version}"
     )
-    chart(args.out, results["prune_batch_seconds"], title)
+    chart(out, results["prune_batch_seconds"], title)
     print_summary(results)
-    print(f"bench: wrote {args.out}", file=sys.stderr)
+    print(f"bench: wrote {out}", file=sys.stderr)
     return 0
 
 

@@ -1,9 +1,44 @@
-"""Command-line pieces the benchmarks share."""
+"""The command line every suite shares: `python -m bench SUITE [--dsn DSN] [--out DIR] ...`.
+
+Each suite adds its own options to `parser(...)`; the DSN and the output folder mean the
+same everywhere, and a malformed value is a usage error (exit 2) that names the option.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 from collections.abc import Sequence
+from pathlib import Path
+
+
+def parser(suite: str, description: str, *, short: str | None = None) -> argparse.ArgumentParser:
+    """A suite's parser with the shared options; `short`, if given, is the help of --short
+    (a suite's CI-sized run)."""
+    made = argparse.ArgumentParser(prog=f"python -m bench {suite}", description=description)
+    made.add_argument(
+        "--dsn", help="the PostgreSQL server to use (default: PGQUEUE_DSN, else an embedded one)"
+    )
+    made.add_argument(
+        "--out",
+        type=Path,
+        help=f"output folder (default: bench/results/{suite}/pgNN, replaced by each full run; "
+        f"bench/out/{suite}-short for --short)",
+    )
+    if short is not None:
+        made.add_argument("--short", action="store_true", help=short)
+    return made
+
+
+def dsn(value: str | None) -> str | None:
+    """The server a suite uses: --dsn, else PGQUEUE_DSN, else None (an embedded one)."""
+    return value or os.environ.get("PGQUEUE_DSN") or None
+
+
+def command(suite: str, argv: Sequence[str]) -> str:
+    """The exact command, as recorded beside the figures it produced."""
+    return shlex.join(["python", "-m", "bench", suite, *argv])
 
 
 def choices(

@@ -1,6 +1,6 @@
-"""How job records read when history is large (issue 5): get_job and list_jobs at 1M rows.
+"""How job records read when history is large: get_job and list_jobs at 1M rows.
 
-    python -m bench.records [--dsn DSN] [--history 1000000] [--repeat 20] [--out DIR]
+    python -m bench records [--dsn DSN] [--history 1000000] [--repeat 20] [--out DIR]
 
 Fills a fresh schema's history (dropped afterwards) with --history finished jobs spread over
 30 days, 10 queues and 50 tasks (one task rare: 1 job in 10,000), 95% succeeded, 4% failed,
@@ -13,35 +13,27 @@ connection and reports the median and the worst, in milliseconds:
 - the history probe of a windowed dedupe key (`job_insert_unique` in a rolled-back
   transaction).
 
-Writes results.json with the server's version and settings and this command to --out
-(default bench/out/records-<timestamp>/) and prints the table. Without --dsn or PGQUEUE_DSN it
-starts the embedded PostgreSQL.
+Writes results.json to its results folder (bench/report.py) and prints the table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
-import shlex
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from bench.degradation import database, describe_server
+from bench import options
+from bench.report import Run, guarded
+from bench.server import database, scratch_schema
 from pgqueue import Queue
-from pgqueue.migrate import apply
-
-ROOT = Path(__file__).resolve().parent
 
 FILL = """
 INSERT INTO {history} (id, queue, task, args, status, priority, attempt, max_attempts, run_at,
@@ -58,11 +50,9 @@ FROM generate_series(1, %(rows)s) AS g,
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.records", description=__doc__)
-    parser.add_argument("--dsn", default=os.environ.get("PGQUEUE_DSN"))
+    parser = options.parser("records", __doc__.split("\n\n")[0])
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.history < 10_000 or args.repeat < 1:
         parser.error("--history must be at least 10000 and --repeat at least 1")
@@ -129,15 +119,15 @@ def reads(conn: psycopg.Connection[Any], queue: Queue, rows: int) -> dict[str, C
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = args.out or ROOT / "out" / f"records-{stamp}"
-    schema = f"bench_records_{os.getpid()}"
-    with database(args.dsn) as (dsn, is_embedded):
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            apply(conn, schema)
-        try:
+    return guarded("records", lambda: bench(Run("records", argv, args.out), args))
+
+
+def bench(run: Run, args: argparse.Namespace) -> int:
+    with database(options.dsn(args.dsn)) as server:
+        out = run.folder(server)
+        with scratch_schema(server.dsn, "bench_records") as schema:
             queue = Queue(schema=schema)
-            with psycopg.connect(dsn, application_name="bench:records") as conn:
+            with psycopg.connect(server.dsn, application_name="bench:records") as conn:
                 started = time.perf_counter()
                 fill(conn, schema, args.history, queue)
                 fill_seconds = time.perf_counter() - started
@@ -146,23 +136,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for name, action in reads(conn, queue, args.history).items()
                 }
                 conn.rollback()
-        finally:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        server = {"embedded": is_embedded, **describe_server(dsn)}
-    result = {
-        "command": shlex.join([Path(sys.executable).name, "-m", "bench.records", *argv]),
-        "when": stamp,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-        "server": server,
-        "history_rows": args.history,
-        "fill_seconds": round(fill_seconds, 1),
-        "repeat": args.repeat,
-        "reads": results,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"PostgreSQL {server['server_version']}, {args.history:,} finished jobs in history")
+        figures = {
+            "history_rows": args.history,
+            "fill_seconds": round(fill_seconds, 1),
+            "repeat": args.repeat,
+            "reads": results,
+        }
+        run.write(out, "results.json", server, figures)
+    print(f"PostgreSQL {server.version}, {args.history:,} finished jobs in history")
     print(f"{'read':<28}{'median ms':>10}{'max ms':>10}")
     for name, row in results.items():
         print(f"{name:<28}{row['median_ms']:>10.2f}{row['max_ms']:>10.2f}")

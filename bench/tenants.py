@@ -1,6 +1,6 @@
-"""Per-key concurrency limits: what they cost the claim, and how fair they are (issue 5).
+"""Per-key concurrency limits: what they cost the claim, and how fair they are.
 
-    python -m bench.tenants [--dsn DSN] [--jobs N] [--rounds N] [--backlog N] [--out DIR]
+    python -m bench tenants [--dsn DSN] [--jobs N] [--rounds N] [--backlog N] [--out DIR]
                             [--short]
 
 Cost: each scenario has its own fresh schema with --jobs jobs, claimed in batches of 100 by
@@ -10,17 +10,17 @@ through job_finish_many, whose trigger gives keyed slots back. Each claim statem
 alone. The scenarios take turns claim by claim, in a shuffled order, so a noisy neighbour on
 the machine hits them all alike; --rounds repeats this (the median is reported):
 
-  main         the job_claim of main before concurrency keys, jobs without keys
-  none         this branch's job_claim_unkeyed, jobs without keys: what a worker runs until
+  main         the job_claim from before concurrency keys existed, jobs without keys
+  none         today's job_claim_unkeyed, jobs without keys: what a worker runs until
                it meets a keyed job in the queue
-  none-keyed-stmt  this branch's job_claim (the keyed statement), jobs without keys
-  keys-K       this branch's job_claim, every job keyed, K keys round-robin (1, 100, 10000);
+  none-keyed-stmt  today's job_claim (the keyed statement), jobs without keys
+  keys-K       today's job_claim, every job keyed, K keys round-robin (1, 100, 10000);
                the default limit (1000) is never reached, so this is admission, not parking
-  naive-K      seed 003's claim as the seed writes it: every claim counts the running jobs
+  naive-K      the textbook per-key claim: every claim counts the running jobs
                GROUP BY key, leaves out the keys at their limit with NOT IN, and takes the
                first queued jobs from the front of the queue (no hint); same jobs as keys-K
   naive-hinted-K  the same count and NOT IN, but starting after the hint like job_claim: not
-               seed 003, it separates what the per-claim count costs from what starting at
+               the textbook one, it separates what the per-claim count costs from what starting at
                the front costs
   saturated-keys / saturated-naive / saturated-naive-hinted
                half the jobs belong to key "big", at its limit (5) and queued ahead of the
@@ -39,8 +39,8 @@ job waited after the worker started and how many claim statements ran before it,
 control run with the small job alone; and, once the backlog is parked, the latency of a
 second small job enqueued while the worker runs.
 
-Writes tenants.json and tenants.png to --out (default bench/out/tenants-<timestamp>/) and
-prints the summary. Without --dsn or PGQUEUE_DSN it starts the embedded PostgreSQL.
+Writes tenants.json and tenants.png to its results folder (bench/report.py) and prints the
+summary.
 """
 
 from __future__ import annotations
@@ -48,20 +48,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
-import platform
-import shlex
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +64,12 @@ from psycopg import sql
 
 from bench import options
 from bench.plans import custom_plan, generic_plan, succeeded
+from bench.report import Run, guarded
+from bench.server import database
 from pgqueue import Queue, Worker
 from pgqueue.migrate import apply
 from pgqueue.queries import query
 
-ROOT = Path(__file__).resolve().parent
 BATCH = 100
 HELD = 500  # claimed jobs kept running while the next claims run
 DEFAULT_LIMIT = 1000
@@ -99,12 +94,11 @@ FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
 """
 
-# Seed 003's tenant claim, in this schema: its 'created' jobs are our 'queued', its 'queued'
-# or 'running' ones (a slot taken) our 'running', its tenant_queues our concurrency_limits
-# (with the '*' default). Every claim counts the running jobs of every key, and leaves out the
-# full keys with NOT IN. {start} is empty (seed 003: from the front of the queue, ORDER BY id;
-# here (priority, id), on jobs_claim_idx, which all-zero priorities make the same order) or
-# the hint of job_claim (naive-hinted). Batches of 100 instead of the seed's LIMIT 1. It can
+# The textbook tenant claim, in this schema: a table of per-tenant limits, and every claim
+# counts the running jobs of every key and leaves out the full keys with NOT IN. {start} is
+# empty (from the front of the queue, ORDER BY id; here (priority, id), on jobs_claim_idx,
+# which all-zero priorities make the same order) or the hint of job_claim (naive-hinted).
+# Batches of 100 instead of the textbook's LIMIT 1. It can
 # over-admit: a batch may take several jobs of a key with one slot left, and two claims can
 # both see room; no scenario here reaches a limit it could overshoot.
 NAIVE_CLAIM = """
@@ -445,43 +439,31 @@ def _wait_parked(dsn: str, schema: str, backlog: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tenants", description=__doc__)
-    parser.add_argument("--dsn", default=os.environ.get("PGQUEUE_DSN"))
-    parser.add_argument("--jobs", type=int, default=50_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--backlog", type=int, default=100_000)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--short", action="store_true", help="CI-sized: 3000 jobs, 1 round")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = options.parser(
+        "tenants", __doc__.splitlines()[0], short="CI-sized: 3000 jobs, 1 round"
+    )
+    parser.add_argument("--jobs", type=int, default=50_000, help="jobs per scenario")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every scenario")
+    parser.add_argument("--backlog", type=int, default=100_000, help="jobs of the big key")
     args = parser.parse_args(argv)
     if args.short:
         args.jobs, args.rounds, args.backlog = 3000, 1, 3000
     options.positive(
         parser, {"--jobs": args.jobs, "--rounds": args.rounds, "--backlog": args.backlog}
     )
-    out = args.out or ROOT / "out" / f"tenants-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
-    out.mkdir(parents=True, exist_ok=True)
-    with server(args.dsn) as dsn:
-        result = run(dsn, args)
-    (out / "tenants.json").write_text(json.dumps(result, indent=2))
+    return guarded("tenants", lambda: bench(Run("tenants", argv, args.out, args.short), args))
+
+
+def bench(run_: Run, args: argparse.Namespace) -> int:
+    with database(options.dsn(args.dsn)) as server:
+        out = run_.folder(server)
+        result = run(server.dsn, args) | {"postgres": server.version}
+        run_.write(out, "tenants.json", server, result)
     chart(result, out / "tenants.png")
     print_summary(result)
     print(f"wrote {out}/tenants.json and tenants.png", file=sys.stderr)
     return 0
-
-
-@contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    from pgqueue import embedded
-
-    with tempfile.TemporaryDirectory() as folder:
-        pg = embedded.start(Path(folder) / "data")
-        try:
-            yield pg.dsn
-        finally:
-            pg.stop()
 
 
 def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -491,13 +473,7 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             raw[name].append(measured)
         print(f"round {round_ + 1} done", file=sys.stderr)
     cost = {name: summarize_cost(runs) for name, runs in raw.items()}
-    with psycopg.connect(dsn) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
     return {
-        "command": "python -m bench.tenants " + shlex.join(sys.argv[1:]),
-        "postgres": version,
-        "python": platform.python_version(),
-        "host": {"cpus": os.cpu_count(), "machine": platform.machine()},
         "jobs": args.jobs,
         "rounds": args.rounds,
         "batch": BATCH,

@@ -1,6 +1,6 @@
 """Does a per-key concurrency claim keep its limit when several processes claim at once?
 
-Owns: one run per claim statement (pgqueue's keyed `job_claim`; seed 003's naive claim, which
+Owns: one run per claim statement (pgqueue's keyed `job_claim`; the textbook claim, which
 counts the running jobs per key with `count(*) ... GROUP BY` and leaves out the full keys), on
 a fresh schema each: `--processes` OS processes claim batches of `--batch` jobs, hold each
 batch as running for `--hold-ms`, then finish it through `job_finish_many`. A monitor process
@@ -8,24 +8,20 @@ counts the running jobs of every key in the table every `--every-ms` and records
 count it sees, and how many of its samples found a key over its limit. Prints a table and
 writes `overadmit.json`.
 
-seed 003's claim decides from a snapshot: two claims that count a key at the same time both
+The textbook claim decides from a snapshot: two claims that count a key at the same time both
 see its free slots, and a batch may take more jobs of a key than it has slots. job_claim
 admits each key's jobs through one guarded upsert of the key's slot row, which reads the
 latest version under its lock (sql/queries/jobs.sql), so the limit holds.
 
-    python -m bench.tenants_overadmit [--dsn DSN] [--out DIR]
+    python -m bench tenants-overadmit [--dsn DSN] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import os
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -33,10 +29,12 @@ from psycopg import sql
 
 from bench import options
 from bench.plans import succeeded
-from bench.tenants import CEILING, FLOOR, claim_statement, fresh_schema, server
+from bench.report import Run, guarded
+from bench.server import database
+from bench.tenants import CEILING, FLOOR, claim_statement, fresh_schema
 from pgqueue.queries import query
 
-STATEMENTS = {"job_claim": "branch", "seed-003": "naive"}
+STATEMENTS = {"job_claim": "branch", "naive": "naive"}
 
 
 def fill(dsn: str, schema: str, jobs: int, keys: int, limit: int) -> None:
@@ -150,39 +148,28 @@ def run_one(dsn: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.tenants_overadmit", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--dsn", default=None, help="default: PGQUEUE_DSN, else embedded")
-    parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--keys", type=int, default=20)
-    parser.add_argument("--limit", type=int, default=2)
-    parser.add_argument("--jobs", type=int, default=20000)
-    parser.add_argument("--batch", type=int, default=10)
-    parser.add_argument("--hold-ms", type=float, default=20.0)
-    parser.add_argument("--every-ms", type=float, default=2.0)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--out", type=Path, default=None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = options.parser("tenants-overadmit", __doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=4, help="claiming processes")
+    parser.add_argument("--keys", type=int, default=20, help="concurrency keys")
+    parser.add_argument("--limit", type=int, default=2, help="each key's limit")
+    parser.add_argument("--jobs", type=int, default=20000, help="jobs in the queue")
+    parser.add_argument("--batch", type=int, default=10, help="jobs per claim")
+    parser.add_argument("--hold-ms", type=float, default=20.0, help="ms each batch runs")
+    parser.add_argument("--every-ms", type=float, default=2.0, help="ms between samples")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds per statement")
     args = parser.parse_args(argv)
-    options.positive(
-        parser,
-        {f"--{k.replace('_', '-')}": v for k, v in vars(args).items() if k not in ("dsn", "out")},
-    )
-    out_dir = args.out or Path("bench/out") / datetime.now().strftime("overadmit-%Y%m%d-%H%M%S")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with server(args.dsn or os.environ.get("PGQUEUE_DSN")) as dsn:
-        with psycopg.connect(dsn) as conn:
-            version = conn.execute("SHOW server_version").fetchone()
-        runs = [run_one(dsn, name, args) for name in STATEMENTS]
-    result = {
-        "bench": "tenants_overadmit",
-        "command": " ".join(["python -m bench.tenants_overadmit", *sys.argv[1:]]),
-        "server_version": version[0] if version else None,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("dsn", "out")},
-        "runs": runs,
-    }
-    (out_dir / "overadmit.json").write_text(json.dumps(result, indent=2) + "\n")
+    settings = {k: v for k, v in vars(args).items() if k not in ("dsn", "out")}
+    options.positive(parser, {f"--{k.replace('_', '-')}": v for k, v in settings.items()})
+    run = Run("tenants-overadmit", argv, args.out)
+    return guarded("tenants-overadmit", lambda: bench(run, args, settings))
+
+
+def bench(run: Run, args: argparse.Namespace, settings: dict[str, Any]) -> int:
+    with database(options.dsn(args.dsn)) as server:
+        out_dir = run.folder(server)
+        runs = [run_one(server.dsn, name, args) for name in STATEMENTS]
+        run.write(out_dir, "overadmit.json", server, {"settings": settings, "runs": runs})
     print(
         f"{'statement':<10} {'limit':>5} {'max running seen':>16} {'samples over':>12} "
         f"{'of':>6} {'finished':>8} {'deadlocks':>9}"

@@ -1,6 +1,6 @@
-"""The throughput bench (issue 6): pgqueue, its Python peers and the raw SQL bound, side by side.
+"""The throughput bench: pgqueue, its Python peers and the raw SQL bound, side by side.
 
-    python -m bench.throughput [--dsn DSN] [--out DIR] [--runs 3] [--systems pgqueue,...]
+    python -m bench throughput [--dsn DSN] [--out DIR] [--runs 3] [--systems pgqueue,...]
                                [--workloads drain,enqueue,idle,steady,claim,raw] [--short]
 
 In one invocation, on one server, it runs each workload `--runs` times per system and keeps
@@ -15,42 +15,35 @@ single-row inserts, multi-row inserts, plus COPY, on pgqueue's own jobs table; w
 bounds that locate the gaps: pgqueue's lifecycle in SQL alone (lease_finish.sql, batch 10
 and 100), and the raw INSERT sent from psycopg in pgqueue's enqueue client shapes.
 
-It makes its own database on the server (dropped at the end, whatever happened); without
---dsn or PGQUEUE_DSN it starts the embedded PostgreSQL. Writes results.json, results.md and
-PNG charts to --out (default bench/out/throughput-<timestamp>/) and prints the table. A peer
+It makes its own database on the server (dropped at the end, whatever happened). Writes
+results.json, results.md and PNG charts to its results folder (bench/report.py) and prints
+the table. A peer
 whose package is missing (pip install -e '.[peers]') or which cannot run here is reported as
 such in the table. `--short` is the CI smoke mode: one tiny run of everything, in seconds.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import importlib.metadata
 import importlib.util
 import os
 import platform
-import shlex
-import signal
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from bench import options
 from bench import throughput_claimcost as claimcost
 from bench import throughput_raw as raw
 from bench import throughput_report as report
 from bench import throughput_workloads as work
-from bench.degradation import database, describe_server
+from bench.report import Run, guarded
+from bench.server import Server, database, scratch_database
 from bench.throughput_systems import SCHEMA
 
 SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer")
@@ -60,7 +53,6 @@ OBAN_NOTE = (
     "not run: oban-py (PyPI `oban`) requires Python >= 3.12; this machine has "
     f"Python {platform.python_version()} and no 3.12 package"
 )
-ROOT = Path(__file__).resolve().parent
 # procrastinate claims one job per query (about 0.5k jobs/s here), and at concurrency below 10
 # every system claims fewer jobs per statement: smaller drains keep each run to seconds.
 # Jobs/s does not depend on N once N is well above a batch.
@@ -70,7 +62,7 @@ DRAIN_SHARE = {"pgqueue": 1.0, "pgqueuer": 1.0, "procrastinate": 0.2}
 @dataclass(frozen=True)
 class Config:
     dsn: str | None
-    out: Path
+    run: Run
     runs: int
     systems: tuple[str, ...]
     workloads: tuple[str, ...]
@@ -88,17 +80,15 @@ class Config:
     claims: int
     short: bool
     worker_pgoptions: str | None = None
-    command: str = field(default="")
 
 
 def parse_args(argv: Sequence[str]) -> Config:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.throughput",
-        description="Throughput and latency of pgqueue, its Python peers and raw SQL.",
+    parser = options.parser(
+        "throughput",
+        "Throughput and latency of pgqueue, its Python peers and raw SQL.",
+        short="the CI smoke run: tiny sizes, one run each",
     )
     add = parser.add_argument
-    add("--dsn", help="PostgreSQL server to use (default: PGQUEUE_DSN, else embedded)")
-    add("--out", type=Path, help="output folder (default bench/out/throughput-<timestamp>)")
     add("--runs", type=int, help="runs per figure (default 3; short 1)")
     add("--systems", default=",".join(SYSTEMS), help="pgqueue,procrastinate,pgqueuer")
     add("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
@@ -114,7 +104,6 @@ def parse_args(argv: Sequence[str]) -> Config:
     add("--steady-seconds", type=float, help="seconds per steady run (default 5)")
     add("--claim-sizes", help="queue sizes for claim cost (default 1000,10000,100000,1000000)")
     add("--claims", type=int, help="claims timed per size and run (default 300)")
-    add("--short", action="store_true", help="the CI smoke run: tiny sizes, one run each")
     add(
         "--worker-pgoptions",
         help="PGOPTIONS for worker processes only, e.g. '-c synchronous_commit=off'",
@@ -135,10 +124,9 @@ def parse_args(argv: Sequence[str]) -> Config:
             parser.error(f"{flag} takes numbers greater than 0, got {text!r}")
         return found
 
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     config = Config(
-        dsn=args.dsn or os.environ.get("PGQUEUE_DSN") or None,
-        out=args.out or ROOT / "out" / f"throughput-{stamp}",
+        dsn=options.dsn(args.dsn),
+        run=Run("throughput", argv, args.out, short),
         runs=pick(args.runs, 3, 1),
         systems=options.choices(parser, "--systems", args.systems, SYSTEMS),
         workloads=options.choices(parser, "--workloads", args.workloads, WORKLOADS),
@@ -158,7 +146,6 @@ def parse_args(argv: Sequence[str]) -> Config:
         claims=pick(args.claims, 300, 20),
         short=short,
         worker_pgoptions=args.worker_pgoptions,
-        command=shlex.join([Path(sys.executable).name, "-m", "bench.throughput", *argv]),
     )
     numbers = {
         "--runs": config.runs,
@@ -175,26 +162,6 @@ def parse_args(argv: Sequence[str]) -> Config:
     }
     options.positive(parser, numbers)
     return config
-
-
-# -- the bench database ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def bench_database(server_dsn: str) -> Iterator[str]:
-    """A database of the bench's own on the server, dropped at the end whatever happened."""
-    name = f"pgqueue_throughput_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
-    info["dbname"] = name
-    try:
-        yield psycopg.conninfo.make_conninfo("", **info)
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 # -- running and summarising -------------------------------------------------------------------
@@ -399,18 +366,10 @@ def install(bench: Bench) -> None:
         work.system(name).install(bench.dsn)
 
 
-def collect(
-    config: Config, server: dict[str, Any], b: Bench, started: float, started_at: datetime
-) -> dict[str, Any]:
-    results = {
-        "bench": "throughput",
-        "command": config.command,
-        "started_at": started_at.isoformat(timespec="seconds"),
-        "runtime_s": round(time.monotonic() - started, 1),
-        "database": server,
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+def collect(config: Config, server: Server, b: Bench) -> dict[str, Any]:
+    results = config.run.header(server) | {
         "versions": versions(b.systems()),
-        "config": {k: v for k, v in vars(config).items() if k not in ("dsn", "out", "command")},
+        "config": {k: v for k, v in vars(config).items() if k not in ("dsn", "run")},
         "unavailable": {k: v for k, v in b.available.items() if v} | {"oban": OBAN_NOTE},
         "workloads": b.results,
     }
@@ -419,12 +378,10 @@ def collect(
 
 
 def bench(config: Config) -> int:
-    started, started_at = time.monotonic(), datetime.now(timezone.utc)
-    config.out.mkdir(parents=True, exist_ok=True)
     available = availability(config.systems)
-    with database(config.dsn) as (server_dsn, is_embedded):
-        server = {"embedded": is_embedded, **describe_server(server_dsn)}
-        with bench_database(server_dsn) as dsn:
+    with database(config.dsn) as server:
+        out = config.run.folder(server)
+        with scratch_database(server.dsn, "pgqueue_throughput") as dsn:
             b = Bench(config, dsn, available)
             install(b)
             steps: dict[str, Callable[[], None]] = {
@@ -439,34 +396,18 @@ def bench(config: Config) -> int:
                 b.start(workload)
                 steps[workload]()
                 b.end(workload)
-                partial = collect(config, server, b, started, started_at)
-                report.write_json(config.out, partial | {"partial": True})
-    results = collect(config, server, b, started, started_at)
-    report.write(config.out, results)
+                partial = collect(config, server, b)
+                report.write_json(out, partial | {"partial": True})
+    results = collect(config, server, b)
+    report.write(out, results)
     print(report.table(results))
-    print(f"bench: wrote {config.out} in {results['runtime_s']} s", file=sys.stderr)
+    print(f"bench: wrote {out} in {results['runtime_s']} s", file=sys.stderr)
     return 0
-
-
-class Terminated(Exception):
-    """SIGTERM arrived: unwind through the finally blocks that drop the bench database."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(list(sys.argv[1:] if argv is None else argv))
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        return bench(config)
-    except (KeyboardInterrupt, Terminated) as exc:
-        print("bench: stopped early; its database was dropped", file=sys.stderr)
-        return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    except (psycopg.Error, RuntimeError) as exc:
-        print(f"bench: failed: {exc}", file=sys.stderr)
-        return 1
+    return guarded("throughput", lambda: bench(config))
 
 
 if __name__ == "__main__":

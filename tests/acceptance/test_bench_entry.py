@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import SUITES
 from tests.conftest import run_python
 
@@ -35,3 +37,28 @@ def test_a_suite_runs_through_the_entry_point(dsn: str, tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     results = json.loads((out / "results.json").read_text())
     assert results
+
+
+def test_a_full_run_replaces_its_suite_and_servers_folder_and_a_short_run_goes_aside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench import report
+    from bench.server import Server
+
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    server = Server("postgresql://", embedded=False, version="15.20", settings={})
+    stale = tmp_path / "results" / "dedupe" / "pg15" / "old.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+
+    full = report.Run("dedupe", ["--rounds", "2"]).folder(server)
+    assert full == tmp_path / "results" / "dedupe" / "pg15" and not stale.exists()
+    short = report.Run("dedupe", ["--short"], short=True).folder(server)
+    assert short == tmp_path / "out" / "dedupe-short"
+    chosen = report.Run("dedupe", [], out=tmp_path / "mine").folder(server)
+    assert chosen == tmp_path / "mine" and chosen.is_dir()
+
+    written = report.Run("dedupe", ["--rounds", "2"]).write(full, "r.json", server, {"n": 1})
+    document = json.loads(written.read_text())
+    assert document["command"] == "python -m bench dedupe --rounds 2"
+    assert document["database"]["server_version"] == "15.20" and document["n"] == 1

@@ -34,7 +34,7 @@ def test_short_bench_writes_samples_summary_and_charts_for_every_strategy(
     out = tmp_path / "degradation"
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
     result = subprocess.run(
-        [sys.executable, "-m", "bench.degradation", "--short", "--dsn", dsn, "--out", str(out)],
+        [sys.executable, "-m", "bench", "degradation", "--short", "--dsn", dsn, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -24,7 +24,15 @@ def test_short_chaos_run_loses_no_job_runs_no_rolled_back_job_and_no_atomic_job_
 ) -> None:
     out = tmp_path / "chaos"
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    command = [sys.executable, "-m", "bench.chaos", "--short", "--scenarios", ",".join(SCENARIOS)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench",
+        "chaos",
+        "--short",
+        "--scenarios",
+        ",".join(SCENARIOS),
+    ]
     command += ["--jobs", "300", "--dsn", dsn, "--out", str(out)]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -19,7 +19,7 @@ def test_short_history_bench_times_reads_archiving_and_prunes(dsn: str, tmp_path
     out = tmp_path / "history"
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
     result = subprocess.run(
-        [sys.executable, "-m", "bench.history", "--short", "--dsn", dsn, "--out", str(out)],
+        [sys.executable, "-m", "bench", "history", "--short", "--dsn", dsn, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -28,7 +28,7 @@ def test_short_history_bench_times_reads_archiving_and_prunes(dsn: str, tmp_path
     )
     assert result.returncode == 0, result.stderr
     data = json.loads((out / "results.json").read_text())
-    assert data["rows"] == 20_000 and data["server"]["server_version"]
+    assert data["rows"] == 20_000 and data["database"]["server_version"]
     reads = ("reads_without_index", "reads_with_index", "reads_after_prune")
     names = set(data["reads_without_index"])
     assert len(names) == 7 and all(set(data[r]) == names for r in reads)

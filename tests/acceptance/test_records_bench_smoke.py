@@ -35,7 +35,7 @@ def test_small_bench_run_writes_every_result_and_drops_its_schema(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
     result = subprocess.run(
-        [sys.executable, "-m", f"bench.{bench}", "--dsn", dsn, "--out", str(tmp_path), *args],
+        [sys.executable, "-m", "bench", bench, "--dsn", dsn, "--out", str(tmp_path), *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -44,7 +44,7 @@ def test_small_bench_run_writes_every_result_and_drops_its_schema(
     )
     assert result.returncode == 0, result.stderr
     found = json.loads((tmp_path / "results.json").read_text())
-    assert found["command"].startswith("python") and f"bench.{bench}" in found["command"]
+    assert found["command"].startswith("python") and f"bench {bench}" in found["command"]
     if expected is not None:
         assert set(found[key]) == expected
     assert all(value for value in found[key].values())

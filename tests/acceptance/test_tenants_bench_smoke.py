@@ -27,7 +27,7 @@ def test_short_tenants_bench_measures_every_scenario_and_fairness(dsn: str, tmp_
     out = tmp_path / "tenants"
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
     result = subprocess.run(
-        [sys.executable, "-m", "bench.tenants", "--short", "--dsn", dsn, "--out", str(out)],
+        [sys.executable, "-m", "bench", "tenants", "--short", "--dsn", dsn, "--out", str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -50,7 +50,7 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
     dsn: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "throughput"
-    result = _bench("bench.throughput", "--short", "--dsn", dsn, "--out", str(out), timeout=280)
+    result = _bench("throughput", "--short", "--dsn", dsn, "--out", str(out), timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
 
     results = json.loads((out / "results.json").read_text())
@@ -96,7 +96,7 @@ def test_bulk_pairs_write_each_pair_and_their_ratio(dsn: str, tmp_path: Path) ->
     """bench/throughput_pairs.py, tiny: pgqueue's bulk enqueue and the raw COPY, alternating."""
     out = tmp_path / "pairs"
     command = ["--dsn", dsn, "--out", str(out), "--pairs", "2", "--jobs", "300", "--batch", "100"]
-    result = _bench("bench.throughput_pairs", *command, timeout=120)
+    result = _bench("throughput-pairs", *command, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert len(results["pairs"]) == 2
@@ -110,16 +110,16 @@ def test_bulk_pairs_write_each_pair_and_their_ratio(dsn: str, tmp_path: Path) ->
 
 
 def test_bulk_pairs_refuse_a_bad_count(tmp_path: Path) -> None:
-    result = _bench("bench.throughput_pairs", "--pairs", "0", "--out", str(tmp_path), timeout=60)
+    result = _bench("throughput-pairs", "--pairs", "0", "--out", str(tmp_path), timeout=60)
     assert result.returncode == 2
     assert "--pairs must be greater than 0" in result.stderr
 
 
-def _bench(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run a bench module as CI would, with no DSN from the environment: only --dsn counts."""
+def _bench(suite: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a suite as CI would, with no DSN from the environment: only --dsn counts."""
     env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
     return subprocess.run(
-        [sys.executable, "-m", module, *args],
+        [sys.executable, "-m", "bench", suite, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,0 +1,106 @@
+"""The PostgreSQL server a suite measures, and the scratch space it measures in.
+
+Without a DSN a suite starts the embedded PostgreSQL in a temporary folder and stops it at
+the end. Every suite records the same description of the server beside its figures: the
+version, whether it was the embedded one, and the settings that move the numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+# Settings that change what a bench measures; recorded with every result.
+SETTINGS = ("shared_buffers", "fsync", "synchronous_commit", "max_connections")
+
+
+@dataclass(frozen=True)
+class Server:
+    dsn: str
+    embedded: bool
+    version: str
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The results folder's name for this server: pg15, pg18."""
+        return f"pg{self.version.split('.')[0]}"
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "embedded": self.embedded,
+            "server_version": self.version,
+            "settings": self.settings,
+        }
+
+
+@contextlib.contextmanager
+def database(dsn: str | None) -> Iterator[Server]:
+    """The server at `dsn`, or an embedded one started here and stopped after."""
+    if dsn:
+        yield _described(dsn, embedded=False)
+        return
+    from pgqueue import embedded
+
+    with tempfile.TemporaryDirectory(prefix="pgqueue-bench-") as tmp:
+        print(
+            f"bench: no --dsn and no PGQUEUE_DSN: starting the embedded PostgreSQL in {tmp}",
+            file=sys.stderr,
+        )
+        started = embedded.start(Path(tmp) / "data")
+        try:
+            yield _described(started.dsn, embedded=True)
+        finally:
+            started.stop()
+
+
+def _described(dsn: str, *, embedded: bool) -> Server:
+    with psycopg.connect(dsn, autocommit=True, application_name="bench") as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+        settings = conn.execute(
+            "SELECT name, current_setting(name) FROM pg_settings"
+            " WHERE name LIKE 'autovacuum%%' OR name = ANY(%s) ORDER BY name",
+            [list(SETTINGS)],
+        ).fetchall()
+    version = str(row[0]).split()[0] if row else "unknown"
+    return Server(dsn, embedded, version, {str(k): str(v) for k, v in settings})
+
+
+@contextlib.contextmanager
+def scratch_database(server_dsn: str, prefix: str) -> Iterator[str]:
+    """A database of the suite's own on the server, dropped at the end whatever happened."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
+    info["dbname"] = name
+    try:
+        yield psycopg.conninfo.make_conninfo("", **info)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@contextlib.contextmanager
+def scratch_schema(dsn: str, prefix: str) -> Iterator[str]:
+    """A migrated pgqueue schema of the suite's own, dropped at the end whatever happened."""
+    from pgqueue.migrate import apply
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        apply(conn, name)
+    try:
+        yield name
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
