@@ -12,9 +12,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -73,6 +74,18 @@ def check_name(kind: str, value: str, pattern: re.Pattern[str]) -> str:
         rule = _NAME_RULES.get(pattern.pattern, f"it must match {pattern.pattern}")
         raise ConfigurationError(f"invalid {kind} name {value!r}: {rule}")
     return value
+
+
+def _one_of(allowed: Sequence[str], field: str) -> AfterValidator:
+    return AfterValidator(lambda value: one_of(value, allowed, field))
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> AfterValidator:
+    return AfterValidator(lambda value: matching(value, pattern, what))
+
+
+QueueName = Annotated[str, _matching(QUEUE_NAME, "queue names")]
+SchemaName = Annotated[str, _matching(SCHEMA_NAME, "schema names")]
 
 
 # An atomic job holds a transaction for its whole run, which holds back VACUUM: its time is
@@ -180,6 +193,7 @@ class RetryPolicy(Settings):
 
 
 LOST_POLICIES = ("retry", "fail", "abandon", "compensate")
+LostPolicy = Annotated[str, _one_of(LOST_POLICIES, "on_lost")]
 
 
 class TaskPolicy(Settings):
@@ -192,18 +206,13 @@ class TaskPolicy(Settings):
 
     retry: RetryPolicy = RetryPolicy()
     timeout: timedelta | None = None
-    on_lost: str = "retry"
+    on_lost: LostPolicy = "retry"
     compensate_with: str | None = None
 
     @field_validator("timeout")
     @classmethod
     def _timeout_positive(cls, value: timedelta | None) -> timedelta | None:
         return None if value is None else _positive(value, "timeout")
-
-    @field_validator("on_lost")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        return one_of(value, LOST_POLICIES, "on_lost")
 
     @model_validator(mode="after")
     def _compensation_named(self) -> TaskPolicy:
@@ -215,7 +224,7 @@ class TaskPolicy(Settings):
 class JobOptions(Settings):
     """Per-job options; a task's defaults, overridden per enqueue."""
 
-    queue: str = "default"
+    queue: QueueName = "default"
     priority: int = Field(default=0, ge=PRIORITY_MIN, le=PRIORITY_MAX)
     max_attempts: int = Field(default=25, ge=1, le=MAX_ATTEMPTS_LIMIT)
     run_at: datetime | None = None
@@ -245,11 +254,6 @@ class JobOptions(Settings):
                 "a concurrency key is 1-255 characters without NUL, and not '*' (the default)"
             )
         return value
-
-    @field_validator("queue")
-    @classmethod
-    def _queue_name(cls, value: str) -> str:
-        return matching(value, QUEUE_NAME, "queue names")
 
     @field_validator("delay")
     @classmethod
@@ -295,16 +299,11 @@ class JobOptions(Settings):
 class QueueSettings(Settings):
     """Settings shared by the enqueueing side and workers."""
 
-    schema_name: str = Field(default="pgqueue", alias="schema")
+    schema_name: SchemaName = Field(default="pgqueue", alias="schema")
     keep_history: bool = True
     max_payload_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
-
-    @field_validator("schema_name")
-    @classmethod
-    def _schema_name(cls, value: str) -> str:
-        return matching(value, SCHEMA_NAME, "schema names")
 
 
 ALL_QUEUES = "*"  # as WorkerSettings.queues: every queue the worker's application knows

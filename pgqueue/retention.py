@@ -14,7 +14,6 @@ Fails: a bad status or duration is a ConfigurationError; database errors reach t
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -170,15 +169,12 @@ class Pruner(Loop):
         report = PruneReport()
         for step in _steps(self.cutoff):
             while not report.locked_out:
-                batch = functools.partial(
-                    abatch,
-                    schema=self.schema,
-                    cutoff=self.cutoff,
-                    step=step,
-                    report=report,
-                    now=now,
-                    lock=True,
-                )
+
+                async def batch(conn: AsyncConn, step: str = step) -> int | None:
+                    return await abatch(
+                        conn, self.schema, self.cutoff, step, report, now=now, lock=True
+                    )
+
                 deleted = await link.run(batch)
                 if deleted is None or deleted < self.cutoff.batch_size:
                     break

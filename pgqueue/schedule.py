@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.models import TASK_NAME, Settings, check_name, one_of
@@ -49,18 +49,13 @@ class Periodic(Settings):
     cron: str | None = None
     every: timedelta | None = None
     timezone: str = "UTC"
-    missed: str = "skip"
+    missed: Annotated[str, AfterValidator(lambda v: one_of(v, MISSED_POLICIES, "missed"))] = "skip"
     grace: timedelta | None = None
 
     @field_validator("name", "task")
     @classmethod
     def _names(cls, value: str) -> str:
         return check_name("periodic task", value, TASK_NAME)
-
-    @field_validator("missed")
-    @classmethod
-    def _policy(cls, value: str) -> str:
-        return one_of(value, MISSED_POLICIES, "missed")
 
     @field_validator("every")
     @classmethod

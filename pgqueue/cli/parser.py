@@ -287,13 +287,7 @@ def _prune(p: argparse.ArgumentParser) -> None:
         "transaction. Safe to run while workers run. Deleting everything (--older-than under "
         "a minute) asks for confirmation, or --yes."
     )
-    p.add_argument(
-        "--older-than",
-        type=argtypes.duration,
-        required=True,
-        metavar="AGE",
-        help="finished at least this long ago: 7d, 12h, 1d12h, 90m or seconds",
-    )
+    _age(p, "--older-than", "finished at least this long ago: 7d, 12h, 1d12h, 90m or seconds")
     p.add_argument(
         "--status",
         type=argtypes.final_statuses,
@@ -312,14 +306,13 @@ def _prune(p: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=commands.prune)
 
 
+def _age(p: argparse.ArgumentParser, flag: str, help_text: str) -> None:
+    """A required age option: a duration such as 90s, 10m, 1h30m or 7d."""
+    p.add_argument(flag, type=argtypes.duration, required=True, metavar="AGE", help=help_text)
+
+
 def _watchdog(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--max-age",
-        type=argtypes.duration,
-        required=True,
-        metavar="DURATION",
-        help="report holders at least this old: 90s, 10m, 1h, 1h30m or plain seconds",
-    )
+    _age(p, "--max-age", "report holders at least this old: 90s, 10m, 1h, 1h30m or seconds")
     p.add_argument(
         "--terminate",
         action="store_true",
