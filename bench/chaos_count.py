@@ -1,7 +1,7 @@
 """What one chaos run did to its jobs, counted from the producers' logs, the runs and history.
 
 Owns: turning a finished run (its schema and run folder) into one result row, and deciding
-which of its numbers break the queue's promises (seed 004): every committed job runs, a
+which of its numbers break the queue's promises: every committed job runs, a
 rolled-back one never does, an atomic job's effect happens exactly once.
 
 Sources, each kept apart so they can be compared:

@@ -1,4 +1,4 @@
-"""The throughput bench's outputs: the targets of issue 6, the markdown tables and the charts.
+"""The throughput bench's outputs: the targets set for pgqueue, the markdown tables and the charts.
 
 Owns: reading the results dict built by bench/throughput.py (never measuring anything) and
 writing results.json, results.md and the PNG charts. Every figure is shown as
@@ -159,7 +159,7 @@ def table(results: dict[str, Any]) -> str:
         ("Steady state: producer at a fixed rate, one job per transaction", _steady_table),
         ("Claim cost as the queue grows: pgqueue's job_claim, batch 10, ms", _claim_table),
         ("Raw SQL bound: pgbench on pgqueue's jobs table, rows/s", _raw_table),
-        ("Targets (issue 6), ratios from this run", _targets_table),
+        ("Targets, ratios from this run", _targets_table),
         ("Where the gaps are: the same ratios against narrower bounds", _gaps_table),
         ("Rows that could not be measured", _failures),
     ):

@@ -1,5 +1,5 @@
 """Every bad input we know of, in one place: a clear error or a recorded failure, the worker
-keeps running, and nothing else is lost (issue 4). Invalid queue names on the CLI are in
+keeps running, and nothing else is lost. Invalid queue names on the CLI are in
 tests/acceptance/test_cli.py; hostile schema names in tests/unit/test_settings.py."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Both row comparisons must be index conditions: the lower one is where the scan starts (the
 hint), the upper one where it stops (a range below the hint, claimed after a wake-up named a
-job there). A bound applied as a filter would walk every dead entry past it (seed 002).
+job there). A bound applied as a filter would walk every dead entry past it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The claim hint never starves a job (seed 002), and finds it without an unhinted claim.
+"""The claim hint never starves a job, and finds it without an unhinted claim.
 
 Workers claim after the last (priority, id) they took. A job that becomes claimable below the
 hint (committed late with a lower id, more urgent, or promoted from scheduled) is named by its
@@ -76,7 +76,7 @@ def _worker(queue: Queue, dsn: str, reset_seconds: float = NO_RESET, **options: 
 @contextmanager
 def _held_snapshot(dsn: str, queue: Queue) -> Iterator[None]:
     """A REPEATABLE READ snapshot held idle while 2,000 jobs run and finish in front of it:
-    their dead index entries cannot be cleaned, as under a long transaction (seed 002)."""
+    their dead index entries cannot be cleaned, as under a long transaction."""
     with psycopg.connect(dsn) as holder:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT count(*) FROM pg_class")

@@ -1,4 +1,4 @@
-"""Tasks with only int/str/float/bool parameters skip pydantic (issue 6): the fast path must
+"""Tasks with only int/str/float/bool parameters skip pydantic: the fast path must
 give exactly what the validated path gives, or hand over to it for the same error."""
 
 from __future__ import annotations
