@@ -19,6 +19,7 @@ from pgqueue.models import (
     JobOptions,
     JobPage,
     JobStatus,
+    QueuePause,
     RetryPolicy,
     WorkerSettings,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "NewJob",
     "PgQueueError",
     "Queue",
+    "QueuePause",
     "RetryPolicy",
     "Task",
     "TaskError",

@@ -530,6 +530,16 @@ class Cancellation(str, enum.Enum):
     FINISHED = "finished"  # it had already finished: nothing was changed
 
 
+class QueuePause(BaseModel):
+    """A paused queue, as `Queue.paused_queues()` lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue: str
+    paused_at: datetime
+    reason: str
+
+
 class JobFilter(Settings):
     """Filters of list_jobs; None means any. `concurrency_key` is the tenant (or other key) a
     job was enqueued with."""

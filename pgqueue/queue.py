@@ -24,15 +24,18 @@ from pgqueue.link import redact
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
     ATOMIC_MAX_TIMEOUT,
+    QUEUE_NAME,
     Cancellation,
     Enqueued,
     Job,
     JobFilter,
     JobOptions,
     JobPage,
+    QueuePause,
     QueueSettings,
     RetryPolicy,
     TaskPolicy,
+    check_name,
     duration,
 )
 from pgqueue.queries import Migration, channel
@@ -40,6 +43,7 @@ from pgqueue.registry import NewJob, Registry, Task, derived_name
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
+from pgqueue.store import queues as queues_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import ConcurrencyLimit, refuse_keyed_atomic
 
@@ -291,6 +295,17 @@ class _Base(abc.ABC):
     def _limits_plan(self) -> Plan[list[ConcurrencyLimit]]:
         return concurrency.list_limits_plan(self.schema)
 
+    def _pause_plan(self, queues: str | Sequence[str], reason: str) -> Plan[list[str]]:
+        if not isinstance(reason, str) or len(reason) > 1000 or "\x00" in reason:
+            raise ConfigurationError("a pause's reason is a string of at most 1000 characters")
+        return queues_store.pause_plan(self.schema, _queue_names(queues), reason)
+
+    def _resume_plan(self, queues: str | Sequence[str]) -> Plan[list[str]]:
+        return queues_store.resume_plan(self.schema, _queue_names(queues))
+
+    def _paused_plan(self) -> Plan[list[QueuePause]]:
+        return queues_store.paused_plan(self.schema)
+
 
 def _atomic_timeout(timeout: timedelta | None) -> timedelta:
     """An atomic job holds a transaction for its whole run, which holds back VACUUM: its
@@ -312,6 +327,14 @@ def _job_id(value: object) -> int:
             f"job ids are whole numbers from 1 to 2**63-1 (as enqueue returns them), got {value!r}"
         )
     return value
+
+
+def _queue_names(queues: str | Sequence[str]) -> list[str]:
+    """One queue name or several, each checked as an enqueue checks it."""
+    names = [queues] if isinstance(queues, str) else list(queues)
+    if not names:
+        raise ConfigurationError("name at least one queue")
+    return [check_name("queue", name, QUEUE_NAME) for name in names]
 
 
 def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
@@ -465,6 +488,34 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, self._limits_plan(), together=False)
 
+    def pause_queue(
+        self,
+        queues: str | Sequence[str],
+        *,
+        reason: str = "",
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> list[str]:
+        """Pause one queue or several: no worker claims their jobs from its next claim on,
+        and jobs already running finish. Enqueues still go in. Holds until resumed, across
+        worker restarts. Returns the queues that were not paused already."""
+        plan = self._pause_plan(queues, reason)
+        with self._connection(conn) as c:
+            return run(c, plan, together=False)
+
+    def resume_queue(
+        self, queues: str | Sequence[str], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[str]:
+        """Resume paused queues; their workers are woken and claim from each one's first
+        job. Returns the queues that were paused."""
+        plan = self._resume_plan(queues)
+        with self._connection(conn) as c:
+            return run(c, plan, together=False)
+
+    def paused_queues(self, *, conn: psycopg.Connection[Any] | None = None) -> list[QueuePause]:
+        """The paused queues, by name, with when and why each was paused."""
+        with self._connection(conn) as c:
+            return run(c, self._paused_plan(), together=False)
+
 
 class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
@@ -573,6 +624,30 @@ class AsyncQueue(_Base):
     ) -> list[ConcurrencyLimit]:
         async with self._connection(conn) as c:
             return await run_async(c, self._limits_plan(), together=False)
+
+    async def pause_queue(
+        self,
+        queues: str | Sequence[str],
+        *,
+        reason: str = "",
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> list[str]:
+        plan = self._pause_plan(queues, reason)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan, together=False)
+
+    async def resume_queue(
+        self, queues: str | Sequence[str], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[str]:
+        plan = self._resume_plan(queues)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan, together=False)
+
+    async def paused_queues(
+        self, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[QueuePause]:
+        async with self._connection(conn) as c:
+            return await run_async(c, self._paused_plan(), together=False)
 
 
 def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:

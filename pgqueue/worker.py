@@ -54,7 +54,8 @@ from pgqueue.schedule import Schedules
 from pgqueue.service import Every, Health, Service, Services
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.migrations import migrated
-from pgqueue.store.plan import AsyncConn
+from pgqueue.store.plan import AsyncConn, run_async
+from pgqueue.store.queues import paused_plan
 from pgqueue.store.workers import WorkersStore
 from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
@@ -165,6 +166,7 @@ class Worker:
                 " (poll only)" if s.poll_only else "",
             )
             self._warn_unserved()
+            await self._warn_paused(finish_link)
             await self._fetch_loop()
         finally:
             self._stopping = True  # also after a burst ends: atomic lanes stop with it
@@ -248,6 +250,20 @@ class Worker:
                     task.name,
                     task.options.queue,
                     task.options.queue,
+                )
+
+    async def _warn_paused(self, link: Link) -> None:
+        """Say which of the served queues are paused: their jobs wait until resumed."""
+        paused = await link.run(lambda conn: run_async(conn, paused_plan(self.schema)))
+        served = set(self.settings.queues)
+        for pause in paused:
+            if pause.queue in served or ALL_QUEUES in served:
+                log.warning(
+                    "queue %r is paused (since %s%s): its jobs wait for `pgqueue queues resume %s`",
+                    pause.queue,
+                    pause.paused_at.isoformat(timespec="seconds"),
+                    f", {pause.reason}" if pause.reason else "",
+                    pause.queue,
                 )
 
     @property

@@ -318,6 +318,56 @@ def tenants_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def queues_pause(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        newly = _jobs_queue(args).pause_queue(args.names, reason=args.reason, conn=conn)
+    for name in args.names:
+        done = "paused" if name in newly else "was paused already"
+        print(f"{name}: {done}; running jobs finish, queued ones wait", file=sys.stderr)
+    return 0
+
+
+def queues_resume(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        resumed = _jobs_queue(args).resume_queue(args.names, conn=conn)
+    for name in args.names:
+        print(f"{name}: {'resumed' if name in resumed else 'was not paused'}", file=sys.stderr)
+    return 0
+
+
+def queues_list(args: argparse.Namespace) -> int:
+    """Every queue with jobs or a pause: its counts (as `status` shows them) and its pause."""
+    with connect(resolve_dsn(args.dsn)) as conn:
+        stats = {q.queue: q for q in health.queue_stats(conn, _schema(args))}
+        paused = {p.queue: p for p in _jobs_queue(args).paused_queues(conn=conn)}
+    rows = []
+    for name in sorted(stats.keys() | paused.keys()):
+        q, pause = stats.get(name), paused.get(name)
+        rows.append(
+            {
+                "queue": name,
+                "paused": pause is not None,
+                "paused_at": None if pause is None else pause.paused_at.isoformat(),
+                "reason": "" if pause is None else pause.reason,
+                "queued": q.queued if q else 0,
+                "scheduled": q.scheduled if q else 0,
+                "running": q.running if q else 0,
+                "waiting": q.waiting if q else 0,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'QUEUE':<24} {'STATE':<8} {'QUEUED':>8} {'SCHEDULED':>9} {'RUNNING':>8}  REASON")
+    for row in rows:
+        state = "paused" if row["paused"] else "active"
+        print(
+            f"{row['queue']:<24} {state:<8} {row['queued']:>8} {row['scheduled']:>9} "
+            f"{row['running']:>8}  {row['reason']}"
+        )
+    return 0
+
+
 def tenants_list(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args.dsn)) as conn:
         limits = _jobs_queue(args).concurrency_limits(conn=conn)

@@ -38,7 +38,7 @@ def print_status(console: Console, report: health.Status) -> None:
         for q in report.queues:
             counts = (q.queued, q.scheduled, q.running, q.waiting, q.failed_last_hour)
             table.add_row(
-                q.queue,
+                f"{q.queue} (paused)" if q.paused else q.queue,
                 *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),
                 _human(q.oldest_queued_age),
             )

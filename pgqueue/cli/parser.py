@@ -78,6 +78,7 @@ def build() -> argparse.ArgumentParser:
     _status(add("status", "queue counts and what holds back VACUUM"))
     _jobs(add("jobs", "list, show, cancel or retry jobs", description="Job records and actions."))
     _tenants(add("tenants", "per-key concurrency limits (tenants)"))
+    _queues(add("queues", "pause, resume and list queues"))
     _prune(add("prune", "delete finished jobs older than a given age, in batches"))
     _watchdog(
         add(
@@ -278,6 +279,20 @@ def _tenants(p: argparse.ArgumentParser) -> None:
     ls = add("list", "keys with a limit, running or waiting jobs")
     ls.add_argument("--json", action="store_true", help="print the keys as JSON")
     ls.set_defaults(handler=commands.tenants_list)
+
+
+def _queues(p: argparse.ArgumentParser) -> None:
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    pause = _action(verbs, "pause", "stop claiming a queue's jobs; running ones finish")
+    pause.add_argument("names", nargs="+", type=argtypes.queue_name, metavar="QUEUE")
+    pause.add_argument("--reason", default="", help="why, shown by `queues list`")
+    pause.set_defaults(handler=commands.queues_pause)
+    resume = _action(verbs, "resume", "claim a paused queue's jobs again")
+    resume.add_argument("names", nargs="+", type=argtypes.queue_name, metavar="QUEUE")
+    resume.set_defaults(handler=commands.queues_resume)
+    ls = _action(verbs, "list", "each queue's jobs and whether it is paused")
+    ls.add_argument("--json", action="store_true", help="print the queues as JSON")
+    ls.set_defaults(handler=commands.queues_list)
 
 
 def _prune(p: argparse.ArgumentParser) -> None:

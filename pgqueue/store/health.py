@@ -41,6 +41,7 @@ class QueueStats(Report):
     succeeded_last_minute: int
     succeeded_last_hour: int
     oldest_queued_age: timedelta | None  # None when nothing is queued
+    paused: bool = False  # its workers claim none of its jobs until it is resumed
 
 
 class HorizonHolder(Report):

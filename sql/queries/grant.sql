@@ -11,6 +11,7 @@ GRANT SELECT ON {schema}.migrations TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.periodic, {schema}.periodic_ticks TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.concurrency_slots TO {role};
 GRANT SELECT ON {schema}.concurrency_limits TO {role};
+GRANT SELECT ON {schema}.queue_pauses TO {role};
 
 -- name: grant_app
 -- What an application that only enqueues and reads its jobs back needs.

@@ -6,8 +6,9 @@
 -- name: queue_list_stats
 -- Per-queue counts: live jobs from the hot table, failures and throughput from the last hour of
 -- history, and how long the oldest queued job has been due. `waiting` counts jobs parked
--- because their concurrency key is at its limit: they run only as the key's slots free up. A queue appears if it has live jobs
--- or finished any in the last hour. The history window is (now - 1 hour, now], so an injected
+-- because their concurrency key is at its limit: they run only as the key's slots free up;
+-- `paused`, whether the queue is paused (pgqueue queues pause). A queue appears if it has live
+-- jobs or finished any in the last hour. The history window is (now - 1 hour, now], so an injected
 -- now in the past counts only what had finished by then; it walks job_history_finished_idx.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, now()) AS now
@@ -40,7 +41,9 @@ SELECT queue,
        coalesce(r.failed_last_hour, 0) AS failed_last_hour,
        coalesce(r.succeeded_last_minute, 0) AS succeeded_last_minute,
        coalesce(r.succeeded_last_hour, 0) AS succeeded_last_hour,
-       c.now - l.oldest_queued_run_at AS oldest_queued_age
+       c.now - l.oldest_queued_run_at AS oldest_queued_age,
+       EXISTS (SELECT FROM {schema}.queue_pauses AS p
+               WHERE p.queue = coalesce(l.queue, r.queue)) AS paused
 FROM live AS l
 FULL JOIN recent AS r USING (queue)
 CROSS JOIN clock AS c

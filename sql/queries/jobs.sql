@@ -342,7 +342,8 @@ SELECT pg_sleep(%(seconds)s);
 -- an index range scan on jobs_claim_idx, so dead entries outside the range are never visited
 -- even while a long transaction keeps them. The floor (-32768, 0) and the ceiling (32767, max bigint) claim everything.
 -- A row updated concurrently is re-checked against status = 'queued' when its lock is taken,
--- so a job is never claimed twice.
+-- so a job is never claimed twice. A paused queue (queue_pauses) claims nothing: the check is
+-- a one-time filter on the primary key of that table, evaluated before the range scan starts.
 -- Jobs with a concurrency key are admitted by one guarded upsert of their key's slot row, in
 -- key order (so two claims never deadlock on slots): SET reads the row's latest version under
 -- its lock, so running never exceeds the limit whatever the number of claimers; `admitted`
@@ -357,6 +358,7 @@ WITH picked AS (
     WHERE queue = %(queue)s
       AND status = 'queued'
       AND NOT atomic
+      AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS qp WHERE qp.queue = %(queue)s)
       AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
       AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
     ORDER BY priority, id
@@ -426,6 +428,7 @@ WITH picked AS (
     WHERE queue = %(queue)s
       AND status = 'queued'
       AND NOT atomic
+      AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS qp WHERE qp.queue = %(queue)s)
       AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
       AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
     ORDER BY priority, id
@@ -627,6 +630,7 @@ WITH picked AS (
       AND status = 'queued'
       AND atomic
       AND task = ANY(%(tasks)s::text[])
+      AND queue <> ALL (ARRAY(SELECT qp.queue FROM {schema}.queue_pauses AS qp))
     ORDER BY priority, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED

@@ -22,6 +22,7 @@ EXPECTED = [
     "NewJob",
     "PgQueueError",
     "Queue",
+    "QueuePause",
     "RetryPolicy",
     "Task",
     "TaskError",

@@ -1,0 +1,45 @@
+"""`pgqueue queues pause|resume|list` as an operator runs them: a real process, a real
+PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+from pgqueue import Queue
+from tests import apps
+from tests.acceptance.test_cli import assert_usage_error, run_pgqueue
+
+
+def test_queues_pause_list_and_resume(dsn: str, schema: str) -> None:
+    where = ("--dsn", dsn, "--schema", schema)
+    Queue(dsn, schema=schema).enqueue_many([apps.noop.job(), apps.noop.job()])
+    paused = run_pgqueue("queues", "pause", "default", "reports", "--reason", "incident 42", *where)
+    assert paused.returncode == 0, paused.stderr
+    assert "default: paused" in paused.stderr and "reports: paused" in paused.stderr
+    again = run_pgqueue("queues", "pause", "default", *where)
+    assert "default: was paused already" in again.stderr
+
+    listed = json.loads(run_pgqueue("queues", "list", "--json", *where).stdout)
+    rows = {row["queue"]: row for row in listed}
+    assert set(rows) == {"default", "reports"}
+    assert rows["default"]["paused"] and rows["default"]["queued"] == 2
+    assert rows["reports"]["reason"] == "incident 42" and rows["reports"]["queued"] == 0
+    table = run_pgqueue("queues", "list", *where).stdout
+    assert "paused" in table and "incident 42" in table
+    status = json.loads(run_pgqueue("status", "--json", *where).stdout)
+    assert [(q["queue"], q["paused"]) for q in status["queues"]] == [("default", True)]
+
+    resumed = run_pgqueue("queues", "resume", "default", "other", *where)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "default: resumed" in resumed.stderr and "other: was not paused" in resumed.stderr
+    rows = {
+        r["queue"]: r for r in json.loads(run_pgqueue("queues", "list", "--json", *where).stdout)
+    }
+    assert not rows["default"]["paused"] and rows["reports"]["paused"]
+
+
+def test_queues_refuses_a_bad_name_or_no_name(dsn: str, schema: str) -> None:
+    where = ("--dsn", dsn, "--schema", schema)
+    assert_usage_error(run_pgqueue("queues", "pause", *where), "QUEUE")
+    assert_usage_error(run_pgqueue("queues", "pause", "has space", *where), "queue")
+    assert_usage_error(run_pgqueue("queues", "stop", "x", *where), "invalid choice")

@@ -1,0 +1,196 @@
+"""Pausing a queue: no worker claims its jobs until it is resumed, running jobs finish, and
+the pause is a row, so it holds across worker restarts and for every worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import AsyncQueue, ConfigurationError, Queue, Worker
+from pgqueue.testing import drain
+from tests import apps
+from tests.conftest import committed, count, wait_until, worker_in_thread, worker_process
+
+JOBS = 200
+
+
+def test_pause_resume_and_list_say_what_changed(queue: Queue) -> None:
+    assert queue.pause_queue("reports", reason="disk full") == ["reports"]
+    assert queue.pause_queue(["reports", "emails"]) == ["emails"]
+    paused = {p.queue: p for p in queue.paused_queues()}
+    assert set(paused) == {"emails", "reports"}
+    assert paused["reports"].reason == "" and paused["emails"].reason == ""
+    assert paused["reports"].paused_at.tzinfo is not None
+    assert queue.resume_queue(["reports", "never-paused"]) == ["reports"]
+    assert [p.queue for p in queue.paused_queues()] == ["emails"]
+    assert queue.resume_queue("emails") == ["emails"]
+    assert queue.paused_queues() == []
+
+
+@pytest.mark.parametrize("bad", ["", "has space", "x" * 200, []])
+def test_a_bad_queue_name_is_refused_before_anything_is_written(queue: Queue, bad: object) -> None:
+    with pytest.raises(ConfigurationError):
+        queue.pause_queue(bad)  # type: ignore[arg-type]
+    assert queue.paused_queues() == []
+
+
+@pytest.mark.parametrize("reason", [None, "x" * 1001, "nul\x00"])
+def test_a_bad_reason_is_refused(queue: Queue, reason: object) -> None:
+    with pytest.raises(ConfigurationError, match="reason"):
+        queue.pause_queue("default", reason=reason)  # type: ignore[arg-type]
+    assert queue.paused_queues() == []
+
+
+def test_a_pause_in_the_callers_transaction_takes_effect_at_its_commit(
+    queue: Queue, dsn: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        queue.pause_queue("default", conn=conn)
+        assert queue.paused_queues() == []  # not committed yet: other sessions do not see it
+        conn.rollback()
+    assert queue.paused_queues() == []
+
+
+def test_the_async_twin_pauses_and_resumes(dsn: str, schema: str) -> None:
+    async def main() -> list[list[str]]:
+        aqueue = AsyncQueue(dsn, schema=schema)
+        try:
+            return [
+                await aqueue.pause_queue("default"),
+                [p.queue for p in await aqueue.paused_queues()],
+                await aqueue.resume_queue("default"),
+            ]
+        finally:
+            await aqueue.close()
+
+    assert asyncio.run(main()) == [["default"], ["default"], ["default"]]
+
+
+def test_a_paused_queue_keeps_lease_and_atomic_jobs_queued_across_worker_runs(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    queue.pause_queue("default", reason="maintenance")
+    ids = queue.enqueue_many([apps.noop.job() for _ in range(5)])
+    table = f"pause_effect_{schema}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "{table}" (job_id bigint, pid integer)')
+    marker = tmp_path / "marker"
+    marker.touch()  # the task hangs on a first run without it
+    try:
+        ids.append(queue.enqueue(apps.atomic_effect.job(table, str(marker))))
+        other = queue.enqueue(apps.noop.with_options(queue="other").job())
+        for _ in range(2):  # a second worker run: the pause is the table's, not the worker's
+            drain(apps.queue, dsn=dsn, schema=schema, queues=("default", "other"))
+        jobs = [queue.get_job(i) for i in ids]
+        assert all(job is not None and job.status.value == "queued" for job in jobs)
+        done = queue.get_job(other)
+        assert done is not None and done.status.value == "succeeded"
+
+        assert queue.resume_queue("default") == ["default"]
+        drain(apps.queue, dsn=dsn, schema=schema, queues=("default",))
+        jobs = [queue.get_job(i) for i in ids]
+        assert all(job is not None and job.status.value == "succeeded" for job in jobs)
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute(f'SELECT count(*) FROM "{table}"').fetchone() == (1,)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+def test_a_running_job_finishes_when_its_queue_is_paused(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    first = queue.enqueue(apps.asleepy.job(0.5))
+    worker = Worker(apps.queue, dsn=dsn, schema=schema, poll_interval=0.05)
+    with worker_in_thread(worker):
+        wait_until(lambda: worker.stats.claimed >= 1, what="the first job claimed")
+        queue.pause_queue("default")
+        later = queue.enqueue(apps.asleepy.job(0))
+
+        def finished() -> bool:
+            job = queue.get_job(first)
+            return job is not None and job.status.value == "succeeded"
+
+        wait_until(finished, what="the running job to finish")
+        time.sleep(0.3)  # several claim rounds at this poll interval
+        job = queue.get_job(later)
+        assert job is not None and job.status.value == "queued"
+        queue.resume_queue("default")
+        wait_until(lambda: worker.stats.claimed >= 2, what="the queued job after the resume")
+
+
+def test_worker_processes_claim_nothing_of_a_paused_queue_and_each_job_once_after(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    """Two worker processes serve a paused queue and an open one: the open queue's jobs, enqueued
+    after the paused ones, all finish while the paused ones wait; after the resume each paused
+    job runs exactly once."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {"PGQUEUE_TEST_RUNS": str(runs)}
+    queue = Queue(dsn, schema=schema)
+    queue.pause_queue("held")
+    logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
+    args = ("--queues", "held,open", "--concurrency", "4", "--poll-interval", "0.1")
+    procs = [worker_process(dsn, schema, *args, log=log, env=env) for log in logs]
+    try:
+        with psycopg.connect(dsn) as conn:
+            wait_until(
+                lambda: committed(conn) and count(conn, schema, "workers") == 2, what="2 workers"
+            )
+            held = [apps.record.with_options(queue="held").job(i) for i in range(JOBS)]
+            opened = [apps.record.with_options(queue="open").job(i) for i in range(JOBS, 2 * JOBS)]
+            ids = queue.enqueue_many(held) + queue.enqueue_many(opened)
+
+            def history(where: str) -> int:
+                conn.commit()
+                return count(conn, schema, "job_history", where)
+
+            wait_until(lambda: history("queue = 'open'") == JOBS, what="the open queue drained")
+            time.sleep(0.5)  # a few more claim rounds of both workers
+            assert history("queue = 'held'") == 0
+            assert count(conn, schema, "jobs", "queue = 'held' AND status = 'queued'") == JOBS
+
+            assert queue.resume_queue("held") == ["held"]
+            wait_until(lambda: history("queue = 'held'") == JOBS, what="the held queue drained")
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
+    for proc, log in zip(procs, logs, strict=True):
+        output = log.read_text()
+        assert proc.returncode == 0, output[-3000:]
+        assert "queue 'held' is paused" in output
+    ran = Counter(i for i, _ in apps.read_runs(runs))
+    assert sorted(ran) == sorted(ids) and set(ran.values()) == {1}
+
+
+def test_after_a_resume_the_worker_claims_every_priority_at_once(dsn: str, schema: str) -> None:
+    """While paused, every claim comes back empty, and an empty claim from the floor parks the
+    worker's hint past everything; the resume's wake-up must send it back to the floor, not
+    leave the jobs to the hint's safety net (an hour here)."""
+    queue = Queue(dsn, schema=schema)
+    worker = Worker(
+        apps.queue, dsn=dsn, schema=schema, poll_interval=0.05, hint_reset_interval=3600
+    )
+    with worker_in_thread(worker):
+        queue.pause_queue("default")
+        wait_until(lambda: worker.stats.claims >= 3, what="claims of the paused queue")
+        ids = [queue.enqueue(apps.noop.job(), priority=priority) for priority in (7, 3, 7, -2)]
+        claims = worker.stats.claims
+        wait_until(lambda: worker.stats.claims >= claims + 3, what="more empty claims")
+        assert worker.stats.claimed == 0
+        queue.resume_queue("default")
+
+        def all_done() -> bool:
+            jobs = [queue.get_job(i) for i in ids]
+            return all(j is not None and j.status.value == "succeeded" for j in jobs)
+
+        wait_until(all_done, timeout=10, what="every priority's job after the resume")
