@@ -24,7 +24,7 @@ from pgqueue.models import (
     WorkerSettings,
 )
 from pgqueue.queue import AsyncQueue, Queue
-from pgqueue.registry import JobContext, NewJob, Task
+from pgqueue.registry import JobContext, NewJob, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit
 from pgqueue.worker import Worker
 
@@ -50,6 +50,7 @@ __all__ = [
     "Queue",
     "QueuePause",
     "RetryPolicy",
+    "Snooze",
     "Task",
     "TaskError",
     "UnknownTaskError",

@@ -27,7 +27,7 @@ from typing import Any
 
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import ClaimedJob, RetryPolicy
-from pgqueue.registry import CancelSignal, JobContext, Registry, to_json_result
+from pgqueue.registry import CancelSignal, JobContext, Registry, Snooze, to_json_result
 from pgqueue.service import Health
 from pgqueue.values import Unreadable
 
@@ -49,6 +49,7 @@ class Outcome:
     error: dict[str, Any] | None = None
     result: Any = None
     retry_in: float = 0.0
+    snooze: bool = False  # a retry that gives its attempt back
 
     def as_row(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class Outcome:
             "result": self.result,
             "duration": self.duration,
             "retry_in": self.retry_in,
+            "snooze": self.snooze,
         }
 
 
@@ -164,6 +166,8 @@ class Executor:
             return _DEFAULT_RETRY
 
     def _succeeded(self, job: ClaimedJob, value: Any, started: float) -> Outcome:
+        if isinstance(value, Snooze):
+            return self._snoozed(job, value, started)
         duration = time.monotonic() - started
         outcome = Outcome(job, "succeeded", duration)
         try:
@@ -186,7 +190,16 @@ class Executor:
         log.info("job %s %s attempt %s cancelled on request", job.id, job.task, job.attempt)
         return cancelled(job, time.monotonic() - started)
 
+    def _snoozed(self, job: ClaimedJob, snooze: Snooze, started: float) -> Outcome:
+        log.info(
+            "job %s %s attempt %s snoozed for %g s", job.id, job.task, job.attempt, snooze.seconds
+        )
+        duration = time.monotonic() - started
+        return Outcome(job, "retry", duration, retry_in=snooze.seconds, snooze=True)
+
     def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
+        if isinstance(exc, Snooze):
+            return self._snoozed(job, exc, started)
         # Retrying cannot make stored arguments valid for this code, nor store what the
         # handler returns (and would run its side effects again): those fail at once.
         retryable = not isinstance(exc, (InvalidArgumentsError, ResultError))

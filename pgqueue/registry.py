@@ -15,15 +15,32 @@ import math
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTaskError
-from pgqueue.models import TASK_NAME, JobOptions, TaskPolicy, check_name
+from pgqueue.models import LONGEST_WAIT, TASK_NAME, JobOptions, TaskPolicy, check_name, duration
 
 R = TypeVar("R")
+
+
+class Snooze(Exception):
+    """Raise (or return) from a handler to run the job again after `seconds` without using
+    an attempt: for polling something that is not ready yet. The attempt's writes of an
+    atomic task are rolled back, as for any attempt that does not succeed."""
+
+    def __init__(self, seconds: timedelta | float) -> None:
+        wait = duration(seconds, "Snooze seconds")
+        if wait is None or not timedelta(0) <= wait <= LONGEST_WAIT:
+            raise ConfigurationError(
+                f"Snooze({seconds!r}): give 0 to {LONGEST_WAIT.days} days, as seconds or a "
+                "timedelta"
+            )
+        super().__init__(f"snoozed for {wait.total_seconds():g} s")
+        self.seconds = wait.total_seconds()
 
 
 @dataclass(frozen=True, slots=True)

@@ -488,7 +488,8 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- name: job_finish_many
 -- Writes a batch of outcomes in one statement. Finished jobs (succeeded, failed, cancelled)
 -- leave the hot table and, unless history is off, land in job_history in the same statement;
--- retried jobs go back to scheduled (or queued when due now) with the error appended; those
+-- retried jobs go back to scheduled (or queued when due now) with the error appended (a snooze
+-- goes back the same way, its attempt given back and no error recorded); those
 -- queued now wake the workers with their lowest (priority, id) per queue (see job_insert).
 -- Guard: a row moves only while it is still running this attempt for the worker that claimed it
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
@@ -549,8 +550,13 @@ WITH batch AS MATERIALIZED (
         run_at = coalesce(%(now)s::timestamptz, now())
                  + make_interval(secs => ((SELECT m FROM batch) -> j.id::text ->> 'retry_in')::float8),
         worker_id = NULL,
-        errors = j.errors
-                 || jsonb_build_array(nullif((SELECT m FROM batch) -> j.id::text -> 'error', 'null'))
+        -- A snooze gives its attempt back and records no error.
+        attempt = CASE WHEN ((SELECT m FROM batch) -> j.id::text -> 'snooze') = 'true'
+                       THEN j.attempt - 1 ELSE j.attempt END,
+        errors = CASE WHEN nullif((SELECT m FROM batch) -> j.id::text -> 'error', 'null') IS NULL
+                      THEN j.errors
+                      ELSE j.errors || jsonb_build_array((SELECT m FROM batch) -> j.id::text -> 'error')
+                 END
     WHERE j.id = ANY((SELECT retries FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)
       AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
       AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint

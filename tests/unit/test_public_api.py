@@ -24,6 +24,7 @@ EXPECTED = [
     "Queue",
     "QueuePause",
     "RetryPolicy",
+    "Snooze",
     "Task",
     "TaskError",
     "UnknownTaskError",
