@@ -28,12 +28,12 @@ import os
 import signal
 import socket
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import OUTCOME_BATCH, Completer
-from pgqueue.errors import DatabaseError
+from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.horizon import HorizonWatch
@@ -65,18 +65,31 @@ STRAGGLER_THREADS = 64
 STOP_GRACE = 60.0  # seconds each service has to stop: the completer's last writes, mostly
 
 
+class Application(Protocol):
+    """What a worker needs of the application's Queue or AsyncQueue: its tasks, its recurring
+    jobs and its settings."""
+
+    registry: Registry
+    periodics: Schedules
+    settings: QueueSettings
+
+
 class Worker:
     """Runs the registered tasks of a Queue or AsyncQueue against `dsn`."""
 
     def __init__(
         self,
-        queue: Any,
+        queue: Application,
         *,
         dsn: str,
         settings: WorkerSettings | None = None,
         schema: str | None = None,
         **overrides: Any,
     ) -> None:
+        if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
+            raise ConfigurationError(
+                f"Worker takes the application's Queue or AsyncQueue, got {type(queue).__name__}"
+            )
         self.registry: Registry = queue.registry
         self.periodics: Schedules = queue.periodics
         self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
