@@ -52,7 +52,6 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,9 +64,8 @@ from psycopg import sql
 from bench import options
 from bench.plans import custom_plan, generic_plan, succeeded
 from bench.report import Run, guarded
-from bench.server import database
+from bench.server import database, scratch_schema
 from pgqueue import Queue, Worker
-from pgqueue.migrate import apply
 from pgqueue.queries import query
 
 BATCH = 100
@@ -143,16 +141,9 @@ def scenarios() -> list[tuple[str, str, int]]:
     return found
 
 
-@contextmanager
-def fresh_schema(dsn: str) -> Iterator[str]:
-    name = f"bench_tenants_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        apply(conn, name)
-    try:
-        yield name
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+def fresh_schema(dsn: str) -> contextlib.AbstractContextManager[str]:
+    """A migrated schema of the bench's own, dropped at the end."""
+    return scratch_schema(dsn, "bench_tenants")
 
 
 def fill(dsn: str, schema: str, jobs: int, keys: int) -> None:

@@ -214,6 +214,27 @@ def run_python(
     )
 
 
+def stop_worker_processes(procs: list[Any]) -> None:
+    """SIGTERM every worker process, then wait for each: a worker stops cleanly on it."""
+    import signal
+
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(timeout=60)
+
+
+def clean_exit_logs(procs: list[Any], logs: list[Path]) -> list[str]:
+    """Each stopped worker's output, after checking it exited 0 with no traceback or error."""
+    outputs = []
+    for proc, log in zip(procs, logs, strict=True):
+        output = log.read_text()
+        assert proc.returncode == 0, output[-3000:]
+        assert "Traceback" not in output and " ERROR " not in output, output[-3000:]
+        outputs.append(output)
+    return outputs
+
+
 def worker_process(
     dsn: str, schema: str, *args: str, log: Path, env: dict[str, str] | None = None
 ) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import psycopg
 
 from pgqueue import Queue
 from tests import apps
-from tests.conftest import count, wait_until, worker_process
+from tests.conftest import clean_exit_logs, count, stop_worker_processes, wait_until, worker_process
 
 JOBS = 5_000
 WORKERS = 4
@@ -48,15 +47,9 @@ def test_5000_jobs_by_4_worker_processes_each_run_exactly_once(
             assert statuses == [("succeeded", JOBS)]
             assert count(conn, schema, "jobs") == 0
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=60)
+        stop_worker_processes(procs)
 
-    for proc, log in zip(procs, logs, strict=False):
-        output = log.read_text()
-        assert proc.returncode == 0, output[-3000:]
-        assert "Traceback" not in output and " ERROR " not in output, output[-3000:]
+    clean_exit_logs(procs, logs)
     recorded = apps.read_runs(runs)
     per_job: Counter[Any] = Counter(rest for _, rest in recorded)
     assert len(recorded) == JOBS

@@ -4,7 +4,6 @@ the pause is a row, so it holds across worker restarts and for every worker proc
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +14,15 @@ import pytest
 from pgqueue import AsyncQueue, ConfigurationError, Queue, Worker
 from pgqueue.testing import drain
 from tests import apps
-from tests.conftest import committed, count, wait_until, worker_in_thread, worker_process
+from tests.conftest import (
+    clean_exit_logs,
+    committed,
+    count,
+    stop_worker_processes,
+    wait_until,
+    worker_in_thread,
+    worker_process,
+)
 
 JOBS = 200
 
@@ -160,13 +167,8 @@ def test_worker_processes_claim_nothing_of_a_paused_queue_and_each_job_once_afte
             assert queue.resume_queue("held") == ["held"]
             wait_until(lambda: history("queue = 'held'") == JOBS, what="the held queue drained")
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=60)
-    for proc, log in zip(procs, logs, strict=True):
-        output = log.read_text()
-        assert proc.returncode == 0, output[-3000:]
+        stop_worker_processes(procs)
+    for output in clean_exit_logs(procs, logs):
         assert "queue 'held' is paused" in output
     ran = Counter(i for i, _ in apps.read_runs(runs))
     assert sorted(ran) == sorted(ids) and set(ran.values()) == {1}
