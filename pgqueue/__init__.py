@@ -2,6 +2,7 @@
 
 from pgqueue.errors import (
     ConfigurationError,
+    ConnectionLostError,
     DatabaseError,
     EmbeddedServerError,
     InvalidArgumentsError,
@@ -33,6 +34,7 @@ __all__ = [
     "Cancellation",
     "ConcurrencyLimit",
     "ConfigurationError",
+    "ConnectionLostError",
     "DatabaseError",
     "EmbeddedServerError",
     "Enqueued",

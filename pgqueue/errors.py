@@ -3,6 +3,8 @@
     PgQueueError
     ├── ConfigurationError      a setting or option is impossible (names the setting and range)
     ├── DatabaseError           the database cannot be reached, or the schema is not migrated
+    │   └── ConnectionLostError the connection is closed or broke (also a psycopg
+    │                           OperationalError, so retry loops that catch that still do)
     ├── TaskError
     │   ├── UnknownTaskError    no task is registered under that name
     │   └── InvalidArgumentsError   arguments fail validation, or are not storable as JSON
@@ -16,6 +18,8 @@ Messages say what was wrong, with the offending value, and what to do about it.
 
 from __future__ import annotations
 
+import psycopg
+
 
 class PgQueueError(Exception):
     """Root of every error pgqueue raises on purpose."""
@@ -27,6 +31,11 @@ class ConfigurationError(PgQueueError, ValueError):
 
 class DatabaseError(PgQueueError):
     """The database cannot be reached, or it lacks the pgqueue schema."""
+
+
+class ConnectionLostError(DatabaseError, psycopg.OperationalError):
+    """The connection was closed, or broke (the server restarted or ended the session). It
+    is a psycopg OperationalError too: code that retries on those keeps retrying."""
 
 
 class TaskError(PgQueueError):

@@ -19,7 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import bulk, migrate
-from pgqueue.errors import ConfigurationError, DatabaseError
+from pgqueue.errors import ConfigurationError, ConnectionLostError, DatabaseError
 from pgqueue.link import redact
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
@@ -706,11 +706,22 @@ def _translate(exc: BaseException | None, schema: str) -> None:
             f"schema {schema!r} lacks pgqueue's tables or functions: run `pgqueue "
             f"migrate{option}` (or queue.migrate()) first ({exc})"
         ) from exc
+    if _connection_lost(exc):
+        raise ConnectionLostError(f"the connection was closed or lost: {exc}".strip()) from exc
     if isinstance(exc, psycopg.errors.InFailedSqlTransaction):
         raise DatabaseError(
             "the transaction was aborted by an earlier error: roll it back first"
         ) from exc
     raise DatabaseError(f"{type(exc).__name__}: {exc}".strip()) from exc
+
+
+def _connection_lost(exc: psycopg.Error) -> bool:
+    """A closed or broken connection: psycopg's own (no SQLSTATE), a connection exception
+    (class 08) or the server shutting the session down (57P01-57P03)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 class _Borrowed:

@@ -15,6 +15,7 @@ import pytest
 from pgqueue import (
     AsyncQueue,
     ConfigurationError,
+    ConnectionLostError,
     DatabaseError,
     JobStatus,
     Queue,
@@ -167,9 +168,12 @@ def test_a_connection_lost_mid_call_is_a_pgqueue_error_with_the_cause(
     noop = _noop_task(queue)
     with psycopg.connect(dsn) as conn, psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
-        with pytest.raises(DatabaseError) as caught:
+        with pytest.raises(ConnectionLostError) as caught:
             queue.enqueue(noop.job(), conn=conn)
     assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+    # Still what a retry loop written against psycopg catches, and still a pgqueue error.
+    assert isinstance(caught.value, psycopg.OperationalError)
+    assert isinstance(caught.value, DatabaseError)
 
 
 def test_enqueue_before_migrate_says_to_migrate_that_schema(

@@ -7,6 +7,7 @@ EXPECTED = [
     "Cancellation",
     "ConcurrencyLimit",
     "ConfigurationError",
+    "ConnectionLostError",
     "DatabaseError",
     "EmbeddedServerError",
     "Enqueued",
