@@ -334,7 +334,7 @@ def _queue_names(queues: str | Sequence[str]) -> list[str]:
     names = [queues] if isinstance(queues, str) else list(queues)
     if not names:
         raise ConfigurationError("name at least one queue")
-    return [check_name("queue", name, QUEUE_NAME) for name in names]
+    return list(dict.fromkeys(check_name("queue", name, QUEUE_NAME) for name in names))
 
 
 def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:

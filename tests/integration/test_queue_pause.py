@@ -29,7 +29,7 @@ JOBS = 200
 
 def test_pause_resume_and_list_say_what_changed(queue: Queue) -> None:
     assert queue.pause_queue("reports", reason="disk full") == ["reports"]
-    assert queue.pause_queue(["reports", "emails"]) == ["emails"]
+    assert queue.pause_queue(["reports", "emails", "emails"]) == ["emails"]
     paused = {p.queue: p for p in queue.paused_queues()}
     assert set(paused) == {"emails", "reports"}
     assert paused["reports"].reason == "" and paused["emails"].reason == ""
