@@ -47,13 +47,14 @@ from pgqueue.models import (
 )
 from pgqueue.notifier import Notifier
 from pgqueue.periodic import Scheduler
+from pgqueue.queries import migrations
 from pgqueue.registry import CancelSignal, Registry
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
 from pgqueue.service import Every, Health, Service, Services
 from pgqueue.store.jobs import JobsStore
-from pgqueue.store.migrations import migrated
+from pgqueue.store.migrations import pending_async
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import paused_plan
 from pgqueue.store.workers import WorkersStore
@@ -594,12 +595,21 @@ class _Registration:
         self.worker_id = 0
 
     async def start(self) -> None:
-        """Refuse to start on a schema that was never migrated; then take a worker id."""
-        if not await self.link.run(lambda conn: migrated(conn, self.store.schema)):
-            option = "" if self.store.schema == "pgqueue" else f" --schema {self.store.schema}"
+        """Refuse to start on a schema that is not migrated to this version; then take a
+        worker id."""
+        schema = self.store.schema
+        pending = await self.link.run(lambda conn: pending_async(conn, schema))
+        option = "" if schema == "pgqueue" else f" --schema {schema}"
+        if pending and len(pending) == len(migrations()):
             raise DatabaseError(
-                f"schema {self.store.schema!r} has no pgqueue tables: run `pgqueue "
-                f"migrate{option}` first"
+                f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate{option}` first"
+            )
+        if pending:
+            # This pgqueue's statements need them: a worker would fail at its first claim.
+            names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+            raise DatabaseError(
+                f"schema {schema!r} lacks migrations {names} of this pgqueue version: run "
+                f"`pgqueue migrate{option}` first"
             )
         self.worker_id = await self.link.run(lambda conn: self.store.register(conn, self.identity))
 

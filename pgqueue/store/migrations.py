@@ -9,7 +9,7 @@ from psycopg.rows import tuple_row
 
 from pgqueue.errors import ConfigurationError, MigrationError
 from pgqueue.queries import Migration, grant, migrations, query
-from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch_one
+from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one
 
 GRANTS = {"worker": "grant_worker", "app": "grant_app"}
 
@@ -24,10 +24,13 @@ def pending(conn: SyncConn, schema: str) -> list[Migration]:
     return [m for m in migrations() if m.version not in applied]
 
 
-async def migrated(conn: AsyncConn, schema: str) -> bool:
-    """Whether the schema has pgqueue's tables at all."""
+async def pending_async(conn: AsyncConn, schema: str) -> list[Migration]:
+    """`pending` on an async connection."""
     row = await fetch_one(conn, query("migration_table_exists", schema), {"schema": schema})
-    return bool(row[0])
+    if not row[0]:
+        return list(migrations())
+    applied = {version for (version,) in await fetch(conn, query("migration_applied", schema))}
+    return [m for m in migrations() if m.version not in applied]
 
 
 def apply_plan(schema: str) -> Plan[list[Migration]]:

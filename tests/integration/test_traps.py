@@ -206,3 +206,19 @@ def test_the_async_twin_refuses_the_same_connections(dsn: str, schema: str) -> N
         await queue.close()
 
     asyncio.run(main())
+
+
+def test_a_worker_refuses_a_schema_missing_this_versions_migrations(
+    dsn: str, schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    """Upgrading pgqueue without `pgqueue migrate`: the worker says which migrations are
+    missing at start, instead of failing at its first claim."""
+
+    from pgqueue.testing import drain
+
+    conn.execute(f'DELETE FROM "{schema}".migrations WHERE version = 9')
+    conn.execute(f'DROP TABLE "{schema}".queue_pauses')
+    conn.commit()
+    queue = Queue(dsn, schema=schema)
+    with pytest.raises(DatabaseError, match=r"lacks migrations 0009_queue_pause .*pgqueue migrate"):
+        drain(queue, dsn=dsn)
