@@ -11,6 +11,10 @@ Invariants:
 - The only unhinted claim is the safety net, after a jittered hint_reset_interval, for a job no
   wake-up named. test_hint.py pins each case.
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
+- A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
+  (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
+  reconnects, and then every poll interval when polling only (a notice could be missed only
+  then), else every hint_reset_interval as a safety net. The claim statements never read it.
 
 Runs on the worker's claim connection; a claim that deadlocks on slot rows is retried, and
 nothing else is raised here.
@@ -28,7 +32,8 @@ import psycopg
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.store.jobs import Claimed, JobsStore
-from pgqueue.store.plan import AsyncConn
+from pgqueue.store.plan import AsyncConn, run_async
+from pgqueue.store.queues import paused_plan
 from pgqueue.wakeup import Position
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -107,6 +112,8 @@ class Claimer:
         # Jobs claimed in the current round, from the moment their claim returns: a broken
         # connection during the round's next claim must not make them look like orphans.
         self.in_hand: list[ClaimedJob] = []
+        self.paused: set[str] = set()
+        self._pauses_due = 0.0  # when queue_pauses is read next (monotonic)
 
     def announce(self, queue: str, position: Position | None) -> None:
         """A wake-up: jobs became claimable in `queue` at `position` or after it (None: where
@@ -120,6 +127,31 @@ class Claimer:
         priority, job_id = position
         hint.announced[priority] = min(job_id, hint.announced.get(priority, MAX_ID))
 
+    def pause_changed(self, queue: str, paused: bool) -> None:
+        """A pause notice: leave `queue` out of claim rounds, or claim it again from its first
+        job (it may hold jobs below any hint by now)."""
+        if queue not in self._hints:
+            return
+        if paused:
+            self.paused.add(queue)
+        else:
+            self.paused.discard(queue)
+            self.announce(queue, None)
+
+    def reread_pauses(self) -> None:
+        """Read queue_pauses before the next round (notices may have been missed)."""
+        self._pauses_due = 0.0
+
+    async def _read_pauses(self) -> None:
+        rows = await self.link.run(lambda conn: run_async(conn, paused_plan(self.schema)))
+        paused = {p.queue for p in rows if p.queue in self._hints}
+        for queue in self.paused - paused:
+            self.announce(queue, None)  # resumed unheard of
+        self.paused = paused
+        s = self.settings
+        every = s.poll_interval if s.poll_only else s.hint_reset_interval
+        self._pauses_due = time.monotonic() + every.total_seconds()
+
     def forget_hints(self) -> None:
         """Claim every queue from the floor next time (jobs may sit below any hint now)."""
         for hint in self._hints.values():
@@ -131,7 +163,11 @@ class Claimer:
         claimed: list[ClaimedJob] = []
         self.in_hand = claimed
         full = False
-        queues = list(self.settings.queues)
+        if time.monotonic() >= self._pauses_due:
+            await self._read_pauses()
+        queues = [q for q in self.settings.queues if q not in self.paused]
+        if not queues:
+            return claimed, full
         start = self._rng.randrange(len(queues))
         for queue in queues[start:] + queues[:start]:
             want = min(free - len(claimed), self.settings.batch_size)

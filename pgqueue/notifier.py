@@ -1,8 +1,8 @@
 """LISTEN/NOTIFY wake-ups for a worker. Polling is always the fallback.
 
 Owns: one connection that LISTENs on the schema's channel and calls `wake(queue, position)`
-for each notification naming one of the worker's queues, and `on_cancel(id)` for a request to
-stop a running job (pgqueue/wakeup.py says what the payloads mean). When the connection drops
+for each notification naming one of the worker's queues, `on_pause(queue, paused)` when one of
+them is paused or resumed, and `on_cancel(id)` for a request to stop a running job (pgqueue/wakeup.py says what the payloads mean). When the connection drops
 it reconnects with backoff and, once listening again, calls `relisten()`: nothing enqueued
 during the gap may wait for the next poll, and where those jobs sit is not known. Never raises
 out of `run`; it logs an outage once.
@@ -18,7 +18,7 @@ from pgqueue.link import Link
 from pgqueue.service import Loop
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
-from pgqueue.wakeup import CancelRequest, Position, Wake, parse
+from pgqueue.wakeup import CancelRequest, PauseChange, Position, Wake, parse
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -34,6 +34,7 @@ class Notifier(Loop):
         wake: Callable[[str, Position | None], None],
         relisten: Callable[[], None],
         on_cancel: Callable[[int], None] | None = None,
+        on_pause: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.link = Link(dsn, "listen")
         self.schema = schema
@@ -41,6 +42,7 @@ class Notifier(Loop):
         self.wake = wake
         self.relisten = relisten
         self.on_cancel = on_cancel
+        self.on_pause = on_pause
 
     async def loop(self) -> None:
         """Listen until cancelled."""
@@ -63,6 +65,12 @@ class Notifier(Loop):
                 self.wake(notice.queue, notice.position)
             elif isinstance(notice, CancelRequest) and self.on_cancel is not None:
                 self.on_cancel(notice.job_id)
+            elif (
+                isinstance(notice, PauseChange)
+                and notice.queue in self.queues
+                and self.on_pause is not None
+            ):
+                self.on_pause(notice.queue, notice.paused)
 
     async def close(self) -> None:
         await self.link.close()

@@ -4,8 +4,10 @@ Owns: the meaning of a notification on the schema's wake-up channel (queries.cha
 payloads are built by two SQL functions (sql/migrations/0008_wake.sql): `wake(queue, priority,
 id)` sends 'queue priority id', the lowest (priority, id) a transaction made claimable in that
 queue, and `wake_cancel(id)` sends '!cancel id', a request to stop a running job. A bare queue
-name is also a wake-up, with no position. Anything else is ignored, never raised: a stray
-NOTIFY from another program must not stop a listener.
+name is also a wake-up, with no position. Pausing and resuming a queue (sql/queries/queues.sql)
+send '!pause queue' and '!resume queue', so that workers leave a paused queue out of their
+claims instead of every claim reading the pauses. Anything else is ignored, never raised: a
+stray NOTIFY from another program must not stop a listener.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 
 Position = tuple[int, int]  # (priority, id) in the claim index
 CANCEL_PREFIX = "!cancel "  # never the start of a queue name (models.QUEUE_NAME)
+PAUSE_PREFIX = "!pause "
+RESUME_PREFIX = "!resume "
 
 
 @dataclass(frozen=True)
@@ -31,11 +35,23 @@ class CancelRequest:
     job_id: int
 
 
-def parse(payload: str) -> Wake | CancelRequest | None:
+@dataclass(frozen=True)
+class PauseChange:
+    """`queue` was paused (or resumed, `paused` False) by a transaction that committed."""
+
+    queue: str
+    paused: bool
+
+
+def parse(payload: str) -> Wake | CancelRequest | PauseChange | None:
     """What a notification on the wake-up channel says; None for a payload no pgqueue sends."""
     if payload.startswith(CANCEL_PREFIX):
         job_id = payload.removeprefix(CANCEL_PREFIX)
         return CancelRequest(int(job_id)) if job_id.isdigit() else None
+    for prefix, paused in ((PAUSE_PREFIX, True), (RESUME_PREFIX, False)):
+        if payload.startswith(prefix):
+            queue = payload.removeprefix(prefix)
+            return PauseChange(queue, paused) if queue and " " not in queue else None
     queue, _, rest = payload.partition(" ")
     if not queue or queue.startswith("!"):
         return None

@@ -244,6 +244,7 @@ class Worker:
                     self._announced,
                     self._relistened,
                     self._cancel_requested,
+                    self._pause_changed,
                 )
             )
         self.lanes = self._atomic_lanes()
@@ -433,9 +434,23 @@ class Worker:
         self._notified()
 
     def _relistened(self) -> None:
-        """Listening (again): wake-ups sent meanwhile were missed, so claim from the floor."""
+        """Listening (again): wake-ups and pause notices sent meanwhile were missed, so claim
+        from the floor and read the pauses again."""
         self.claimer.forget_hints()
+        self.claimer.reread_pauses()
         self._notified()
+
+    def _pause_changed(self, queue: str, paused: bool) -> None:
+        """A served queue was paused or resumed (claimer.py leaves paused queues out)."""
+        self.claimer.pause_changed(queue, paused)
+        if not paused:
+            self._notified()
+
+    @property
+    def paused(self) -> frozenset[str]:
+        """The served queues this worker knows to be paused: it claims none of their jobs."""
+        claimer: Claimer | None = getattr(self, "claimer", None)  # made when serving starts
+        return frozenset(claimer.paused) if claimer is not None else frozenset()
 
     def _notified(self) -> None:
         self._wakes += 1

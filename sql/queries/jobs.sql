@@ -342,8 +342,8 @@ SELECT pg_sleep(%(seconds)s);
 -- an index range scan on jobs_claim_idx, so dead entries outside the range are never visited
 -- even while a long transaction keeps them. The floor (-32768, 0) and the ceiling (32767, max bigint) claim everything.
 -- A row updated concurrently is re-checked against status = 'queued' when its lock is taken,
--- so a job is never claimed twice. A paused queue (queue_pauses) claims nothing: the check is
--- a one-time filter on the primary key of that table, evaluated before the range scan starts.
+-- so a job is never claimed twice. A paused queue is never claimed: its workers leave it out
+-- (pgqueue/claimer.py), so this statement pays nothing for pausing.
 -- Jobs with a concurrency key are admitted by one guarded upsert of their key's slot row, in
 -- key order (so two claims never deadlock on slots): SET reads the row's latest version under
 -- its lock, so running never exceeds the limit whatever the number of claimers; `admitted`
@@ -358,7 +358,6 @@ WITH picked AS (
     WHERE queue = %(queue)s
       AND status = 'queued'
       AND NOT atomic
-      AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS qp WHERE qp.queue = %(queue)s)
       AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
       AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
     ORDER BY priority, id
@@ -428,7 +427,6 @@ WITH picked AS (
     WHERE queue = %(queue)s
       AND status = 'queued'
       AND NOT atomic
-      AND NOT EXISTS (SELECT FROM {schema}.queue_pauses AS qp WHERE qp.queue = %(queue)s)
       AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
       AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
     ORDER BY priority, id
@@ -628,7 +626,9 @@ FOR UPDATE OF j SKIP LOCKED;
 -- name: job_claim_atomic
 -- Claims one atomic job of the given tasks inside the caller's open transaction. Other workers
 -- still see it queued but locked, so SKIP LOCKED passes over it and the rescuer ignores it; a
--- crash or rollback releases it at once, with its attempt uncounted.
+-- crash or rollback releases it at once, with its attempt uncounted. Paused queues are left
+-- out here, in the statement: an atomic lane has no listener of its own, and its claims are
+-- few (one job each, in the job's own transaction).
 WITH picked AS (
     SELECT id
     FROM {schema}.jobs

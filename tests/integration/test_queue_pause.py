@@ -118,6 +118,7 @@ def test_a_running_job_finishes_when_its_queue_is_paused(dsn: str, schema: str) 
     with worker_in_thread(worker):
         wait_until(lambda: worker.stats.claimed >= 1, what="the first job claimed")
         queue.pause_queue("default")
+        wait_until(lambda: "default" in worker.paused, what="the worker to hear of the pause")
         later = queue.enqueue(apps.asleepy.job(0))
 
         def finished() -> bool:
@@ -175,19 +176,19 @@ def test_worker_processes_claim_nothing_of_a_paused_queue_and_each_job_once_afte
 
 
 def test_after_a_resume_the_worker_claims_every_priority_at_once(dsn: str, schema: str) -> None:
-    """While paused, every claim comes back empty, and an empty claim from the floor parks the
-    worker's hint past everything; the resume's wake-up must send it back to the floor, not
-    leave the jobs to the hint's safety net (an hour here)."""
+    """Jobs enqueued while the queue was paused sit below where the worker's hint may be; the
+    resume notice must send it back to the floor, not leave the jobs to the hint's safety net
+    (an hour here)."""
     queue = Queue(dsn, schema=schema)
     worker = Worker(
         apps.queue, dsn=dsn, schema=schema, poll_interval=0.05, hint_reset_interval=3600
     )
     with worker_in_thread(worker):
+        wait_until(lambda: worker.stats.claims >= 3, what="empty claims")
         queue.pause_queue("default")
-        wait_until(lambda: worker.stats.claims >= 3, what="claims of the paused queue")
+        wait_until(lambda: "default" in worker.paused, what="the worker to hear of the pause")
         ids = [queue.enqueue(apps.noop.job(), priority=priority) for priority in (7, 3, 7, -2)]
-        claims = worker.stats.claims
-        wait_until(lambda: worker.stats.claims >= claims + 3, what="more empty claims")
+        time.sleep(0.3)  # several poll intervals
         assert worker.stats.claimed == 0
         queue.resume_queue("default")
 
@@ -196,3 +197,50 @@ def test_after_a_resume_the_worker_claims_every_priority_at_once(dsn: str, schem
             return all(j is not None and j.status.value == "succeeded" for j in jobs)
 
         wait_until(all_done, timeout=10, what="every priority's job after the resume")
+
+
+def test_a_paused_queue_costs_its_worker_no_claims(dsn: str, schema: str) -> None:
+    """A worker leaves a paused queue out of its claim rounds: no claim statement runs for it,
+    so a pause cannot slow the claims of the queues still running."""
+    queue = Queue(dsn, schema=schema)
+    queue.pause_queue("default")
+    worker = Worker(apps.queue, dsn=dsn, schema=schema, poll_interval=0.02)
+    with worker_in_thread(worker):
+        wait_until(lambda: "default" in worker.paused, what="the pause read at start")
+        time.sleep(0.3)
+        assert worker.stats.claims == 0
+        queue.resume_queue("default")
+        wait_until(lambda: worker.stats.claims >= 1, what="claims after the resume")
+
+
+@pytest.mark.parametrize("how", ["poll only", "listener lost"])
+def test_a_worker_that_cannot_hear_the_notice_reads_the_pause(
+    dsn: str, schema: str, how: str
+) -> None:
+    """Polling only (as behind PgBouncer), a worker learns of a pause within its poll interval;
+    a listener that lost its connection reads the pauses again when it is back."""
+    queue = Queue(dsn, schema=schema)
+    worker = Worker(
+        apps.queue,
+        dsn=dsn,
+        schema=schema,
+        poll_interval=0.05,
+        poll_only=how == "poll only",
+        hint_reset_interval=3600,  # the safety-net read must not be what finds it
+    )
+    with worker_in_thread(worker):
+        wait_until(lambda: worker.stats.claims >= 1, what="a first claim")
+        if how == "listener lost":
+            # Cut the listener off, then pause while it is away (it waits a second before it
+            # reconnects): the notice is missed.
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                listener = (
+                    "SELECT pid FROM pg_stat_activity"
+                    " WHERE application_name = 'pgqueue:listen' AND datname = current_database()"
+                )
+                wait_until(lambda: conn.execute(listener).fetchone(), what="the listener")
+                conn.execute(f"SELECT pg_terminate_backend(pid) FROM ({listener}) AS l")
+        queue.pause_queue("default")
+        wait_until(lambda: "default" in worker.paused, timeout=10, what="the pause read")
+        queue.resume_queue("default")
+        wait_until(lambda: "default" not in worker.paused, timeout=10, what="the resume read")

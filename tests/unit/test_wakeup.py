@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgqueue.wakeup import CancelRequest, Wake, parse
+from pgqueue.wakeup import CancelRequest, PauseChange, Wake, parse
 
 
 @pytest.mark.parametrize(
@@ -16,11 +16,16 @@ from pgqueue.wakeup import CancelRequest, Wake, parse
         ("!cancel 17", CancelRequest(17)),
         ("!cancel", None),
         ("!cancel 1; drop", None),
+        ("!pause mail", PauseChange("mail", True)),
+        ("!resume mail", PauseChange("mail", False)),
+        ("!pause ", None),
+        ("!pause a b", None),
+        ("!stop mail", None),
         ("", None),
         (" 1 2", None),
     ],
 )
 def test_each_payload_reads_as_what_its_sender_meant(
-    payload: str, expected: Wake | CancelRequest | None
+    payload: str, expected: Wake | CancelRequest | PauseChange | None
 ) -> None:
     assert parse(payload) == expected
