@@ -21,6 +21,8 @@ SUITES = {
     "dedupe": ("bench.dedupe", "what a dedupe key costs at enqueue"),
     "records": ("bench.records", "reading job records from a large history"),
     "history": ("bench.history", "pruning and reading a history of 1M jobs"),
+    "rates": ("bench.rates", "what a rate limit costs a claim, and whether it holds its rate"),
+    "workflows": ("bench.workflows", "waiting jobs against the claim, and a big chord's fan-in"),
 }
 
 

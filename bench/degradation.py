@@ -2,7 +2,8 @@
 
     python -m bench degradation [--dsn DSN] [--duration S] [--rate N] [--workers N]
                                 [--strategies plain,hint,default] [--modes control,hold]
-                                [--hold S] [--runaway-seconds S] [--out DIR] [--short]
+                                [--hold S] [--runaway-seconds S] [--waiting N] [--out DIR]
+                                [--short]
 
 For each strategy and mode it runs, as separate OS processes, a producer enqueuing no-op jobs
 at a fixed rate, the workers, and in `hold` mode a long-runner idle in a REPEATABLE READ
@@ -50,6 +51,7 @@ class Config:
     modes: tuple[str, ...]
     hold: float | None
     runaway_seconds: float
+    waiting: int
     run: Run
     durations: dict[str, float] = field(default_factory=dict)
 
@@ -79,6 +81,13 @@ def parse_args(argv: Sequence[str]) -> Config:
     parser.add_argument("--control", action="store_true", help="same as --modes control")
     parser.add_argument("--hold", type=float, help="seconds the long-runner holds (default: all)")
     parser.add_argument("--runaway-seconds", type=float, default=5.0, help="(default 5)")
+    parser.add_argument(
+        "--waiting",
+        type=int,
+        default=0,
+        help="blocked workflow jobs (chains of ten, their heads a day ahead) in the jobs table "
+        "throughout each run (default 0)",
+    )
     args = parser.parse_args(argv)
     strategies = options.choices(parser, "--strategies", args.strategies, STRATEGIES)
     modes = ("control",) if args.control else options.choices(parser, "--modes", args.modes, MODES)
@@ -97,6 +106,8 @@ def parse_args(argv: Sequence[str]) -> Config:
         },
     )
     durations = _durations(parser, args.durations)
+    if args.waiting < 0:
+        parser.error(f"--waiting must be 0 or more, got {args.waiting}")
     if args.hold is not None and args.hold <= 0:
         parser.error(f"--hold must be greater than 0 seconds, got {args.hold}")
     return Config(
@@ -109,6 +120,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         modes=modes,
         hold=args.hold,
         runaway_seconds=args.runaway_seconds,
+        waiting=args.waiting,
         run=Run("degradation", argv, args.out, args.short),
     )
 
@@ -173,6 +185,7 @@ def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dic
                 rate=config.rate,
                 workers=config.workers,
                 hold=config.hold,
+                waiting=config.waiting,
             )
             report.append_samples(csv_path, rows)
             samples.extend(rows)
@@ -195,6 +208,7 @@ def summarise(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "durations_s": config.durations,
         "workers": config.workers,
         "hold_s": config.hold,
+        "waiting_jobs": config.waiting,
         "runaway_seconds": config.runaway_seconds,
         "runaway_depth": config.rate * config.runaway_seconds,
         "strategies": report.by_strategy(runs),

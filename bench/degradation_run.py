@@ -44,6 +44,36 @@ def create_schema(conn: psycopg.Connection[Any], schema: str) -> bool:
     return bool(row and row[0])
 
 
+def add_waiting(conn: psycopg.Connection[Any], schema: str, jobs: int) -> None:
+    """`jobs` workflow jobs that wait the whole run: chains of ten whose first step is
+    scheduled a day ahead, the other nine blocked on the step before. Written in SQL, as the
+    migration's tables hold them (the bench measures claims, not enqueue)."""
+    chains = max(jobs // 10, 1)
+    conn.execute(
+        sql.SQL(
+            """
+            WITH steps AS (
+                SELECT c, s, (c * 10 + s) AS id FROM generate_series(1, %(chains)s) AS c,
+                     generate_series(0, 9) AS s
+            ), jobs AS (
+                INSERT INTO {schema}.jobs (id, queue, task, args, status, run_at, workflow_id)
+                SELECT -id, 'default', 'noop', '{{}}',
+                       CASE WHEN s = 0 THEN 'scheduled' ELSE 'blocked' END,
+                       now() + interval '1 day', -(c * 10)
+                FROM steps
+            ), edges AS (
+                INSERT INTO {schema}.job_deps (depends_on, job_id, position)
+                SELECT -(id - 1), -id, 0 FROM steps WHERE s > 0
+            )
+            INSERT INTO {schema}.job_waits (job_id, remaining)
+            SELECT -id, 1 FROM steps WHERE s > 0
+            """
+        ).format(schema=sql.Identifier(schema)),
+        {"chains": chains},
+    )
+    conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+
+
 def drop_schema(dsn: str, schema: str) -> None:
     with psycopg.connect(dsn, autocommit=True, application_name="bench:cleanup") as conn:
         conn.execute("SET lock_timeout = '20s'")
@@ -127,16 +157,20 @@ def run_one(
     rate: float,
     workers: int,
     hold: float | None,
+    waiting: int = 0,
 ) -> tuple[list[Sample], dict[str, Any]]:
     """Run one strategy in one mode on a fresh schema; returns its samples and plan notes.
 
     `hold` is how long the long-runner (hold mode only) keeps its snapshot; None: throughout.
+    `waiting` blocked workflow jobs sit in the jobs table throughout (pgqueue strategies).
     """
     schema = f"bench_degradation_{strategy}_{mode}_{os.getpid()}"
     run = Run(ctx, ctx.Event())
     try:
         with psycopg.connect(dsn, autocommit=True, application_name="bench:sampler") as conn:
             not_atomic = create_schema(conn, schema)
+            if waiting:
+                add_waiting(conn, schema, waiting)
             if mode == "hold":
                 ready = ctx.Event()
                 run.start("long-runner", roles.long_runner, dsn, hold, ready, run.stop)

@@ -16,28 +16,37 @@ from pgqueue.errors import (
 from pgqueue.models import (
     Cancellation,
     Enqueued,
+    EnqueuedWorkflow,
     Job,
     JobOptions,
     JobPage,
     JobStatus,
     QueuePause,
+    RateLimit,
     RetryPolicy,
     WorkerSettings,
+    Workflow,
+    WorkflowJob,
 )
 from pgqueue.queue import AsyncQueue, Queue
-from pgqueue.registry import JobContext, NewJob, Snooze, Task
+from pgqueue.registry import JobContext, NewJob, Signature, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit
 from pgqueue.worker import Worker
+from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
 
 __all__ = [
     "AsyncQueue",
     "Cancellation",
+    "Chain",
+    "Chord",
     "ConcurrencyLimit",
     "ConfigurationError",
     "ConnectionLostError",
     "DatabaseError",
     "EmbeddedServerError",
     "Enqueued",
+    "EnqueuedWorkflow",
+    "Group",
     "InvalidArgumentsError",
     "Job",
     "JobContext",
@@ -51,11 +60,18 @@ __all__ = [
     "PgQueueError",
     "Queue",
     "QueuePause",
+    "RateLimit",
     "RetryPolicy",
+    "Signature",
     "Snooze",
     "Task",
     "TaskError",
     "UnknownTaskError",
     "Worker",
     "WorkerSettings",
+    "Workflow",
+    "WorkflowJob",
+    "chain",
+    "chord",
+    "group",
 ]

@@ -43,7 +43,7 @@ def copyable(
         return False
     for job in jobs:
         o = job.options
-        if o.dedupe_key is not None or o.run_at is not None or o.delay:
+        if o.dedupe_key is not None or o.run_at is not None or o.delay or o.tags:
             return False
     return True
 

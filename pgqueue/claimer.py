@@ -15,6 +15,10 @@ Invariants:
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
   reconnects, and then every poll interval when polling only (a notice could be missed only
   then), else every hint_reset_interval as a safety net. The claim statements never read it.
+- A queue with a rate limit (learnt the same way) is claimed with job_claim_rated, which
+  claims only what the limit has room for. One that got fewer jobs than it asked for because
+  the limit was full is left out until the statement said it has room again, and its hint
+  does not move: the jobs it did not take are still there.
 
 Runs on the worker's claim connection; a claim that deadlocks on slot rows is retried, and
 nothing else is raised here.
@@ -33,7 +37,7 @@ from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
-from pgqueue.store.queues import paused_plan
+from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -51,6 +55,7 @@ class _Batch:
     jobs: list[ClaimedJob]
     walked: int = 0
     top: Position | None = None
+    throttled: bool = False  # the queue's rate limit had no room for all it asked for
 
     def __len__(self) -> int:
         """The jobs to run (test_faults.py counts a claim's result this way)."""
@@ -113,7 +118,9 @@ class Claimer:
         # connection during the round's next claim must not make them look like orphans.
         self.in_hand: list[ClaimedJob] = []
         self.paused: set[str] = set()
-        self._pauses_due = 0.0  # when queue_pauses is read next (monotonic)
+        self.rated: set[str] = set()
+        self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
+        self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
 
     def announce(self, queue: str, position: Position | None) -> None:
         """A wake-up: jobs became claimable in `queue` at `position` or after it (None: where
@@ -138,19 +145,31 @@ class Claimer:
             self.paused.discard(queue)
             self.announce(queue, None)
 
-    def reread_pauses(self) -> None:
-        """Read queue_pauses before the next round (notices may have been missed)."""
-        self._pauses_due = 0.0
+    def reread_controls(self) -> None:
+        """Read the pauses and rate limits before the next round (a notice may have been
+        missed, or a rate limit changed)."""
+        self._controls_due = 0.0
 
-    async def _read_pauses(self) -> None:
-        rows = await self.link.run(lambda conn: run_async(conn, paused_plan(self.schema)))
-        paused = {p.queue for p in rows if p.queue in self._hints}
+    async def _read_controls(self) -> None:
+        paused, rated = await self.link.run(
+            lambda conn: run_async(conn, controls_plan(self.schema))
+        )
+        paused &= self._hints.keys()
         for queue in self.paused - paused:
             self.announce(queue, None)  # resumed unheard of
         self.paused = paused
+        self.rated = rated & self._hints.keys()
+        for queue in list(self._room_at):
+            if queue not in self.rated:
+                del self._room_at[queue]
+                self.announce(queue, None)
         s = self.settings
         every = s.poll_interval if s.poll_only else s.hint_reset_interval
-        self._pauses_due = time.monotonic() + every.total_seconds()
+        self._controls_due = time.monotonic() + every.total_seconds()
+
+    def room_due(self, now: float) -> bool:
+        """Whether a full rate-limited queue has room again by `now`."""
+        return any(at <= now for at in self._room_at.values())
 
     def forget_hints(self) -> None:
         """Claim every queue from the floor next time (jobs may sit below any hint now)."""
@@ -163,9 +182,14 @@ class Claimer:
         claimed: list[ClaimedJob] = []
         self.in_hand = claimed
         full = False
-        if time.monotonic() >= self._pauses_due:
-            await self._read_pauses()
-        queues = [q for q in self.settings.queues if q not in self.paused]
+        now = time.monotonic()
+        if now >= self._controls_due:
+            await self._read_controls()
+        queues = [
+            q
+            for q in self.settings.queues
+            if q not in self.paused and self._room_at.get(q, 0.0) <= now
+        ]
         if not queues:
             return claimed, full
         start = self._rng.randrange(len(queues))
@@ -185,6 +209,11 @@ class Claimer:
             return jobs, True
         after, rest = hint.after, want - walked
         main = await self._claim(queue, after or FLOOR, CEILING, rest)
+        if main.throttled:
+            # The limit had no room for the rest: the jobs not taken are still there.
+            if main.top is not None:
+                hint.after = main.top
+            return jobs + main.jobs, False
         if after is not None and main.walked < rest and not self._announced:
             # No wake-up says where jobs appear: something may sit below the hint.
             after = None
@@ -240,6 +269,10 @@ class Claimer:
             )
             jobs += got.jobs
             walked += got.walked
+            if got.throttled:  # the rate limit is full: the range is not drained
+                if got.top is not None:
+                    hint.urgent[priority] = got.top[1]
+                return jobs, want  # as if full: the round claims no more of this queue
             if got.walked < ask or got.top is None:
                 del hint.urgent[priority]  # that priority is drained
             else:
@@ -259,7 +292,18 @@ class Claimer:
             "now": None,
         }
 
+        room_in: float | None = None
+
         async def claim(conn: AsyncConn) -> Claimed:
+            nonlocal room_in
+            if queue in self.rated:
+                for attempt in range(CLAIM_RETRIES):
+                    try:
+                        rated, room_in = await self.store.claim_rated(conn, params)
+                        return rated
+                    except psycopg.errors.DeadlockDetected:
+                        if attempt == CLAIM_RETRIES - 1:
+                            raise
             if queue not in self._keyed:
                 found = await self.store.claim_unkeyed(conn, params)
                 if found is not None:
@@ -283,7 +327,12 @@ class Claimer:
         self.stats.claimed += len(jobs)
         jobs.sort(key=lambda j: (j.priority, j.id))
         self.in_hand.extend(jobs)
-        return _Batch(jobs, claimed.walked, claimed.top)
+        throttled = room_in is not None and room_in > 0 and claimed.walked < limit
+        if throttled:
+            self._room_at[queue] = time.monotonic() + float(room_in or 0.0)
+        else:
+            self._room_at.pop(queue, None)
+        return _Batch(jobs, claimed.walked, claimed.top, throttled)
 
     def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings
@@ -310,7 +359,12 @@ class Claimer:
         return promoted
 
     def next_wake(self) -> float:
-        """The monotonic time of the next promotion this worker must do."""
-        if self._next_due is None:
-            return self._next_promote
-        return min(self._next_promote, self._next_due)
+        """The monotonic time of the next promotion this worker must do, or of the next room
+        in a full rate-limited queue, whichever is first."""
+        now = time.monotonic()
+        # A room time already past is the fetch loop's to act on (room_due), not a wake-up:
+        # with every slot busy it would wake the loop again and again until one frees.
+        times = [self._next_promote, *(at for at in self._room_at.values() if at > now)]
+        if self._next_due is not None:
+            times.append(self._next_due)
+        return min(times)

@@ -27,7 +27,7 @@ from typing import Any
 
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import ClaimedJob, RetryPolicy
-from pgqueue.registry import CancelSignal, JobContext, Registry, Snooze, to_json_result
+from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, to_json_result
 from pgqueue.service import Health
 from pgqueue.values import Unreadable
 
@@ -50,6 +50,7 @@ class Outcome:
     result: Any = None
     retry_in: float = 0.0
     snooze: bool = False  # a retry that gives its attempt back
+    progress: dict[str, Any] | None = None  # the last report, if the row may not have it
 
     def as_row(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class Outcome:
             "duration": self.duration,
             "retry_in": self.retry_in,
             "snooze": self.snooze,
+            "progress": self.progress,
         }
 
 
@@ -89,13 +91,18 @@ class Executor:
         return Health(True)
 
     async def run(
-        self, job: ClaimedJob, connection: Any = None, cancel: CancelSignal | None = None
+        self,
+        job: ClaimedJob,
+        connection: Any = None,
+        cancel: CancelSignal | None = None,
+        progress: Progress | None = None,
     ) -> Outcome:
         """Run one attempt; `connection` is handed to an atomic task's JobContext, `cancel`
-        tells it (and this attempt) that cancellation was requested."""
+        tells it (and this attempt) that cancellation was requested, `progress` keeps what
+        it reports."""
         started = time.monotonic()
         try:
-            task, args, kwargs = self._prepare(job, connection, cancel)
+            task, args, kwargs = self._prepare(job, connection, cancel, progress)
             if task.is_async:
                 if cancel is not None:
                     _interrupt_on_request(cancel)
@@ -142,7 +149,11 @@ class Executor:
         return self._succeeded(job, value, started)
 
     def _prepare(
-        self, job: ClaimedJob, connection: Any, cancel: CancelSignal | None = None
+        self,
+        job: ClaimedJob,
+        connection: Any,
+        cancel: CancelSignal | None = None,
+        progress: Progress | None = None,
     ) -> tuple[Any, list[Any], dict[str, Any]]:
         """The job's task and typed call arguments; raises UnknownTaskError or
         InvalidArgumentsError, which _failed turns into the right outcome."""
@@ -152,7 +163,14 @@ class Executor:
         context = None
         if task.takes_context:  # not built for nobody: half a microsecond of each job
             context = JobContext(
-                job.id, job.task, job.queue, job.attempt, job.max_attempts, connection, cancel
+                job.id,
+                job.task,
+                job.queue,
+                job.attempt,
+                job.max_attempts,
+                connection,
+                cancel,
+                progress,
             )
         if isinstance(job.args, Unreadable):
             raise InvalidArgumentsError(f"its stored arguments cannot be read: {job.args.reason}")

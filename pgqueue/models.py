@@ -45,6 +45,8 @@ LONGEST_WAIT = timedelta(days=3650)
 LONGEST_INTERVAL = timedelta(hours=1)
 LONGEST_LEASE = timedelta(days=1)
 CONCURRENCY_KEY = re.compile(r"^(?!\*$)[^\x00]{1,255}$", re.DOTALL)
+TAG = re.compile(r"^[^\x00]{1,128}$", re.DOTALL)
+MAX_TAGS = 32
 
 
 _NAME_RULES = {
@@ -102,6 +104,7 @@ class JobStatus(str, enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     WAITING = "waiting"  # queued, but its concurrency key is at its limit
+    BLOCKED = "blocked"  # waits for the jobs it depends on to finish (a workflow)
 
 
 class Settings(BaseModel):
@@ -254,6 +257,20 @@ class JobOptions(Settings):
                 "a concurrency key is 1-255 characters without NUL, and not '*' (the default)"
             )
         return value
+
+    tags: tuple[str, ...] | None = None
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = (value,)
+        tags = tuple(dict.fromkeys(value))  # each once, in the order given
+        if len(tags) > MAX_TAGS or not all(isinstance(t, str) and TAG.fullmatch(t) for t in tags):
+            raise ValueError(f"tags are up to {MAX_TAGS} strings of 1-128 characters without NUL")
+        return tags or None
 
     @field_validator("delay")
     @classmethod
@@ -449,6 +466,20 @@ class Job(BaseModel):
     concurrency_key: str | None = Field(
         default=None, description="the tenant or other key whose concurrency limit it counts in"
     )
+    workflow_id: int | None = Field(
+        default=None,
+        description="the workflow it belongs to (Queue.get_workflow), or that waits for it",
+    )
+    progress: dict[str, Any] | None = Field(
+        default=None,
+        description='what the handler last reported: {"fraction", "message", "meta", "at"}',
+    )
+    tags: list[str] = Field(default_factory=list, description="labels given at enqueue")
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _no_tags(cls, value: Any) -> Any:
+        return [] if value is None else value
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -530,6 +561,74 @@ class Cancellation(str, enum.Enum):
     FINISHED = "finished"  # it had already finished: nothing was changed
 
 
+class WorkflowJob(BaseModel):
+    """One job of a workflow, as `Queue.get_workflow` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    task: str
+    queue: str
+    status: JobStatus
+    attempt: int
+    finished_at: datetime | None
+    waits_for: list[int] = Field(description="the jobs it waits for (while it is blocked)")
+    pending: list[int] = Field(description="those of them that have not finished yet")
+    progress: dict[str, Any] | None = None
+
+
+class Workflow(BaseModel):
+    """A workflow's jobs and where it stands (`Queue.get_workflow`). Its id is its first job's
+    id; `Queue.enqueue_workflow` returns it with the ids of its jobs in the order built."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    jobs: list[WorkflowJob]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many of its jobs are in each status."""
+        out: dict[str, int] = {}
+        for job in self.jobs:
+            out[job.status.value] = out.get(job.status.value, 0) + 1
+        return out
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def finished(self) -> bool:
+        """Every job has succeeded, failed or been cancelled."""
+        return all(job.status in FINAL_STATUSES for job in self.jobs)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def succeeded(self) -> bool:
+        return all(job.status is JobStatus.SUCCEEDED for job in self.jobs)
+
+
+class EnqueuedWorkflow(BaseModel):
+    """What `enqueue_workflow` stored: the workflow's id and its jobs' ids, in the order the
+    workflow was built (a chain's steps in order; a chord's members, then its callback)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    job_ids: list[int]
+
+
+class RateLimit(BaseModel):
+    """A queue's rate limit, as `Queue.rate_limits()` lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue: str
+    max_starts: int = Field(description="jobs that may start in any window of `period`")
+    period: float = Field(description="the window, in seconds")
+    recent_starts: int = Field(description="jobs started in the window that ends now")
+    room_in: float = Field(description="seconds until another job may start (0: now)")
+
+
 class QueuePause(BaseModel):
     """A paused queue, as `Queue.paused_queues()` lists it."""
 
@@ -542,11 +641,13 @@ class QueuePause(BaseModel):
 
 class JobFilter(Settings):
     """Filters of list_jobs; None means any. `concurrency_key` is the tenant (or other key) a
-    job was enqueued with."""
+    job was enqueued with; `tag` one of its tags; `workflow` a workflow's id."""
 
     queue: str | None = None
     task: str | None = None
     concurrency_key: str | None = None
+    tag: str | None = None
+    workflow: int | None = None
     status: tuple[JobStatus, ...] | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None

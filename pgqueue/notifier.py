@@ -2,10 +2,11 @@
 
 Owns: one connection that LISTENs on the schema's channel and calls `wake(queue, position)`
 for each notification naming one of the worker's queues, `on_pause(queue, paused)` when one of
-them is paused or resumed, and `on_cancel(id)` for a request to stop a running job (pgqueue/wakeup.py says what the payloads mean). When the connection drops
-it reconnects with backoff and, once listening again, calls `relisten()`: nothing enqueued
-during the gap may wait for the next poll, and where those jobs sit is not known. Never raises
-out of `run`; it logs an outage once.
+them is paused or resumed, `on_rates(queue)` when its rate limit changes, and `on_cancel(id)`
+for a request to stop a running job (pgqueue/wakeup.py says what the payloads mean). When the
+connection drops it reconnects with backoff and, once listening again, calls `relisten()`:
+nothing enqueued during the gap may wait for the next poll, and where those jobs sit is not
+known. Never raises out of `run`; it logs an outage once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pgqueue.link import Link
 from pgqueue.service import Loop
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
-from pgqueue.wakeup import CancelRequest, PauseChange, Position, Wake, parse
+from pgqueue.wakeup import CancelRequest, PauseChange, Position, RatesChange, Wake, parse
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -35,6 +36,7 @@ class Notifier(Loop):
         relisten: Callable[[], None],
         on_cancel: Callable[[int], None] | None = None,
         on_pause: Callable[[str, bool], None] | None = None,
+        on_rates: Callable[[str], None] | None = None,
     ) -> None:
         self.link = Link(dsn, "listen")
         self.schema = schema
@@ -43,6 +45,7 @@ class Notifier(Loop):
         self.relisten = relisten
         self.on_cancel = on_cancel
         self.on_pause = on_pause
+        self.on_rates = on_rates
 
     async def loop(self) -> None:
         """Listen until cancelled."""
@@ -71,6 +74,12 @@ class Notifier(Loop):
                 and self.on_pause is not None
             ):
                 self.on_pause(notice.queue, notice.paused)
+            elif (
+                isinstance(notice, RatesChange)
+                and notice.queue in self.queues
+                and self.on_rates is not None
+            ):
+                self.on_rates(notice.queue)
 
     async def close(self) -> None:
         await self.link.close()

@@ -27,14 +27,17 @@ from pgqueue.models import (
     QUEUE_NAME,
     Cancellation,
     Enqueued,
+    EnqueuedWorkflow,
     Job,
     JobFilter,
     JobOptions,
     JobPage,
     QueuePause,
     QueueSettings,
+    RateLimit,
     RetryPolicy,
     TaskPolicy,
+    Workflow,
     check_name,
     duration,
 )
@@ -44,8 +47,10 @@ from pgqueue.schedule import Periodic, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
 from pgqueue.store import queues as queues_store
+from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import ConcurrencyLimit, refuse_keyed_atomic
+from pgqueue.workflow import Flow, OnFailure, build
 
 R = TypeVar("R")
 
@@ -67,6 +72,7 @@ if TYPE_CHECKING:
         atomic: bool
         dedupe_window: timedelta | float | None
         concurrency_key: str | None
+        tags: Sequence[str] | None
 
     class _PeriodicOptions(TypedDict, total=False):
         """The options of `queue.periodic(...)`, for its overloads; see the method."""
@@ -140,6 +146,7 @@ class _Base(abc.ABC):
         atomic: bool = False,
         dedupe_window: timedelta | float | None = None,
         concurrency_key: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
         """Register a handler, `def` or `async def`, as a task.
 
@@ -149,7 +156,8 @@ class _Base(abc.ABC):
         says what happens to a job whose worker died. `atomic=True` runs claim, handler and
         completion in one transaction; it bounds the job's time (default 60 s, at most 15
         min). `dedupe_window` applies to jobs enqueued with a dedupe_key. `concurrency_key`
-        caps how many jobs with that key run at once; atomic tasks cannot take one.
+        caps how many jobs with that key run at once; atomic tasks cannot take one. `tags`
+        label its jobs, for list_jobs(tag=...).
         """
         options = JobOptions(
             queue=queue,
@@ -158,6 +166,7 @@ class _Base(abc.ABC):
             delay=duration(delay, "delay"),
             dedupe_window=duration(dedupe_window, "dedupe_window"),
             concurrency_key=concurrency_key,
+            tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags),
         )
         if atomic and concurrency_key is not None:
             refuse_keyed_atomic(name or "this atomic task", concurrency_key)
@@ -306,6 +315,31 @@ class _Base(abc.ABC):
     def _paused_plan(self) -> Plan[list[QueuePause]]:
         return queues_store.paused_plan(self.schema)
 
+    def _set_rate_plan(
+        self, queue: str, limit: int | str | None, per: timedelta | float | None
+    ) -> Plan[Any]:
+        if not isinstance(queue, str):
+            raise ConfigurationError(f"set_rate_limit takes one queue name, got {queue!r}")
+        name = _queue_names(queue)[0]
+        if limit is None:
+            if per is not None:
+                raise ConfigurationError("per= goes with a limit; pass None alone to remove it")
+            return queues_store.remove_rate_plan(self.schema, name)
+        max_starts, period = _rate(limit, per)
+        return queues_store.set_rate_plan(self.schema, name, max_starts, period)
+
+    def _rates_plan(self) -> Plan[list[RateLimit]]:
+        return queues_store.rates_plan(self.schema)
+
+    def _workflow_plan(
+        self, flow: Flow, after: Iterable[int], on_failure: OnFailure
+    ) -> Plan[EnqueuedWorkflow]:
+        nodes = build(flow, [_job_id(i) for i in after], on_failure)
+        return workflows_store.enqueue_plan(nodes, self.schema, self.settings.max_payload_bytes)
+
+    def _get_workflow_plan(self, workflow_id: int) -> Plan[Workflow | None]:
+        return workflows_store.get_plan(_job_id(workflow_id), self.schema)
+
 
 def _atomic_timeout(timeout: timedelta | None) -> timedelta:
     """An atomic job holds a transaction for its whole run, which holds back VACUUM: its
@@ -335,6 +369,35 @@ def _queue_names(queues: str | Sequence[str]) -> list[str]:
     if not names:
         raise ConfigurationError("name at least one queue")
     return list(dict.fromkeys(check_name("queue", name, QUEUE_NAME) for name in names))
+
+
+_RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
+MAX_RATE_STARTS = 10_000
+
+
+def _rate(limit: int | str, per: timedelta | float | None) -> tuple[int, float]:
+    """(max_starts, seconds) from `100, per=60` or "100/m" ("N/s", "N/m", "N/h")."""
+    if isinstance(limit, str):
+        count, _, unit = limit.strip().partition("/")
+        if per is not None or unit not in _RATE_UNITS or not count.strip().isdigit():
+            raise ConfigurationError(
+                f"a rate limit is 'N/s', 'N/m' or 'N/h', or N with per= seconds; got {limit!r}"
+            )
+        limit, seconds = int(count), float(_RATE_UNITS[unit])
+    else:
+        window = duration(per, "per")
+        if window is None:
+            raise ConfigurationError("give the window: set_rate_limit(queue, 100, per=60)")
+        seconds = window.total_seconds()
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RATE_STARTS:
+        raise ConfigurationError(
+            f"a rate limit lets 1 to {MAX_RATE_STARTS:,} jobs start, got {limit!r}"
+        )
+    if not 0 < seconds <= 86400:
+        raise ConfigurationError(
+            f"a rate limit's window is over 0 s and at most a day, got {seconds} s"
+        )
+    return limit, seconds
 
 
 def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
@@ -516,6 +579,49 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, self._paused_plan(), together=False)
 
+    def set_rate_limit(
+        self,
+        queue: str,
+        limit: int | str | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """Let at most `limit` jobs of `queue` start in any window of `per` seconds, across
+        every worker: `set_rate_limit("sms", 10, per=1)`, or `set_rate_limit("sms", "600/m")`.
+        None removes the limit. Workers hear of it at commit."""
+        plan = self._set_rate_plan(queue, limit, per)
+        with self._connection(conn) as c:
+            run(c, plan)
+
+    def rate_limits(self, *, conn: psycopg.Connection[Any] | None = None) -> list[RateLimit]:
+        """Every queue's rate limit, with the starts in its current window."""
+        with self._connection(conn) as c:
+            return run(c, self._rates_plan(), together=False)
+
+    def enqueue_workflow(
+        self,
+        flow: Flow,
+        *,
+        after: Iterable[int] = (),
+        on_failure: OnFailure = "cancel",
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> EnqueuedWorkflow:
+        """Store a workflow, `chain`, `group`, `chord` or one job, whole, in one transaction
+        (yours, with `conn`). Its first steps wait for the jobs `after` names, if any: each
+        live one is locked until your transaction commits. A job that waits runs once all it
+        waits for have succeeded; one that fails or is cancelled cancels it, unless
+        `on_failure="run"` (for those first steps; a chord takes its own)."""
+        with self._connection(conn) as c:
+            return run(c, self._workflow_plan(flow, after, on_failure))
+
+    def get_workflow(
+        self, workflow_id: int, *, conn: psycopg.Connection[Any] | None = None
+    ) -> Workflow | None:
+        """A workflow's jobs and their states, or None if no job belongs to it."""
+        with self._connection(conn) as c:
+            return run(c, self._get_workflow_plan(workflow_id), together=False)
+
 
 class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
@@ -648,6 +754,41 @@ class AsyncQueue(_Base):
     ) -> list[QueuePause]:
         async with self._connection(conn) as c:
             return await run_async(c, self._paused_plan(), together=False)
+
+    async def set_rate_limit(
+        self,
+        queue: str,
+        limit: int | str | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        plan = self._set_rate_plan(queue, limit, per)
+        async with self._connection(conn) as c:
+            await run_async(c, plan)
+
+    async def rate_limits(
+        self, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> list[RateLimit]:
+        async with self._connection(conn) as c:
+            return await run_async(c, self._rates_plan(), together=False)
+
+    async def enqueue_workflow(
+        self,
+        flow: Flow,
+        *,
+        after: Iterable[int] = (),
+        on_failure: OnFailure = "cancel",
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> EnqueuedWorkflow:
+        async with self._connection(conn) as c:
+            return await run_async(c, self._workflow_plan(flow, after, on_failure))
+
+    async def get_workflow(
+        self, workflow_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> Workflow | None:
+        async with self._connection(conn) as c:
+            return await run_async(c, self._get_workflow_plan(workflow_id), together=False)
 
 
 def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:

@@ -15,7 +15,7 @@ import math
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -43,6 +43,26 @@ class Snooze(Exception):
         self.seconds = wait.total_seconds()
 
 
+class Progress:
+    """A running job's latest progress report. The handler sets it (JobContext.set_progress);
+    the worker writes it to the job's row at most once a second, and with the outcome."""
+
+    __slots__ = ("report", "version", "written")
+
+    def __init__(self) -> None:
+        self.report: dict[str, Any] | None = None
+        self.version = 0  # reports made
+        self.written = 0  # the version last written
+
+    def set(self, report: dict[str, Any]) -> None:
+        self.report = report  # one assignment: a reader on another thread sees old or new
+        self.version += 1
+
+
+PROGRESS_MESSAGE_MAX = 1000
+PROGRESS_META_MAX_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class JobContext:
     """Injected into a handler parameter annotated `JobContext`; never stored in args."""
@@ -56,6 +76,41 @@ class JobContext:
     """For atomic tasks: the AsyncConnection whose transaction claims and completes the job.
     Writes made on it commit together with the job's completion, or not at all."""
     cancel: CancelSignal | None = None
+    progress: Progress | None = None
+
+    def set_progress(self, fraction: float | None = None, message: str = "", **meta: Any) -> None:
+        """Report how far the job has come (`fraction`, 0.0 to 1.0), what it is doing, and
+        any metadata (JSON values); `get_job(...).progress` shows the latest report. Cheap to
+        call often: the worker writes at most one report a second per job, and the last one
+        with the job's outcome. An atomic job's reports are not written: its own transaction
+        holds its row."""
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, (int, float))
+            or not 0.0 <= fraction <= 1.0
+        ):
+            raise InvalidArgumentsError(f"progress is a fraction from 0.0 to 1.0, got {fraction!r}")
+        if not isinstance(message, str) or len(message) > PROGRESS_MESSAGE_MAX:
+            raise InvalidArgumentsError(
+                f"a progress message is a string of at most {PROGRESS_MESSAGE_MAX} characters"
+            )
+        try:
+            size = len(json.dumps(meta, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentsError(f"progress metadata is not JSON: {exc}") from None
+        if size > PROGRESS_META_MAX_BYTES:
+            raise InvalidArgumentsError(
+                f"progress metadata is {size:,} bytes of JSON, over {PROGRESS_META_MAX_BYTES:,}"
+            )
+        _checked_json(self.task, {"message": message, "meta": meta})
+        if self.progress is not None:
+            report = {
+                "fraction": fraction,
+                "message": message,
+                "meta": meta,
+                "at": datetime.now(timezone.utc).isoformat(),
+            }
+            self.progress.set(report)
 
     @property
     def cancel_requested(self) -> bool:
@@ -110,6 +165,7 @@ class NewJob:
             "dedupe_key": opts.dedupe_key,
             "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
             "concurrency_key": opts.concurrency_key,
+            "tags": list(opts.tags) if opts.tags else None,
         }
 
 
@@ -155,6 +211,7 @@ class Task(Generic[R]):
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
         self._plain = _plain_fields(self) if fn is not None else None
+        self._models_without: dict[str, type[BaseModel]] = {}
         self.enqueuer: Callable[[NewJob], Any] | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
@@ -178,12 +235,45 @@ class Task(Generic[R]):
         """Validate arguments as a call would and return a job carrying them as JSON."""
         return _new_job(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step that receives the result of what it waits for (pgqueue.chain,
+        pgqueue.chord) in its first parameter these arguments leave out. Its arguments are
+        validated when the workflow is built; use `job()` for a step that takes no result."""
+        return Signature(self, args, kwargs, self.options)
+
     def with_options(self, **options: Any) -> NewJobFactory:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
-        dedupe_key, dedupe_window)."""
+        dedupe_key, dedupe_window, concurrency_key, tags)."""
         return NewJobFactory(self, self.options.merged(options))
 
-    def dump_args(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    def receiving_param(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The parameter a workflow step's result goes into: the first one that these
+        arguments leave out (not the JobContext)."""
+        if self._signature is None:
+            raise InvalidArgumentsError(
+                f"task {self.name!r} is declared without a function: a workflow step that "
+                "receives a result needs the function's parameters; use .job(...)"
+            )
+        given = set(kwargs)
+        names = [
+            p.name for p in self._signature.parameters.values() if p.name != self._context_param
+        ]
+        given.update(names[: len(args)])
+        for name in names:
+            if name not in given:
+                return name
+        raise InvalidArgumentsError(
+            f"task {self.name!r}: these arguments leave no parameter free to receive the "
+            "result of the step before it; use .job(...) for a step that takes no result"
+        )
+
+    def dump_args(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], *, leave_out: str | None = None
+    ) -> dict[str, Any]:
+        """The arguments validated and dumped to JSON; `leave_out` names a parameter whose
+        value comes later (a workflow step's result), validated only when the job runs."""
+        if leave_out is not None:
+            return self._dump_leaving_out(args, kwargs, leave_out)
         if self._plain is not None:
             plain = self._plain.dump(args, kwargs)
             if plain is not None:
@@ -203,6 +293,40 @@ class Task(Generic[R]):
         try:
             model = self._model.model_validate(values)
             dumped = model.model_dump(mode="json", exclude_unset=True)
+        except ValidationError as exc:
+            raise InvalidArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from None
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise InvalidArgumentsError(
+                f"task {self.name!r}: arguments are not JSON-serialisable: {exc}"
+            ) from None
+        return _checked_json(self.name, dumped)
+
+    def _dump_leaving_out(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], leave_out: str
+    ) -> dict[str, Any]:
+        assert self._signature is not None and self._model is not None
+        try:
+            bound = self._signature.bind(
+                *args, **_with_context_placeholder(self, kwargs | {leave_out: None})
+            )
+        except TypeError as exc:
+            raise InvalidArgumentsError(f"task {self.name!r}: {exc}") from None
+        values = {
+            k: v for k, v in bound.arguments.items() if k not in (self._context_param, leave_out)
+        }
+        model = self._models_without.get(leave_out)
+        if model is None:
+            fields: dict[str, Any] = {
+                name: (field.annotation, field)
+                for name, field in self._model.model_fields.items()
+                if name != leave_out
+            }
+            model = create_model(
+                f"{self.name}:args-{leave_out}", __config__=self._model.model_config, **fields
+            )
+            self._models_without[leave_out] = model
+        try:
+            dumped = model.model_validate(values).model_dump(mode="json", exclude_unset=True)
         except ValidationError as exc:
             raise InvalidArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from None
         except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -256,6 +380,32 @@ class NewJobFactory:
     def enqueue(self, *args: Any, **kwargs: Any) -> Any:
         """Like Task.enqueue, with these options: `task.with_options(delay=60).enqueue(x)`."""
         return _enqueuer(self.task)(self.job(*args, **kwargs))
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """Like Task.s, with these options."""
+        return Signature(self.task, args, kwargs, self.options)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A task call for a workflow (pgqueue.chain, pgqueue.chord) that receives the result of
+    what it waits for, as Celery's `task.s(...)`: the result goes into the task's first
+    parameter the arguments leave out. Made by `task.s(...)`."""
+
+    task: Task[Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: JobOptions
+
+    def job(self, receives: bool) -> tuple[NewJob, str | None]:
+        """The validated job, and the parameter its result goes into (None: it receives none,
+        having nothing to wait for)."""
+        if not receives:
+            args = self.task.dump_args(self.args, self.kwargs)
+            return _new_job(self.task.name, args, self.options, self.task.atomic), None
+        param = self.task.receiving_param(self.args, self.kwargs)
+        args = self.task.dump_args(self.args, self.kwargs, leave_out=param)
+        return _new_job(self.task.name, args, self.options, self.task.atomic), param
 
 
 def _enqueuer(task: Task[Any]) -> Callable[[NewJob], Any]:

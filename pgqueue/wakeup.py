@@ -6,7 +6,8 @@ id)` sends 'queue priority id', the lowest (priority, id) a transaction made cla
 queue, and `wake_cancel(id)` sends '!cancel id', a request to stop a running job. A bare queue
 name is also a wake-up, with no position. Pausing and resuming a queue (sql/queries/queues.sql)
 send '!pause queue' and '!resume queue', so that workers leave a paused queue out of their
-claims instead of every claim reading the pauses. Anything else is ignored, never raised: a
+claims instead of every claim reading the pauses; setting or removing a queue's rate limit
+sends '!rates queue'. Anything else is ignored, never raised: a
 stray NOTIFY from another program must not stop a listener.
 """
 
@@ -18,6 +19,7 @@ Position = tuple[int, int]  # (priority, id) in the claim index
 CANCEL_PREFIX = "!cancel "  # never the start of a queue name (models.QUEUE_NAME)
 PAUSE_PREFIX = "!pause "
 RESUME_PREFIX = "!resume "
+RATES_PREFIX = "!rates "
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,14 @@ class PauseChange:
     paused: bool
 
 
-def parse(payload: str) -> Wake | CancelRequest | PauseChange | None:
+@dataclass(frozen=True)
+class RatesChange:
+    """`queue`'s rate limit was set or removed by a transaction that committed."""
+
+    queue: str
+
+
+def parse(payload: str) -> Wake | CancelRequest | PauseChange | RatesChange | None:
     """What a notification on the wake-up channel says; None for a payload no pgqueue sends."""
     if payload.startswith(CANCEL_PREFIX):
         job_id = payload.removeprefix(CANCEL_PREFIX)
@@ -52,6 +61,9 @@ def parse(payload: str) -> Wake | CancelRequest | PauseChange | None:
         if payload.startswith(prefix):
             queue = payload.removeprefix(prefix)
             return PauseChange(queue, paused) if queue and " " not in queue else None
+    if payload.startswith(RATES_PREFIX):
+        queue = payload.removeprefix(RATES_PREFIX)
+        return RatesChange(queue) if queue and " " not in queue else None
     queue, _, rest = payload.partition(" ")
     if not queue or queue.startswith("!"):
         return None

@@ -28,6 +28,7 @@ import os
 import signal
 import socket
 import time
+from datetime import timedelta
 from typing import Any, Protocol
 
 from pgqueue.atomic import AtomicLane
@@ -48,7 +49,7 @@ from pgqueue.models import (
 from pgqueue.notifier import Notifier
 from pgqueue.periodic import Scheduler
 from pgqueue.queries import migrations
-from pgqueue.registry import CancelSignal, Registry
+from pgqueue.registry import CancelSignal, Progress, Registry
 from pgqueue.rescuer import Rescuer
 from pgqueue.retention import Pruner
 from pgqueue.schedule import Schedules
@@ -58,11 +59,15 @@ from pgqueue.store.migrations import pending_async
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import paused_plan
 from pgqueue.store.workers import WorkersStore
+from pgqueue.store.workflows import write_progress
 from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64
+# How often running jobs' progress reports are written: at most one row update per job per
+# interval, however often the handler reports.
+PROGRESS_INTERVAL = timedelta(seconds=1)
 STOP_GRACE = 60.0  # seconds each service has to stop: the completer's last writes, mostly
 
 
@@ -114,6 +119,7 @@ class Worker:
         self.abandoned_threads = 0
         self._running: dict[asyncio.Task[None], ClaimedJob] = {}
         self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
+        self._progress: dict[int, tuple[ClaimedJob, Progress]] = {}  # the same jobs' reports
         self._unfinished: list[ClaimedJob] = []
         self._stopping = False
         self._force = False
@@ -231,6 +237,7 @@ class Worker:
         )
         await services.start(self.rescuer)
         await services.start(Every("cancel watch", s.rescue_interval, self._check_cancels))
+        await services.start(Every("progress", PROGRESS_INTERVAL, self._write_progress))
         self.horizon = HorizonWatch(self._claims, self.schema, s.rescue_interval, s.horizon_warning)
         await services.start(self.horizon)
         for service in self._maintenance():
@@ -245,6 +252,7 @@ class Worker:
                     self._relistened,
                     self._cancel_requested,
                     self._pause_changed,
+                    lambda queue: self._controls_changed(),
                 )
             )
         self.lanes = self._atomic_lanes()
@@ -341,7 +349,7 @@ class Worker:
         while not self._stopping:
             free = s.concurrency - len(self._running)
             now = time.monotonic()
-            if now >= next_poll:
+            if now >= next_poll or self.claimer.room_due(now):
                 self._maybe_more = True
             if self.claimer.promotion_due(now) and await self.claimer.promote():
                 self._maybe_more = True
@@ -389,14 +397,36 @@ class Worker:
 
     async def _run(self, job: ClaimedJob) -> None:
         self._cancels[job.id] = cancel = CancelSignal()
+        progress = Progress()
+        self._progress[job.id] = (job, progress)
         try:
-            outcome = await self.executor.run(job, cancel=cancel)
+            outcome = await self.executor.run(job, cancel=cancel, progress=progress)
         except asyncio.CancelledError:
             self._unfinished.append(job)
             raise
         finally:
             del self._cancels[job.id]
+            del self._progress[job.id]
+        if progress.version > progress.written:
+            outcome.progress = progress.report  # written with the outcome
         self.completer.add(outcome)
+
+    async def _write_progress(self) -> None:
+        """Write the progress reports made since the last write, one statement for all."""
+        rows: list[dict[str, object]] = []
+        for job, progress in list(self._progress.values()):
+            if progress.version > progress.written:
+                progress.written = progress.version
+                rows.append(
+                    {
+                        "id": job.id,
+                        "attempt": job.attempt,
+                        "worker_id": job.worker_id,
+                        "progress": progress.report,
+                    }
+                )
+        if rows:
+            await self._claims.run(lambda conn: write_progress(conn, self.schema, rows))
 
     # -- cancellation -----------------------------------------------------------------------
 
@@ -437,7 +467,12 @@ class Worker:
         """Listening (again): wake-ups and pause notices sent meanwhile were missed, so claim
         from the floor and read the pauses again."""
         self.claimer.forget_hints()
-        self.claimer.reread_pauses()
+        self.claimer.reread_controls()
+        self._notified()
+
+    def _controls_changed(self) -> None:
+        """A served queue's rate limit was set or removed: read the limits again."""
+        self.claimer.reread_controls()
         self._notified()
 
     def _pause_changed(self, queue: str, paused: bool) -> None:

@@ -141,3 +141,31 @@ async def tenant_job(key: str, seconds: float, fail_first: bool, ctx: JobContext
     )
     if failing:
         raise RuntimeError("first attempt fails")
+
+
+@queue.task(name="wf_step", retry=RetryPolicy(base=0, jitter=0))
+async def wf_step(x: int, ctx: JobContext) -> int:
+    """A workflow step: records its start and end (monotonic ns, one clock for all processes)
+    and returns x + 1. x % 7 == 3 fails its first attempt; x % 11 == 5 hangs on its first
+    attempt while PGQUEUE_TEST_HANG names an existing file (its worker is killed)."""
+    import asyncio
+
+    _record(f"{ctx.job_id} start {time.monotonic_ns()} {ctx.attempt} {x}")
+    hang = os.environ.get("PGQUEUE_TEST_HANG")
+    if x % 11 == 5 and ctx.attempt == 1 and hang and os.path.exists(hang):
+        _record(f"{ctx.job_id} hang {time.monotonic_ns()} {ctx.attempt} {x}")
+        await asyncio.sleep(3600)
+    await asyncio.sleep(0.005)
+    if x % 7 == 3 and ctx.attempt == 1:
+        _record(f"{ctx.job_id} fail {time.monotonic_ns()} {ctx.attempt} {x}")
+        raise RuntimeError("first attempt fails")
+    _record(f"{ctx.job_id} end {time.monotonic_ns()} {ctx.attempt} {x}")
+    return x + 1
+
+
+@queue.task(name="wf_collect")
+def wf_collect(values: list[int], ctx: JobContext) -> int:
+    """A chord's callback: records its start with what it received."""
+    _record(f"{ctx.job_id} start {time.monotonic_ns()} {ctx.attempt} {sum(values)}")
+    _record(f"{ctx.job_id} end {time.monotonic_ns()} {ctx.attempt} {len(values)}")
+    return sum(values)

@@ -256,6 +256,8 @@ def jobs_list(args: argparse.Namespace) -> int:
         "queue": args.queue,
         "task": args.task,
         "concurrency_key": args.key,
+        "tag": args.tag,
+        "workflow": args.workflow,
         "status": args.status,
         "created_after": args.since,
         "created_before": args.until,
@@ -274,6 +276,17 @@ def jobs_show(args: argparse.Namespace) -> int:
     if job is None:
         raise JobNotFoundError(f"no job has id {args.id}, live or in history")
     _show(args, job, "print_job")
+    return 0
+
+
+def jobs_workflow(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        flow = _jobs_queue(args).get_workflow(args.id, conn=conn)
+    if flow is None:
+        raise JobNotFoundError(
+            f"no workflow has id {args.id} (a workflow's id is its first job's id)"
+        )
+    _show(args, flow, "print_workflow")
     return 0
 
 
@@ -335,14 +348,32 @@ def queues_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def queues_limit(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        _jobs_queue(args).set_rate_limit(args.name, args.rate, conn=conn)
+    print(f"{args.name}: at most {args.rate} starts, across all workers", file=sys.stderr)
+    return 0
+
+
+def queues_unlimit(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        queue = _jobs_queue(args)
+        had = any(r.queue == args.name for r in queue.rate_limits(conn=conn))
+        queue.set_rate_limit(args.name, None, conn=conn)
+    print(f"{args.name}: {'no rate limit now' if had else 'had no rate limit'}", file=sys.stderr)
+    return 0
+
+
 def queues_list(args: argparse.Namespace) -> int:
-    """Every queue with jobs or a pause: its counts (as `status` shows them) and its pause."""
+    """Every queue with jobs, a pause or a rate limit: its counts (as `status` shows them),
+    its pause and its limit."""
     with connect(resolve_dsn(args.dsn)) as conn:
         stats = {q.queue: q for q in health.queue_stats(conn, _schema(args))}
         paused = {p.queue: p for p in _jobs_queue(args).paused_queues(conn=conn)}
+        rates = {r.queue: r for r in _jobs_queue(args).rate_limits(conn=conn)}
     rows = []
-    for name in sorted(stats.keys() | paused.keys()):
-        q, pause = stats.get(name), paused.get(name)
+    for name in sorted(stats.keys() | paused.keys() | rates.keys()):
+        q, pause, rate = stats.get(name), paused.get(name), rates.get(name)
         rows.append(
             {
                 "queue": name,
@@ -353,17 +384,23 @@ def queues_list(args: argparse.Namespace) -> int:
                 "scheduled": q.scheduled if q else 0,
                 "running": q.running if q else 0,
                 "waiting": q.waiting if q else 0,
+                "rate_limit": None if rate is None else rate.model_dump(exclude={"queue"}),
             }
         )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'QUEUE':<24} {'STATE':<8} {'QUEUED':>8} {'SCHEDULED':>9} {'RUNNING':>8}  REASON")
+    print(
+        f"{'QUEUE':<24} {'STATE':<8} {'QUEUED':>8} {'SCHEDULED':>9} {'RUNNING':>8}"
+        f" {'RATE':>12}  REASON"
+    )
     for row in rows:
         state = "paused" if row["paused"] else "active"
+        rate = rates.get(str(row["queue"]))
+        shown = "-" if rate is None else f"{rate.max_starts}/{rate.period:g}s"
         print(
             f"{row['queue']:<24} {state:<8} {row['queued']:>8} {row['scheduled']:>9} "
-            f"{row['running']:>8}  {row['reason']}"
+            f"{row['running']:>8} {shown:>12}  {row['reason']}"
         )
     return 0
 

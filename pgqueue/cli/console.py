@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pgqueue import health
-from pgqueue.models import Job, JobPage
+from pgqueue.models import Job, JobPage, Workflow
 from pgqueue.store.workers import WorkerRow
 
 
@@ -187,6 +187,44 @@ def print_jobs(console: Console, page: JobPage) -> None:
         console.print(f"more: --before-id {page.next_before_id}")
 
 
+def _progress(report: dict[str, object]) -> str:
+    fraction = report.get("fraction")
+    done = f"{fraction:.0%}" if isinstance(fraction, (int, float)) else "-"
+    meta = report.get("meta")
+    return " ".join(
+        part
+        for part in (done, str(report.get("message") or ""), json.dumps(meta) if meta else "")
+        if part
+    )
+
+
+def print_workflow(console: Console, flow: Workflow) -> None:
+    """A workflow's jobs in order: status, attempts, what each still waits for."""
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(flow.counts.items()))
+    state = "finished" if flow.finished else "running"
+    console.print(f"workflow {flow.id}: {len(flow.jobs)} jobs, {state} ({counts})")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("task", overflow="ellipsis", no_wrap=True, max_width=28)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("waits for", overflow="ellipsis", no_wrap=True, max_width=30)
+    table.add_column("progress", overflow="ellipsis", no_wrap=True, max_width=24)
+    for job in flow.jobs:
+        waits = ", ".join(str(i) for i in job.pending)
+        if len(job.waits_for) > len(job.pending):
+            waits = f"{waits} ({len(job.waits_for) - len(job.pending)} done)".strip()
+        table.add_row(
+            str(job.id),
+            job.status.value,
+            job.task,
+            str(job.attempt),
+            waits,
+            _progress(job.progress) if job.progress else "",
+        )
+    console.print(table)
+
+
 def print_job(console: Console, job: Job) -> None:
     """One job's record, field by field, with each failed attempt and the last traceback."""
     fields = {
@@ -211,6 +249,10 @@ def print_job(console: Console, job: Job) -> None:
         "retry of": job.retry_of,
         "cancel requested": _when(job.cancel_requested_at) if job.cancel_requested_at else None,
         "atomic": "yes" if job.atomic else None,
+        "concurrency key": job.concurrency_key,
+        "tags": ", ".join(job.tags) if job.tags else None,
+        "workflow": job.workflow_id,
+        "progress": _progress(job.progress) if job.progress else None,
     }
     fields |= {name: value for name, value in optional.items() if value is not None}
     for name, value in fields.items():

@@ -232,6 +232,8 @@ def _jobs(p: argparse.ArgumentParser) -> None:
     q.add_argument("--queue", type=argtypes.queue_name, help="only jobs of this queue")
     q.add_argument("--task", help="only jobs of this task")
     q.add_argument("--key", "--tenant", dest="key", help="only jobs of this concurrency key")
+    q.add_argument("--tag", help="only jobs with this tag")
+    q.add_argument("--workflow", type=argtypes.job_id, help="only jobs of this workflow")
     q.add_argument(
         "--status", type=argtypes.statuses, help="comma-separated: queued,running,failed..."
     )
@@ -245,12 +247,13 @@ def _jobs(p: argparse.ArgumentParser) -> None:
     q.set_defaults(handler=commands.jobs_list)
     for action, help_text, handler in (
         ("show", "one job's record: status, attempts, times, errors, result", commands.jobs_show),
+        ("workflow", "a workflow's jobs: each one's status and what it waits for", None),
         ("cancel", "cancel a queued job now, or ask a running job's worker to stop", None),
         ("retry", "enqueue a failed or cancelled job again, linked to it", None),
     ):
         q = add(action, help_text)
         q.add_argument("id", type=argtypes.job_id, metavar="ID", help="the job's id")
-        if action == "show":
+        if action in ("show", "workflow"):
             q.add_argument("--json", action="store_true", help="print the record as JSON")
         q.set_defaults(handler=handler or getattr(commands, f"jobs_{action}"))
 
@@ -290,7 +293,14 @@ def _queues(p: argparse.ArgumentParser) -> None:
     resume = _action(verbs, "resume", "claim a paused queue's jobs again")
     resume.add_argument("names", nargs="+", type=argtypes.queue_name, metavar="QUEUE")
     resume.set_defaults(handler=commands.queues_resume)
-    ls = _action(verbs, "list", "each queue's jobs and whether it is paused")
+    limit = _action(verbs, "limit", "let at most N of a queue's jobs start per period")
+    limit.add_argument("name", type=argtypes.queue_name, metavar="QUEUE")
+    limit.add_argument("rate", metavar="RATE", help="N/s, N/m or N/h, e.g. 600/m")
+    limit.set_defaults(handler=commands.queues_limit)
+    unlimit = _action(verbs, "unlimit", "remove a queue's rate limit")
+    unlimit.add_argument("name", type=argtypes.queue_name, metavar="QUEUE")
+    unlimit.set_defaults(handler=commands.queues_unlimit)
+    ls = _action(verbs, "list", "each queue's jobs, whether it is paused, and its rate limit")
     ls.add_argument("--json", action="store_true", help="print the queues as JSON")
     ls.set_defaults(handler=commands.queues_list)
 

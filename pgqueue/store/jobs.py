@@ -156,6 +156,12 @@ async def copy_in_async(
     return [Enqueued(i) for i in ids]
 
 
+def reserve_ids_plan(n: int, schema: str) -> Plan[list[int]]:
+    """`n` ids from the jobs id sequence, ascending, for jobs inserted with their ids."""
+    rows = yield statement("job_id_reserve", schema), {"n": n}
+    return _copy_ids(rows)
+
+
 def keyed(jobs: Sequence[NewJob]) -> bool:
     """Whether any job carries a dedupe key: only then does enqueue take several statements."""
     return any(job.options.dedupe_key is not None for job in jobs)
@@ -257,6 +263,9 @@ JOB_COLUMNS = (
     "cancel_requested_at",
     "atomic",
     "concurrency_key",
+    "workflow_id",
+    "progress",
+    "tags",
 )
 
 
@@ -302,7 +311,7 @@ def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellati
     job: Job | None = None
     for _ in range(CANCEL_ROUNDS):
         rows = yield query("job_cancel", schema), params
-        _locked, cancelled, requested = rows[0]
+        _locked, cancelled, requested, _settled = rows[0]
         if cancelled:
             return Cancellation.CANCELLED
         if requested:
@@ -327,13 +336,15 @@ def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[
         raise JobStateError(
             f"job {job_id} is {job.status.value}: only failed or cancelled jobs can be retried"
         )
-    original, queue, task, args, status, priority, max_attempts, atomic, live_retry, key = rows[0]
+    original, queue, task, args, status, priority, max_attempts, atomic, live_retry, key, tags = (
+        rows[0]
+    )
     if status not in (JobStatus.FAILED.value, JobStatus.CANCELLED.value):
         raise JobStateError(f"job {job_id} {status}: only failed or cancelled jobs can be retried")
     if live_retry is not None:
         raise JobStateError(f"job {job_id} is already being retried as job {live_retry}")
     options = JobOptions(
-        queue=queue, priority=priority, max_attempts=max_attempts, concurrency_key=key
+        queue=queue, priority=priority, max_attempts=max_attempts, concurrency_key=key, tags=tags
     )
     rows = yield insert([NewJob(task, args, options, atomic)], schema, max_payload_bytes)
     new_id = int(rows[0][0])
@@ -443,6 +454,20 @@ class JobsStore:
             else:
                 claimed.jobs.append(ClaimedJob(*row[:8]))
         return claimed
+
+    async def claim_rated(self, conn: AsyncConn, params: Params) -> tuple[Claimed, float]:
+        """job_claim_rated: job_claim within the queue's rate limit; the jobs, and in how many
+        seconds the limit has room again (0: now)."""
+        claimed = Claimed([], [])
+        room_in = 0.0
+        for row in await fetch(conn, statement("job_claim_rated", self.schema), params):
+            if row[0] is None:
+                room_in = float(row[9] or 0.0)
+            elif row[8]:
+                claimed.parked.append((row[3], row[0]))
+            else:
+                claimed.jobs.append(ClaimedJob(*row[:8]))
+        return claimed, room_in
 
     async def promote_due(
         self, conn: AsyncConn, queues: Sequence[str], limit: int

@@ -1,11 +1,12 @@
-"""The queue_pauses table: which queues are paused. Runs sql/queries/queues.sql."""
+"""Queue controls: which queues are paused (queue_pauses) and which have a rate limit
+(rate_limits). Runs sql/queries/queues.sql."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 
-from pgqueue.models import QueuePause
+from pgqueue.models import QueuePause, RateLimit
 from pgqueue.queries import query
 from pgqueue.store.plan import Plan
 
@@ -30,3 +31,30 @@ def paused_plan(schema: str) -> Plan[list[QueuePause]]:
     """The paused queues, by name."""
     rows = yield query("queue_list_paused", schema), {}
     return [QueuePause(queue=r[0], paused_at=r[1], reason=r[2]) for r in rows]
+
+
+def set_rate_plan(schema: str, queue: str, max_starts: int, period: float) -> Plan[None]:
+    """Limit `queue` to `max_starts` starts in any window of `period` seconds."""
+    params = {"queue": queue, "max_starts": max_starts, "period": period}
+    yield query("queue_rate_set", schema), params
+
+
+def remove_rate_plan(schema: str, queue: str) -> Plan[bool]:
+    """Remove `queue`'s rate limit; whether it had one."""
+    rows = yield query("queue_rate_remove", schema), {"queue": queue}
+    return bool(rows)
+
+
+def rates_plan(schema: str) -> Plan[list[RateLimit]]:
+    """Every rate limit, by queue, with its current window's starts."""
+    rows = yield query("queue_rate_list", schema), {}
+    return [
+        RateLimit(queue=r[0], max_starts=r[1], period=r[2], recent_starts=r[3], room_in=r[4])
+        for r in rows
+    ]
+
+
+def controls_plan(schema: str) -> Plan[tuple[set[str], set[str]]]:
+    """The paused queues and the rate-limited ones."""
+    rows = yield query("queue_controls", schema), {}
+    return {r[0] for r in rows if r[1]}, {r[0] for r in rows if not r[1]}

@@ -12,6 +12,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.periodic, {schema}.periodic_tic
 GRANT SELECT, INSERT, UPDATE ON {schema}.concurrency_slots TO {role};
 GRANT SELECT ON {schema}.concurrency_limits TO {role};
 GRANT SELECT ON {schema}.queue_pauses TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_deps, {schema}.job_waits TO {role};
+GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 
 -- name: grant_app
 -- What an application that only enqueues and reads its jobs back needs.
@@ -19,3 +21,6 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT INSERT, SELECT ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.job_history TO {role};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+-- Workflows: their edges and counts, and the mark (and lock) on earlier jobs they wait for.
+GRANT INSERT, SELECT ON {schema}.job_deps, {schema}.job_waits TO {role};
+GRANT UPDATE (workflow_id) ON {schema}.jobs TO {role};

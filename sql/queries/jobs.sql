@@ -16,16 +16,18 @@
 -- wake-up per transaction and queue, unless a later statement goes lower.
 WITH input AS (
     SELECT j.queue, j.task, j.args, j.priority, j.max_attempts, coalesce(j.atomic, false) AS atomic,
-           j.concurrency_key,
+           j.concurrency_key, j.tags,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(queue text, task text, args jsonb, priority smallint, max_attempts integer,
-              run_at timestamptz, delay double precision, atomic boolean, concurrency_key text)
+              run_at timestamptz, delay double precision, atomic boolean, concurrency_key text,
+              tags text[])
 ), inserted AS (
     INSERT INTO {schema}.jobs
-        (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, status)
-    SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
+        (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
+         status)
+    SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input
@@ -65,15 +67,16 @@ ORDER BY i.id;
 -- transaction's earlier statements, since there are none, which brings a lone enqueue close
 -- to a bare INSERT. The wake-up names this job's (priority, id). Scheduled jobs wake nobody: promotion does.
 INSERT INTO {schema}.jobs AS j
-    (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, status)
+    (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags, status)
 SELECT v.queue, v.task, v.args, v.priority, v.max_attempts, v.run_at, v.atomic, v.concurrency_key,
+       v.tags,
        CASE WHEN v.run_at > coalesce(%(now)s::timestamptz, now()) THEN 'scheduled' ELSE 'queued' END
 FROM (VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint,
               %(max_attempts)s::integer,
               coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())
                        + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-              %(atomic)s::boolean, %(concurrency_key)s::text))
-     AS v(queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key)
+              %(atomic)s::boolean, %(concurrency_key)s::text, %(tags)s::text[]))
+     AS v(queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags)
 RETURNING j.id,
           CASE WHEN j.status = 'queued'
                THEN {schema}.wake(j.queue, j.priority, j.id) END;
@@ -82,12 +85,14 @@ RETURNING j.id,
 -- One job by id, from the hot table or, once finished, from history.
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
        started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
-       dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key
+       dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key, workflow_id,
+       progress, tags
 FROM {schema}.jobs WHERE id = %(id)s
 UNION ALL
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, errors, result,
-       dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key
+       dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key,
+       workflow_id, progress, tags
 FROM {schema}.job_history WHERE id = %(id)s
 LIMIT 1;
 
@@ -135,12 +140,13 @@ FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(ids)s::bigint[])
 WITH input AS (
     SELECT j.ord, j.queue, j.task, j.args, j.priority, j.max_attempts,
            coalesce(j.atomic, false) AS atomic, j.dedupe_key, j.dedupe_window, j.concurrency_key,
+           j.tags,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(ord integer, queue text, task text, args jsonb, priority smallint,
               max_attempts integer, run_at timestamptz, delay double precision, atomic boolean,
-              dedupe_key text, dedupe_window double precision, concurrency_key text)
+              dedupe_key text, dedupe_window double precision, concurrency_key text, tags text[])
 ), recent AS (
     -- One index probe per key (a lateral LIMIT 1), whatever the table statistics say.
     SELECT k.dedupe_key, h.id
@@ -164,11 +170,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key,
-         concurrency_key)
+         concurrency_key, tags)
     SELECT f.queue, f.task, f.args, f.priority, f.max_attempts, f.run_at, f.atomic,
            CASE WHEN f.run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END,
-           f.dedupe_key, f.concurrency_key
+           f.dedupe_key, f.concurrency_key, f.tags
     FROM (
         SELECT DISTINCT ON (i.dedupe_key) i.*
         FROM input AS i
@@ -241,12 +247,15 @@ RELEASE SAVEPOINT pgqueue_dedupe;
 -- Time filters apply to created_at. A new filter is one parameter and one line per branch.
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
-        dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key
+        dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key, workflow_id,
+        progress, tags
  FROM {schema}.jobs
  WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(task)s::text IS NULL OR task = %(task)s::text)
    AND (%(concurrency_key)s::text IS NULL OR concurrency_key = %(concurrency_key)s::text)
+   AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])
+   AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s::bigint)
    AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
    AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
    AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
@@ -255,7 +264,8 @@ RELEASE SAVEPOINT pgqueue_dedupe;
 UNION ALL
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, finished_at, worker_id, errors, result,
-        dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key
+        dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key,
+        workflow_id, progress, tags
  FROM {schema}.job_history
  WHERE (%(statuses)s::text[] IS NULL
         OR %(statuses)s::text[] && ARRAY['succeeded', 'failed', 'cancelled'])
@@ -263,6 +273,8 @@ UNION ALL
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(task)s::text IS NULL OR task = %(task)s::text)
    AND (%(concurrency_key)s::text IS NULL OR concurrency_key = %(concurrency_key)s::text)
+   AND (%(tag)s::text IS NULL OR tags @> ARRAY[%(tag)s::text])
+   AND (%(workflow)s::bigint IS NULL OR workflow_id = %(workflow)s::bigint)
    AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
    AND (%(created_after)s::timestamptz IS NULL OR created_at >= %(created_after)s::timestamptz)
    AND (%(created_before)s::timestamptz IS NULL OR created_at < %(created_before)s::timestamptz)
@@ -272,7 +284,8 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_cancel
--- Cancels one job. A queued or scheduled job moves to history as cancelled at once; a running
+-- Cancels one job. A queued, scheduled or blocked job moves to history as cancelled at once,
+-- and what waits for it is settled (workflow_settle); a running
 -- one gets cancel_requested_at, and its worker hears wake_cancel(id) on the wake-up channel at
 -- commit. The row is taken FOR UPDATE SKIP LOCKED, so a
 -- claim in flight or a running atomic job (which holds its row) is never waited on: `locked`
@@ -283,16 +296,17 @@ WITH target AS (
 ), gone AS (
     DELETE FROM {schema}.jobs AS j
     USING target AS t
-    WHERE j.id = t.id AND j.status IN ('queued', 'scheduled', 'waiting')
+    WHERE j.id = t.id AND j.status IN ('queued', 'scheduled', 'waiting', 'blocked')
     RETURNING j.id, j.queue, j.task, j.args, 'cancelled'::text AS status, j.priority, j.attempt,
               j.max_attempts, j.run_at, j.created_at, j.started_at,
               coalesce(%(now)s::timestamptz, now()) AS finished_at, j.worker_id, j.errors,
-              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
+              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key,
+              j.workflow_id, j.progress, j.tags
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
          started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
-         concurrency_key)
+         concurrency_key, workflow_id, progress, tags)
     SELECT * FROM gone
     WHERE %(keep_history)s
     RETURNING id
@@ -304,17 +318,23 @@ WITH target AS (
     RETURNING j.id
 ), told AS (
     SELECT count({schema}.wake_cancel(r.id)) AS told FROM requested AS r
+), settled AS (
+    -- What waits for the cancelled job (migration 0010): cancelled too, or run, by its option.
+    SELECT {schema}.workflow_settle(array_agg(g.id), array_agg(g.status), array_agg(g.result),
+                                    %(keep_history)s) AS n
+    FROM gone AS g WHERE g.workflow_id IS NOT NULL HAVING count(*) > 0
 )
 SELECT (SELECT count(*) FROM target) AS locked,
        (SELECT count(*) FROM gone) AS cancelled,
-       (SELECT told FROM told) AS requested;
+       (SELECT told FROM told) AS requested,
+       (SELECT n FROM settled) AS settled;
 
 -- name: job_retry_source
 -- The finished job a retry copies, and the id of a retry of it still queued or running (the
 -- caller refuses a second one; jobs_retry_of_idx closes the race between two retries).
 SELECT h.id, h.queue, h.task, h.args, h.status, h.priority, h.max_attempts, h.atomic,
        (SELECT j.id FROM {schema}.jobs AS j WHERE j.retry_of = h.id) AS live_retry,
-       h.concurrency_key
+       h.concurrency_key, h.tags
 FROM {schema}.job_history AS h
 WHERE h.id = %(id)s;
 
@@ -415,6 +435,90 @@ UNION ALL
 SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true
 FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where it is read
+
+-- name: job_claim_rated
+-- job_claim for a queue with a rate limit (migration 0011): it claims no more jobs than the
+-- limit has room for at this claim's time, which is also their started_at, and records their
+-- starts. Its last row, with id NULL, says in how many seconds the queue has room again (0:
+-- now): a worker that got fewer jobs than it asked for waits that long before it claims the
+-- queue again. Queues without a limit never run this statement (pgqueue/claimer.py).
+WITH allowance AS (
+    -- Locks the queue's rate_limits row until this claim commits: claims of a limited queue
+    -- take turns here, each counting the starts of those before it.
+    SELECT {schema}.rate_allow(%(queue)s, %(limit)s,
+                               coalesce(%(now)s::timestamptz, now())) AS n
+), picked AS (
+    SELECT id, priority, concurrency_key AS key
+    FROM {schema}.jobs
+    WHERE queue = %(queue)s
+      AND status = 'queued'
+      AND NOT atomic
+      AND (priority, id) > (%(after_priority)s::smallint, %(after_id)s::bigint)
+      AND (priority, id) < (%(before_priority)s::smallint, %(before_id)s::bigint)
+    ORDER BY priority, id
+    LIMIT (SELECT n FROM allowance)
+    FOR UPDATE SKIP LOCKED
+), demand AS (
+    -- The key's own limit, else the default ('*'), else NULL: unlimited (least() and
+    -- greatest() ignore NULL). Joins, not a function call per key, which cost more per claim
+    -- as keys grow.
+    SELECT p.key, count(*)::integer AS n, coalesce(l.max_running, d.max_running) AS lim
+    FROM picked AS p
+    LEFT JOIN {schema}.concurrency_limits AS l ON l.key = p.key
+    LEFT JOIN {schema}.concurrency_limits AS d ON d.key = '*'
+    WHERE p.key IS NOT NULL
+    GROUP BY p.key, l.max_running, d.max_running
+), slot AS (
+    INSERT INTO {schema}.concurrency_slots AS s (key, running, admitted, max_running)
+    SELECT key, least(n, lim), least(n, lim), lim FROM demand ORDER BY key
+    ON CONFLICT (key) DO UPDATE
+    SET admitted = greatest(least(excluded.admitted, excluded.max_running - s.running), 0),
+        running = s.running + greatest(least(excluded.admitted,
+                                             excluded.max_running - s.running), 0),
+        max_running = excluded.max_running
+    RETURNING s.key, s.admitted
+), ranked AS (
+    SELECT p.id, p.key,
+           row_number() OVER (PARTITION BY p.key ORDER BY p.priority, p.id) <= s.admitted AS fits
+    FROM picked AS p
+    JOIN slot AS s ON s.key = p.key
+), parked AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'waiting'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE NOT fits))
+    RETURNING j.id, j.priority
+), parked_rest AS (
+    -- In a function (migration 0006), so the planner does not cost every claim for parking
+    -- whole backlogs: that cost made PostgreSQL JIT-compile the claim (100+ ms).
+    SELECT {schema}.concurrency_park(ARRAY(SELECT DISTINCT key FROM ranked WHERE NOT fits),
+                                     ARRAY(SELECT id FROM picked)) AS n
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        started_at = coalesce(%(now)s::timestamptz, now()),
+        worker_id = %(worker_id)s
+    -- = ANY(ARRAY(...)) here and in parked: primary-key lookups in a generic plan too, where
+    -- a join with picked (estimated at a tenth of the queue) became a sequential scan of jobs.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE key IS NULL
+                           UNION ALL SELECT id FROM ranked WHERE fits))
+    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+), recorded AS (
+    -- The claimed jobs' starts, at their started_at; in how many seconds there is room again.
+    SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
+                                coalesce(%(now)s::timestamptz, now())) AS room_in
+)
+SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
+       NULL::float8 AS room_in
+FROM claimed
+UNION ALL
+SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL
+FROM parked
+WHERE (SELECT n FROM parked_rest) IS NOT NULL  -- a plain CTE runs only where it is read
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, room_in
+FROM recorded;
+
 
 -- name: job_claim_unkeyed
 -- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before
@@ -532,12 +636,16 @@ WITH batch AS MATERIALIZED (
                    ELSE j.errors || jsonb_build_array((SELECT m FROM batch) -> j.id::text -> 'error')
               END AS errors,
               nullif((SELECT m FROM batch) -> j.id::text -> 'result', 'null') AS result,
-              j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
+              j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key, j.workflow_id,
+              -- The handler's last progress report, when the worker had not written it yet.
+              coalesce(nullif((SELECT m FROM batch) -> j.id::text -> 'progress', 'null'),
+                       j.progress) AS progress,
+              j.tags
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
          started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
-         concurrency_key)
+         concurrency_key, workflow_id, progress, tags)
     SELECT * FROM finished
     WHERE %(keep_history)s
     RETURNING id
@@ -565,11 +673,18 @@ WITH batch AS MATERIALIZED (
     SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
     FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM retried
           WHERE status = 'queued' ORDER BY queue, priority, id) AS l
+), settled AS (
+    -- Jobs of a workflow release or cancel what waits for them (migration 0010); a batch
+    -- without any calls nothing.
+    SELECT {schema}.workflow_settle(array_agg(f.id), array_agg(f.status), array_agg(f.result),
+                                    %(keep_history)s) AS n
+    FROM finished AS f WHERE f.workflow_id IS NOT NULL HAVING count(*) > 0
 )
 SELECT (SELECT count(*) FROM finished) AS finished,
        (SELECT count(*) FROM retried) AS retried,
        (SELECT count(*) FROM archived) AS archived,
-       (SELECT n FROM woken) AS woken;
+       (SELECT n FROM woken) AS woken,
+       (SELECT n FROM settled) AS settled;
 
 -- name: job_release_many
 -- Puts a stopping worker's unfinished jobs back to queued without spending an attempt: the
@@ -696,14 +811,21 @@ WITH picked AS (
                   'error', 'run_at ' || j.run_at::text || ' is after year 9999, later than '
                            || 'pgqueue can represent: enqueue the job again with an earlier time',
                   'traceback', '')) AS errors,
-              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key
+              NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key,
+              j.workflow_id, j.progress, j.tags
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
          started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
-         concurrency_key)
+         concurrency_key, workflow_id, progress, tags)
     SELECT * FROM gone
     WHERE %(keep_history)s
     RETURNING id
+), settled AS (
+    SELECT {schema}.workflow_settle(array_agg(g.id), array_agg(g.status), array_agg(g.result),
+                                    %(keep_history)s) AS n
+    FROM gone AS g WHERE g.workflow_id IS NOT NULL HAVING count(*) > 0
 )
-SELECT count(*) AS failed, (SELECT count(*) FROM archived) AS archived FROM gone;
+SELECT count(*) AS failed, (SELECT count(*) FROM archived) AS archived,
+       (SELECT n FROM settled) AS settled
+FROM gone;

@@ -27,6 +27,42 @@ WITH resumed AS (
 SELECT queue, pg_notify({wake_channel}, '!resume ' || queue) FROM resumed ORDER BY queue;
 
 -- name: queue_list_paused
--- The paused queues, by name. Workers read it when they start, after their listener
--- reconnects (a notice may have been missed) and, polling only, every poll interval.
+-- The paused queues, by name.
 SELECT queue, paused_at, reason FROM {schema}.queue_pauses ORDER BY queue;
+
+-- name: queue_rate_set
+-- Sets a queue's rate limit (at most max_starts starts in any window of `period`), keeping the
+-- starts already recorded, and tells its workers at commit ('!rates queue'): they claim it with
+-- job_claim_rated from their next round.
+WITH set AS (
+    INSERT INTO {schema}.rate_limits AS r (queue, max_starts, period)
+    VALUES (%(queue)s, %(max_starts)s, make_interval(secs => %(period)s))
+    ON CONFLICT (queue) DO UPDATE SET max_starts = excluded.max_starts, period = excluded.period
+    RETURNING r.queue
+)
+SELECT pg_notify({wake_channel}, '!rates ' || queue) FROM set;
+
+-- name: queue_rate_remove
+-- Removes a queue's rate limit and tells its workers; returns the queue if it had one.
+WITH removed AS (
+    DELETE FROM {schema}.rate_limits WHERE queue = %(queue)s RETURNING queue
+)
+SELECT queue, pg_notify({wake_channel}, '!rates ' || queue) FROM removed;
+
+-- name: queue_rate_list
+-- Every rate limit, with the starts in its current window and in how many seconds it has room
+-- again (0: now).
+SELECT r.queue, r.max_starts, extract(epoch FROM r.period)::float8,
+       (SELECT count(*) FROM unnest(r.starts) AS s WHERE s > now() - r.period)::integer,
+       CASE WHEN cardinality(r.starts) >= r.max_starts AND r.starts[1] > now() - r.period
+            THEN extract(epoch FROM r.starts[1] + r.period - now())::float8 ELSE 0 END
+FROM {schema}.rate_limits AS r
+ORDER BY r.queue;
+
+-- name: queue_controls
+-- What workers must know of their queues: which are paused, which have a rate limit. Read
+-- when they start, after their listener reconnects, and when polling only, every poll
+-- interval.
+SELECT queue, true AS paused FROM {schema}.queue_pauses
+UNION ALL
+SELECT queue, false FROM {schema}.rate_limits;

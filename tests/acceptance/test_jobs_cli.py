@@ -132,3 +132,30 @@ def test_impossible_job_actions_exit_1_with_one_line(
     result = run_pgqueue("jobs", action, job_id, "--dsn", dsn, "--schema", schema)
     assert result.returncode == 1, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_jobs_workflow_shows_each_job_and_what_it_waits_for(dsn: str, schema: str) -> None:
+    from pgqueue import chain
+
+    queue = Queue(dsn, schema=schema)
+    step = queue.task(name="step")(lambda x: x + 1)
+    flow = queue.enqueue_workflow(
+        chain(step.with_options(tags=["nightly"]).job(1), step.s(), step.s())
+    )
+    queue.close()
+    first, second, third = flow.job_ids
+    table = jobs_cli(dsn, schema, "workflow", str(flow.id), columns=120)
+    assert f"workflow {flow.id}: 3 jobs, running (2 blocked, 1 queued)" in table
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if line.strip()}
+    assert rows[str(second)][1] == "blocked" and rows[str(second)][-1] == str(first)
+    assert rows[str(third)][-1] == str(second)
+    shown = json.loads(jobs_cli(dsn, schema, "workflow", str(flow.id), "--json"))
+    assert [j["status"] for j in shown["jobs"]] == ["queued", "blocked", "blocked"]
+    assert shown["finished"] is False
+    tagged = json.loads(jobs_cli(dsn, schema, "list", "--tag", "nightly", "--json"))
+    assert [j["id"] for j in tagged["jobs"]] == [first]
+    members = json.loads(jobs_cli(dsn, schema, "list", "--workflow", str(flow.id), "--json"))
+    assert sorted(j["id"] for j in members["jobs"]) == [first, second, third]
+    missing = run_pgqueue("jobs", "workflow", "999999", "--dsn", dsn, "--schema", schema)
+    assert missing.returncode == 1 and "no workflow has id 999999" in missing.stderr
+    assert "Traceback" not in missing.stderr

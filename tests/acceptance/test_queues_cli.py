@@ -43,3 +43,24 @@ def test_queues_refuses_a_bad_name_or_no_name(dsn: str, schema: str) -> None:
     assert_usage_error(run_pgqueue("queues", "pause", *where), "QUEUE")
     assert_usage_error(run_pgqueue("queues", "pause", "has space", *where), "queue")
     assert_usage_error(run_pgqueue("queues", "stop", "x", *where), "invalid choice")
+
+
+def test_queues_limit_list_and_unlimit(dsn: str, schema: str) -> None:
+    where = ("--dsn", dsn, "--schema", schema)
+    Queue(dsn, schema=schema).migrate()
+    limited = run_pgqueue("queues", "limit", "sms", "600/m", *where)
+    assert limited.returncode == 0, limited.stderr
+    assert "sms: at most 600/m starts" in limited.stderr
+    rows = {
+        r["queue"]: r for r in json.loads(run_pgqueue("queues", "list", "--json", *where).stdout)
+    }
+    assert rows["sms"]["rate_limit"]["max_starts"] == 600
+    assert rows["sms"]["rate_limit"]["period"] == 60.0
+    assert "600/60s" in run_pgqueue("queues", "list", *where).stdout
+    bad = run_pgqueue("queues", "limit", "sms", "many", *where)
+    assert bad.returncode == 2 and "N/s" in bad.stderr and "Traceback" not in bad.stderr
+    removed = run_pgqueue("queues", "unlimit", "sms", *where)
+    assert "sms: no rate limit now" in removed.stderr
+    again = run_pgqueue("queues", "unlimit", "sms", *where)
+    assert "sms: had no rate limit" in again.stderr
+    assert json.loads(run_pgqueue("queues", "list", "--json", *where).stdout) == []

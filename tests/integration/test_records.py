@@ -114,6 +114,8 @@ def test_a_live_only_listing_never_reads_history(queue: Queue, dsn: str, schema:
         "queue": None,
         "task": None,
         "concurrency_key": None,
+        "tag": None,
+        "workflow": None,
         "statuses": ["queued", "running"],
         "created_after": None,
         "created_before": None,

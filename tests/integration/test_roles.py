@@ -146,3 +146,32 @@ def test_the_worker_role_can_schedule_recurring_jobs_and_prune_history(
     with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute(sql.SQL("DELETE FROM {}.periodic_ticks").format(sql.Identifier(schema)))
     app.close()
+
+
+def test_the_app_role_enqueues_workflows_and_the_worker_role_runs_them_under_a_rate_limit(
+    dsn: str, schema: str, roles: tuple[str, str]
+) -> None:
+    from pgqueue import chain, chord, group
+
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+    double = app.task(name="double")(lambda x: 2 * x)
+    total = app.task(name="total")(lambda values: sum(values))
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        app.set_rate_limit("default", 1000, per=1, conn=owner)  # an admin's job
+    first = app.enqueue(double.job(1))
+    with psycopg.connect(app_dsn) as conn:
+        flow = app.enqueue_workflow(
+            chord(group(chain(double.job(2), double.s()), double.job(3)), total.s()),
+            after=[first],  # marks and locks the earlier job: UPDATE (workflow_id) only
+            conn=conn,
+        )
+        conn.commit()
+    drain(app, dsn=worker_dsn, concurrency=2)
+    job = app.get_job(flow.job_ids[-1])
+    assert job is not None and job.status == "succeeded" and job.result == 8 + 6
+    state = app.get_workflow(flow.id)
+    assert state is not None and state.succeeded
+    with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(sql.SQL("UPDATE {}.jobs SET priority = 1").format(sql.Identifier(schema)))
+    app.close()

@@ -22,6 +22,7 @@ EXPECTED = [
     "executor",
     "rescuer",
     "cancel watch",
+    "progress",
     "horizon",
     "periodic",
     "pruner",

@@ -37,6 +37,7 @@ def test_the_one_job_enqueue_calls_no_function_but_pg_notify(dsn: str, schema: s
         "delay": None,
         "atomic": False,
         "concurrency_key": None,
+        "tags": None,
         "now": None,
     }
     with psycopg.connect(dsn) as conn:

@@ -1,0 +1,23 @@
+"""The application the workflows and rates suites (bench/workflows.py, bench/rates.py) run
+in worker processes."""
+
+from __future__ import annotations
+
+from pgqueue import Queue
+
+queue = Queue()
+
+
+@queue.task(name="bench.member")
+def member(i: int) -> int:
+    return i
+
+
+@queue.task(name="bench.collect")
+def collect(values: list[int]) -> int:
+    return len(values)
+
+
+@queue.task(name="noop")
+def noop() -> None:
+    """The jobs the benches insert in SQL."""

@@ -1,0 +1,115 @@
+"""Workflows and progress: runs sql/queries/workflows.sql.
+
+A workflow is stored by one plan in the caller's transaction: ids reserved, the jobs it
+waits for that were enqueued before it marked and locked (workflow_mark), then its jobs,
+edges and counts in one statement (workflow_insert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pgqueue.errors import JobNotFoundError, JobStateError
+from pgqueue.models import EnqueuedWorkflow, Workflow, WorkflowJob
+from pgqueue.queries import query
+from pgqueue.registry import encode_args, encode_json, encode_rows, too_large
+from pgqueue.store.jobs import reserve_ids_plan
+from pgqueue.store.plan import AsyncConn, Plan, fetch
+from pgqueue.tenants import refuse_keyed_atomic
+from pgqueue.workflow import Node
+
+
+def enqueue_plan(
+    nodes: Sequence[Node], schema: str, max_payload_bytes: int | None
+) -> Plan[EnqueuedWorkflow]:
+    """Store a built workflow (pgqueue/workflow.py); its id is its first job's."""
+    for index, node in enumerate(nodes):
+        job = node.job
+        if job.atomic and job.options.concurrency_key is not None:
+            refuse_keyed_atomic(job.task, job.options.concurrency_key)
+        if max_payload_bytes is not None:
+            size = len(encode_args(job))
+            if size > max_payload_bytes:
+                raise too_large(index, job, size, max_payload_bytes)
+    ids = yield from reserve_ids_plan(len(nodes), schema)
+    workflow = ids[0]
+    earlier = sorted({i for node in nodes for i in node.after_ids})
+    done: dict[int, tuple[str, Any]] = {}
+    if earlier:
+        rows = yield query("workflow_mark", schema), {"workflow": workflow, "ids": earlier}
+        for job_id, live, status, result in rows:
+            if live:
+                continue
+            if status is None:
+                raise JobNotFoundError(f"no job has id {job_id}, live or in history")
+            done[job_id] = (status, result)
+    jobs: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    for index, node in enumerate(nodes):
+        job_id = ids[index]
+        deps = [ids[a] for a in node.after] + node.after_ids
+        failed = [d for d in deps if d in done and done[d][0] != "succeeded"]
+        if failed and node.on_failure == "cancel":
+            raise JobStateError(
+                f"job {failed[0]} already {done[failed[0]][0]}: a job that runs only after it "
+                "succeeds would never run (on_failure='run' runs it anyway)"
+            )
+        remaining = sum(1 for d in deps if d not in done)
+        args = node.job.args
+        if deps and not remaining and node.result_arg is not None:
+            results = [done[d][1] if done[d][0] == "succeeded" else None for d in deps]
+            args = args | {node.result_arg: results if node.result_list else results[0]}
+        if remaining:
+            for position, dep in enumerate(deps):
+                status, result = done.get(dep, (None, None))
+                edges.append(
+                    {
+                        "depends_on": dep,
+                        "job_id": job_id,
+                        "position": position,
+                        "status": status,
+                        "result": result if status == "succeeded" else None,
+                    }
+                )
+        jobs.append(
+            node.job.as_row()
+            | {
+                "id": job_id,
+                "args": args,
+                "remaining": remaining,
+                "on_failure": node.on_failure,
+                "result_arg": node.result_arg,
+                "result_list": node.result_list,
+            }
+        )
+    params = {"jobs": encode_rows(jobs), "edges": encode_json(edges), "workflow": workflow}
+    yield query("workflow_insert", schema), params | {"now": None}
+    return EnqueuedWorkflow(id=workflow, job_ids=ids)
+
+
+def get_plan(workflow: int, schema: str) -> Plan[Workflow | None]:
+    """A workflow's jobs, live and finished; None if it has none."""
+    rows = yield query("workflow_jobs", schema), {"workflow": workflow}
+    if not rows:
+        return None
+    jobs = [
+        WorkflowJob(
+            id=r[0],
+            task=r[1],
+            queue=r[2],
+            status=r[3],
+            attempt=r[4],
+            finished_at=r[5],
+            waits_for=r[6],
+            pending=r[7],
+            progress=r[8],
+        )
+        for r in rows
+    ]
+    return Workflow(id=workflow, jobs=jobs)
+
+
+async def write_progress(conn: AsyncConn, schema: str, rows: Sequence[dict[str, object]]) -> None:
+    """Write running jobs' latest progress reports in one statement."""
+    await fetch(conn, query("job_progress", schema), {"rows": encode_json(list(rows))})

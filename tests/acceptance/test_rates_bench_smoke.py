@@ -1,0 +1,39 @@
+"""The rates bench (bench/rates.py) as CI runs it: `--short`, a real process.
+
+It must drain every cost scenario whole and run the hold; the figures themselves are not
+checked here (speed belongs in bench/), except the one thing the limit promises: no second
+held more starts than the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def test_short_rates_bench_drains_every_scenario_and_holds_the_limit(
+    dsn: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "rates"
+    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "rates", "--short", "--dsn", dsn, "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    assert set(report["cost"]) == {"unlimited", "keyed_statement", "rated_100", "rated_10000"}
+    for name, scenario in report["cost"].items():
+        assert scenario["claimed"] == report["jobs"], name  # each job claimed once
+    held = report["hold"]
+    assert held["started"] > held["limit_per_second"]
+    assert held["most_in_any_second"] <= held["limit_per_second"]

@@ -1,0 +1,103 @@
+"""Rate limits: at most N jobs of a queue start in any window of the period, across every
+worker process. Start times are the jobs' started_at, the time the limit records them at."""
+
+from __future__ import annotations
+
+import bisect
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import ConfigurationError, Queue
+from tests import apps
+from tests.conftest import (
+    clean_exit_logs,
+    count,
+    stop_worker_processes,
+    wait_until,
+    worker_process,
+)
+
+
+def test_set_list_and_remove_a_rate_limit(queue: Queue) -> None:
+    queue.set_rate_limit("sms", 10, per=1)
+    queue.set_rate_limit("mail", "600/m")
+    limits = {r.queue: r for r in queue.rate_limits()}
+    assert (limits["sms"].max_starts, limits["sms"].period) == (10, 1.0)
+    assert (limits["mail"].max_starts, limits["mail"].period) == (600, 60.0)
+    assert limits["sms"].recent_starts == 0 and limits["sms"].room_in == 0
+    queue.set_rate_limit("sms", 5, per=timedelta(minutes=1))
+    assert [(r.max_starts, r.period) for r in queue.rate_limits() if r.queue == "sms"] == [
+        (5, 60.0)
+    ]
+    queue.set_rate_limit("sms", None)
+    assert [r.queue for r in queue.rate_limits()] == ["mail"]
+
+
+@pytest.mark.parametrize(
+    ("limit", "per"),
+    [
+        (0, 1),
+        (10_001, 1),
+        (10, 0),
+        (10, 86_401),
+        ("10/d", None),
+        ("x/s", None),
+        ("10/s", 5),
+        (10, None),
+        (True, 1),
+        (None, 5),
+    ],
+)
+def test_a_bad_rate_limit_is_refused(queue: Queue, limit: object, per: object) -> None:
+    with pytest.raises(ConfigurationError):
+        queue.set_rate_limit("sms", limit, per=per)  # type: ignore[arg-type]
+    assert queue.rate_limits() == []
+
+
+def _most_in_any_window(starts: list[float], period: float) -> int:
+    """The most starts in any window [t, t + period) (a window's best start is a start)."""
+    starts = sorted(starts)
+    return max(bisect.bisect_left(starts, s + period) - i for i, s in enumerate(starts))
+
+
+def test_worker_processes_never_start_more_than_the_limit_in_any_window(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    limit, period, jobs = 10, 1.0, 70
+    queue = Queue(dsn, schema=schema)
+    queue.migrate()
+    queue.set_rate_limit("rated", limit, per=period)
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    args = ("--queues", "rated,free", "--concurrency", "8", "--poll-interval", "0.5")
+    procs = [worker_process(dsn, schema, *args, log=log) for log in logs]
+    try:
+        with psycopg.connect(dsn) as conn:
+            wait_until(lambda: count(conn, schema, "workers") == 3, what="3 workers")
+            conn.commit()
+        queue.enqueue_many([apps.noop.with_options(queue="rated").job() for _ in range(jobs)])
+        queue.enqueue_many([apps.noop.with_options(queue="free").job() for _ in range(300)])
+        with psycopg.connect(dsn) as conn:
+
+            def done(where: str, n: int) -> bool:
+                conn.commit()
+                return count(conn, schema, "job_history", where) == n
+
+            wait_until(lambda: done("queue = 'free'", 300), what="the free queue")
+            assert count(conn, schema, "job_history", "queue = 'rated'") < jobs  # still held
+            wait_until(lambda: done("queue = 'rated'", jobs), what="the rated queue")
+            rows = conn.execute(
+                f'SELECT extract(epoch FROM started_at)::float8 FROM "{schema}".job_history'
+                " WHERE queue = 'rated'"
+            ).fetchall()
+    finally:
+        stop_worker_processes(procs)
+        queue.close()
+    clean_exit_logs(procs, logs)
+    starts = [r[0] for r in rows]
+    assert _most_in_any_window(starts, period) <= limit
+    # 70 starts at 10 a second take at least 6 s. How close to the limit's rate a backlog
+    # drains is measured in bench/rates.py, not here, where the machine's load would decide.
+    assert max(starts) - min(starts) >= (jobs // limit - 1) * period
