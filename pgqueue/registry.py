@@ -272,9 +272,7 @@ class Task(Generic[R]):
     ) -> dict[str, Any]:
         """The arguments validated and dumped to JSON; `leave_out` names a parameter whose
         value comes later (a workflow step's result), validated only when the job runs."""
-        if leave_out is not None:
-            return self._dump_leaving_out(args, kwargs, leave_out)
-        if self._plain is not None:
+        if self._plain is not None and leave_out is None:
             plain = self._plain.dump(args, kwargs)
             if plain is not None:
                 return plain
@@ -285,13 +283,15 @@ class Task(Generic[R]):
                     "as keywords with JSON values"
                 )
             return _checked_json(self.name, kwargs)
+        later = {} if leave_out is None else {leave_out: None}
         try:
-            bound = self._signature.bind(*args, **_with_context_placeholder(self, kwargs))
+            bound = self._signature.bind(*args, **_with_context_placeholder(self, kwargs | later))
         except TypeError as exc:
             raise InvalidArgumentsError(f"task {self.name!r}: {exc}") from None
-        values = {k: v for k, v in bound.arguments.items() if k != self._context_param}
+        skip = (self._context_param, leave_out)
+        values = {k: v for k, v in bound.arguments.items() if k not in skip}
         try:
-            model = self._model.model_validate(values)
+            model = self._model_without(leave_out).model_validate(values)
             dumped = model.model_dump(mode="json", exclude_unset=True)
         except ValidationError as exc:
             raise InvalidArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from None
@@ -301,19 +301,11 @@ class Task(Generic[R]):
             ) from None
         return _checked_json(self.name, dumped)
 
-    def _dump_leaving_out(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], leave_out: str
-    ) -> dict[str, Any]:
-        assert self._signature is not None and self._model is not None
-        try:
-            bound = self._signature.bind(
-                *args, **_with_context_placeholder(self, kwargs | {leave_out: None})
-            )
-        except TypeError as exc:
-            raise InvalidArgumentsError(f"task {self.name!r}: {exc}") from None
-        values = {
-            k: v for k, v in bound.arguments.items() if k not in (self._context_param, leave_out)
-        }
+    def _model_without(self, leave_out: str | None) -> type[BaseModel]:
+        """The argument model, or one without the parameter `leave_out` (made once)."""
+        assert self._model is not None
+        if leave_out is None:
+            return self._model
         model = self._models_without.get(leave_out)
         if model is None:
             fields: dict[str, Any] = {
@@ -325,15 +317,7 @@ class Task(Generic[R]):
                 f"{self.name}:args-{leave_out}", __config__=self._model.model_config, **fields
             )
             self._models_without[leave_out] = model
-        try:
-            dumped = model.model_validate(values).model_dump(mode="json", exclude_unset=True)
-        except ValidationError as exc:
-            raise InvalidArgumentsError(f"task {self.name!r}: invalid arguments: {exc}") from None
-        except (PydanticSerializationError, TypeError, ValueError) as exc:
-            raise InvalidArgumentsError(
-                f"task {self.name!r}: arguments are not JSON-serialisable: {exc}"
-            ) from None
-        return _checked_json(self.name, dumped)
+        return model
 
     @property
     def takes_context(self) -> bool:

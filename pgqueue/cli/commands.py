@@ -384,6 +384,7 @@ def queues_list(args: argparse.Namespace) -> int:
                 "scheduled": q.scheduled if q else 0,
                 "running": q.running if q else 0,
                 "waiting": q.waiting if q else 0,
+                "blocked": q.blocked if q else 0,
                 "rate_limit": None if rate is None else rate.model_dump(exclude={"queue"}),
             }
         )

@@ -27,16 +27,17 @@ def print_status(console: Console, report: health.Status) -> None:
         table = Table(
             title=f"queues in schema {report.schema_name}",
             title_justify="left",
-            caption="waiting: held by a concurrency limit; fail/h: failed in the last hour; "
-            "done/m: succeeded in the last minute; oldest: the oldest queued job's wait",
+            caption="waiting: held by a concurrency limit; blocked: waiting for the jobs they "
+            "depend on; fail/h: failed in the last hour; done/m: succeeded in the last minute; "
+            "oldest: the oldest queued job's wait",
             caption_justify="left",
         )
         table.add_column("queue", overflow="fold")
-        columns = ("queued", "sched", "running", "waiting", "fail/h", "done/m")
+        columns = ("queued", "sched", "running", "waiting", "blocked", "fail/h", "done/m")
         for name in (*columns, "oldest"):
             table.add_column(name, justify="right", no_wrap=True)
         for q in report.queues:
-            counts = (q.queued, q.scheduled, q.running, q.waiting, q.failed_last_hour)
+            counts = (q.queued, q.scheduled, q.running, q.waiting, q.blocked, q.failed_last_hour)
             table.add_row(
                 f"{q.queue} (paused)" if q.paused else q.queue,
                 *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),

@@ -42,6 +42,7 @@ class QueueStats(Report):
     succeeded_last_hour: int
     oldest_queued_age: timedelta | None  # None when nothing is queued
     paused: bool = False  # its workers claim none of its jobs until it is resumed
+    blocked: int = 0  # workflow jobs waiting for the jobs they depend on
 
 
 class HorizonHolder(Report):

@@ -7,7 +7,8 @@
 -- Per-queue counts: live jobs from the hot table, failures and throughput from the last hour of
 -- history, and how long the oldest queued job has been due. `waiting` counts jobs parked
 -- because their concurrency key is at its limit: they run only as the key's slots free up;
--- `paused`, whether the queue is paused (pgqueue queues pause). A queue appears if it has live
+-- `paused`, whether the queue is paused (pgqueue queues pause); `blocked`, workflow jobs
+-- waiting for the jobs they depend on. A queue appears if it has live
 -- jobs or finished any in the last hour. The history window is (now - 1 hour, now], so an injected
 -- now in the past counts only what had finished by then; it walks job_history_finished_idx.
 WITH clock AS (
@@ -18,6 +19,7 @@ WITH clock AS (
            count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
            count(*) FILTER (WHERE status = 'running') AS running,
            count(*) FILTER (WHERE status = 'waiting') AS waiting,
+           count(*) FILTER (WHERE status = 'blocked') AS blocked,
            min(run_at) FILTER (WHERE status = 'queued') AS oldest_queued_run_at
     FROM {schema}.jobs
     GROUP BY queue
@@ -43,7 +45,8 @@ SELECT queue,
        coalesce(r.succeeded_last_hour, 0) AS succeeded_last_hour,
        c.now - l.oldest_queued_run_at AS oldest_queued_age,
        EXISTS (SELECT FROM {schema}.queue_pauses AS p
-               WHERE p.queue = coalesce(l.queue, r.queue)) AS paused
+               WHERE p.queue = coalesce(l.queue, r.queue)) AS paused,
+       coalesce(l.blocked, 0) AS blocked
 FROM live AS l
 FULL JOIN recent AS r USING (queue)
 CROSS JOIN clock AS c

@@ -156,6 +156,11 @@ def test_jobs_workflow_shows_each_job_and_what_it_waits_for(dsn: str, schema: st
     assert [j["id"] for j in tagged["jobs"]] == [first]
     members = json.loads(jobs_cli(dsn, schema, "list", "--workflow", str(flow.id), "--json"))
     assert sorted(j["id"] for j in members["jobs"]) == [first, second, third]
+    status = json.loads(run_pgqueue("status", "--json", "--dsn", dsn, "--schema", schema).stdout)
+    assert [(q["queue"], q["queued"], q["blocked"]) for q in status["queues"]] == [
+        ("default", 1, 2)
+    ]
+    assert "blocked" in run_pgqueue("status", "--dsn", dsn, "--schema", schema).stdout
     missing = run_pgqueue("jobs", "workflow", "999999", "--dsn", dsn, "--schema", schema)
     assert missing.returncode == 1 and "no workflow has id 999999" in missing.stderr
     assert "Traceback" not in missing.stderr

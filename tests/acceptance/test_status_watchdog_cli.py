@@ -102,12 +102,13 @@ def test_status_table_exits_0_and_shows_each_queue_and_holders_verbatim(
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 80, narrow.stdout
     assert "…" not in next(line for line in narrow.stdout.splitlines() if "waiting" in line)
     header = next(line for line in result.stdout.splitlines() if "waiting" in line)
-    assert [c.strip() for c in header.split("┃")[1:9]] == [
+    assert [c.strip() for c in header.split("┃")[1:10]] == [
         "queue",
         "queued",
         "sched",
         "running",
         "waiting",
+        "blocked",
         "fail/h",
         "done/m",
         "oldest",
