@@ -53,9 +53,8 @@ SELECT queue, pg_notify({wake_channel}, '!rates ' || queue) FROM removed;
 -- Every rate limit, with the starts in its current window and in how many seconds it has room
 -- again (0: now).
 SELECT r.queue, r.max_starts, extract(epoch FROM r.period)::float8,
-       (SELECT count(*) FROM unnest(r.starts) AS s WHERE s > now() - r.period)::integer,
-       CASE WHEN cardinality(r.starts) >= r.max_starts AND r.starts[1] > now() - r.period
-            THEN extract(epoch FROM r.starts[1] + r.period - now())::float8 ELSE 0 END
+       {schema}.rate_used(r.starts, r.counts, r.period, now()),
+       {schema}.rate_room_in(r.starts, r.counts, r.period, r.max_starts, now())
 FROM {schema}.rate_limits AS r
 ORDER BY r.queue;
 

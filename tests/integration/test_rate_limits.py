@@ -101,3 +101,38 @@ def test_worker_processes_never_start_more_than_the_limit_in_any_window(
     # 70 starts at 10 a second take at least 6 s. How close to the limit's rate a backlog
     # drains is measured in bench/rates.py, not here, where the machine's load would decide.
     assert max(starts) - min(starts) >= (jobs // limit - 1) * period
+
+
+def test_the_limit_counts_recorded_starts_and_says_when_it_has_room(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    """The bookkeeping alone, at chosen times: claims of 2, 2 and 1 fill a limit of 5 per 10 s;
+    room comes when the first claim's starts leave the window, and only the entries that hold
+    the most recent 5 starts are kept."""
+    queue.set_rate_limit("sms", 5, per=10)
+    t0 = "2026-01-01 00:00:00+00"
+
+    def at(seconds: float) -> str:
+        return f"'{t0}'::timestamptz + make_interval(secs => {seconds})"
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+
+        def call(sql_text: str) -> object:
+            row = conn.execute(f'SELECT "{schema}".{sql_text}').fetchone()
+            assert row is not None
+            return row[0]
+
+        assert call(f"rate_allow('sms', 10, {at(0)})") == 5
+        assert call(f"rate_record('sms', 2, {at(0)})") == 0
+        assert call(f"rate_record('sms', 2, {at(1)})") == 0
+        assert call(f"rate_allow('sms', 10, {at(2)})") == 1
+        assert call(f"rate_record('sms', 1, {at(2)})") == 8.0  # the two at 0 leave at 10
+        assert call(f"rate_allow('sms', 10, {at(9.5)})") == 0
+        assert call(f"rate_allow('sms', 10, {at(10)})") == 2  # (0, 10]: the 2 at 1 s, the 1 at 2 s
+        assert call(f"rate_record('sms', 2, {at(10)})") == 1.0  # full again until the 1 s pair
+        starts = conn.execute(
+            f'SELECT cardinality(starts), counts FROM "{schema}".rate_limits'
+        ).fetchone()
+        assert starts == (3, [2, 1, 2])  # the pair at 0 is no longer needed
+        assert call(f"rate_allow('sms', 10, {at(100)})") == 5
+        assert call("rate_allow('no-limit', 7, now())") == 7
