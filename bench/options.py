@@ -31,6 +31,13 @@ def parser(suite: str, description: str, *, short: str | None = None) -> argpars
     return made
 
 
+def sized(args: argparse.Namespace, short: dict[str, object], full: dict[str, object]) -> None:
+    """Each of these options left unset takes its --short default or its full-run one."""
+    for name, value in (short if args.short else full).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 def dsn(value: str | None) -> str | None:
     """The server a suite uses: --dsn, else PGQUEUE_DSN, else None (an embedded one)."""
     return value or os.environ.get("PGQUEUE_DSN") or None

@@ -53,14 +53,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, help="length of the hold (default 60)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     args = parser.parse_args(argv)
-    defaults = (
-        {"jobs": 2000, "rate": 20, "seconds": 5.0}
-        if args.short
-        else {"jobs": 20000, "rate": 50, "seconds": 60.0}
+    options.sized(
+        args,
+        short={"jobs": 2000, "rate": 20, "seconds": 5.0},
+        full={"jobs": 20000, "rate": 50, "seconds": 60.0},
     )
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
     options.positive(
         parser,
         {

@@ -61,14 +61,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--concurrency", type=int, default=50, help="each worker's concurrency (default 50)"
     )
     args = parser.parse_args(argv)
-    defaults = (
-        {"jobs": 2000, "waiting": 5000, "members": 500, "rounds": 1}
-        if args.short
-        else {"jobs": 20000, "waiting": 100000, "members": 10000, "rounds": 3}
+    options.sized(
+        args,
+        short={"jobs": 2000, "waiting": 5000, "members": 500, "rounds": 1},
+        full={"jobs": 20000, "waiting": 100000, "members": 10000, "rounds": 3},
     )
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
     options.positive(
         parser,
         {

@@ -441,7 +441,10 @@ WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where i
 -- limit has room for at this claim's time, which is also their started_at, and records their
 -- starts. Its last row, with id NULL, says in how many seconds the queue has room again (0:
 -- now): a worker that got fewer jobs than it asked for waits that long before it claims the
--- queue again. Queues without a limit never run this statement (pgqueue/claimer.py).
+-- queue again. Queues without a limit never run this statement (pgqueue/claimer.py). It is
+-- job_claim with three changes, kept in step with it: the allowance CTE, picked's LIMIT,
+-- and the recorded CTE with its last row. A statement of its own, so that job_claim pays
+-- nothing for rate limits.
 WITH allowance AS (
     -- Locks the queue's rate_limits row until this claim commits: claims of a limited queue
     -- take turns here, each counting the starts of those before it.

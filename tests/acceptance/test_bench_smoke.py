@@ -9,14 +9,11 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 STRATEGIES = ("plain", "hint", "default")
 MODES = ("control", "hold")
@@ -32,14 +29,8 @@ def test_short_bench_writes_samples_summary_and_charts_for_every_strategy(
     dsn: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "degradation"
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "degradation", "--short", "--dsn", dsn, "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_python(
+        "-m", "bench", "degradation", "--short", "--dsn", dsn, "--out", str(out), timeout=120
     )
     assert result.returncode == 0, result.stderr
 

@@ -7,24 +7,15 @@ delete exactly what it says; figures are not checked here (speed belongs in benc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 
 def test_short_history_bench_times_reads_archiving_and_prunes(dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "history"
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "history", "--short", "--dsn", dsn, "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_python(
+        "-m", "bench", "history", "--short", "--dsn", dsn, "--out", str(out), timeout=300
     )
     assert result.returncode == 0, result.stderr
     data = json.loads((out / "results.json").read_text())

@@ -8,26 +8,17 @@ held more starts than the limit.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 
 def test_short_rates_bench_drains_every_scenario_and_holds_the_limit(
     dsn: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "rates"
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "rates", "--short", "--dsn", dsn, "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_python(
+        "-m", "bench", "rates", "--short", "--dsn", dsn, "--out", str(out), timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "results.json").read_text())

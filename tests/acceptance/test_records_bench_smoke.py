@@ -7,15 +7,12 @@ are not checked here (speed belongs in bench/).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 
 @pytest.mark.parametrize(
@@ -33,14 +30,8 @@ from tests.conftest import ROOT
 def test_small_bench_run_writes_every_result_and_drops_its_schema(
     dsn: str, tmp_path: Path, bench: str, args: list[str], key: str, expected: set[str] | None
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", bench, "--dsn", dsn, "--out", str(tmp_path), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_python(
+        "-m", "bench", bench, "--dsn", dsn, "--out", str(tmp_path), *args, timeout=300
     )
     assert result.returncode == 0, result.stderr
     found = json.loads((tmp_path / "results.json").read_text())

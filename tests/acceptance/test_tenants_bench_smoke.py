@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,
@@ -25,14 +22,8 @@ pytestmark = pytest.mark.skipif(
 
 def test_short_tenants_bench_measures_every_scenario_and_fairness(dsn: str, tmp_path: Path) -> None:
     out = tmp_path / "tenants"
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "tenants", "--short", "--dsn", dsn, "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_python(
+        "-m", "bench", "tenants", "--short", "--dsn", dsn, "--out", str(out), timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "tenants.json").read_text())

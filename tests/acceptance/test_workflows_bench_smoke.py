@@ -7,26 +7,17 @@ to its callback; the figures themselves are not checked here (speed belongs in b
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import run_python
 
 
 def test_short_workflows_bench_drains_every_scenario_and_runs_the_chord(
     dsn: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "workflows"
-    env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "workflows", "--short", "--dsn", dsn, "--out", str(out)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_python(
+        "-m", "bench", "workflows", "--short", "--dsn", dsn, "--out", str(out), timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "results.json").read_text())
