@@ -92,8 +92,9 @@ BEGIN
         WHERE r.queue = q;
     END IF;
     SELECT * INTO lim FROM {schema}.rate_limits WHERE queue = q;
-    IF NOT FOUND THEN
-        RETURN 0;
+    IF NOT FOUND
+       OR {schema}.rate_used(lim.starts, lim.counts, lim.period, at) < lim.max_starts THEN
+        RETURN 0;  -- room now: no need to sort the window for when
     END IF;
     RETURN {schema}.rate_room_in(lim.starts, lim.counts, lim.period, lim.max_starts, at);
 END

@@ -239,3 +239,43 @@ def test_tags_filter_list_jobs(dsn: str, schema: str) -> None:
     assert job is not None and job.tags == ["billing", "eu"]
     with pytest.raises(ConfigurationError):
         queue.enqueue(plain.job(), tags=["x" * 200])
+
+
+def test_without_history_results_still_reach_the_callback(dsn: str, schema: str) -> None:
+    """Results travel on the edges, not through history: a queue that keeps no history still
+    passes them on, and what waits is still settled."""
+    queue = Queue(dsn, schema=schema, keep_history=False)
+    double = queue.task(name="double")(lambda x: 2 * x)
+    total = queue.task(name="total")(lambda values: sum(values))
+    flow = queue.enqueue_workflow(chord([double.job(i) for i in range(4)], total.s()))
+    drain(queue, dsn=dsn, schema=schema)
+    with psycopg.connect(dsn) as conn:
+        for table in ("jobs", "job_history", "job_deps", "job_waits"):
+            assert count(conn, schema, table) == 0, table
+    assert queue.get_workflow(flow.id) is None  # nothing kept, as asked
+
+
+def test_the_async_twin_enqueues_reads_and_limits(dsn: str, schema: str) -> None:
+    import asyncio
+
+    from pgqueue import AsyncQueue
+
+    async def main() -> None:
+        aqueue = AsyncQueue(dsn, schema=schema)
+        double = aqueue.task(name="double")(lambda x: 2 * x)
+        try:
+            await aqueue.migrate()
+            flow = await aqueue.enqueue_workflow(chain(double.job(1), double.s()))
+            state = await aqueue.get_workflow(flow.id)
+            assert state is not None and [j.status for j in state.jobs] == [
+                JobStatus.QUEUED,
+                JobStatus.BLOCKED,
+            ]
+            await aqueue.set_rate_limit("default", "5/s")
+            assert [(r.queue, r.max_starts) for r in await aqueue.rate_limits()] == [("default", 5)]
+            await aqueue.set_rate_limit("default", None)
+            assert await aqueue.rate_limits() == []
+        finally:
+            await aqueue.close()
+
+    asyncio.run(main())
