@@ -169,3 +169,13 @@ def wf_collect(values: list[int], ctx: JobContext) -> int:
     _record(f"{ctx.job_id} start {time.monotonic_ns()} {ctx.attempt} {sum(values)}")
     _record(f"{ctx.job_id} end {time.monotonic_ns()} {ctx.attempt} {len(values)}")
     return sum(values)
+
+
+@queue.task(name="wf_fail", max_attempts=1)
+async def wf_fail(x: int) -> int:
+    """A workflow member that fails for good after a moment: its dependants are cancelled
+    while other members of theirs finish at the same time."""
+    import asyncio
+
+    await asyncio.sleep(0.002)
+    raise RuntimeError(f"member {x} fails")

@@ -291,8 +291,15 @@ LIMIT %(limit)s;
 -- claim in flight or a running atomic job (which holds its row) is never waited on: `locked`
 -- is then 0 and the caller looks again. The status guards keep the two branches apart; a row
 -- claimed after this statement's snapshot matches neither, and the caller runs it again.
-WITH target AS (
-    SELECT id FROM {schema}.jobs WHERE id = %(id)s FOR UPDATE SKIP LOCKED
+WITH waits AS (
+    -- A blocked job's count first, as workflow_settle takes it before the job's row: the
+    -- finish of its last dependency holds the count while it releases the job, and would
+    -- otherwise wait for this statement while this one waits for it.
+    SELECT job_id FROM {schema}.job_waits WHERE job_id = %(id)s FOR UPDATE
+), target AS (
+    SELECT id FROM {schema}.jobs
+    WHERE id = %(id)s AND (SELECT count(*) FROM waits) >= 0
+    FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM {schema}.jobs AS j
     USING target AS t

@@ -1,7 +1,7 @@
 """Workflows under several real worker processes: a job that waits never starts before what
-it waits for has finished, never runs twice, and a chord's callback runs exactly once although
-its members finish at the same moment on different workers; also when a worker is killed
-(SIGKILL) mid-step and steps fail and retry.
+it waits for has finished and is released once, and a chord's callback runs exactly once
+although its members finish at the same moment on different workers; also when a worker is
+killed (SIGKILL) mid-step and steps fail and retry.
 
 Handlers record their start and end on one monotonic clock for all processes
 (tests/apps.py: wf_step, wf_collect); the checks read those records, not the database's view.
@@ -53,6 +53,17 @@ def _ended_once(events: list[tuple[str, int, int, int]]) -> tuple[int, int]:
     starts = [e for e in events if e[0] == "start" and e[2] == attempt]
     assert len(starts) == 1, events
     return starts[0][1], ends[0][1]
+
+
+def _ended(events: list[tuple[str, int, int, int]]) -> int:
+    """When a job last ended well, checking each attempt ended at most once. A job whose
+    worker was killed after its handler returned but before its outcome was written runs
+    again, as a lease job does: at least once, each run a new attempt, never one attempt
+    twice."""
+    ends = [e for e in events if e[0] == "end"]
+    attempts = [e[2] for e in ends]
+    assert ends and len(set(attempts)) == len(attempts), events
+    return max(e[1] for e in ends)
 
 
 def _first_start(events: list[tuple[str, int, int, int]]) -> int:
@@ -127,8 +138,9 @@ def test_a_killed_worker_and_failing_steps_neither_lose_nor_repeat_a_step(
 ) -> None:
     """Steps with x % 11 == 5 hang on their first attempt; their worker is killed with
     SIGKILL, the rescuer puts them back after the lease, and the chain goes on. Steps with
-    x % 7 == 3 fail once and retry. No step starts before the one before it ended, and each
-    ends successfully exactly once."""
+    x % 7 == 3 fail once and retry. No step starts before every run of the one before it
+    ended, and no attempt of a step runs twice (a step the killed worker had finished but
+    not yet written runs again, as any lease job does)."""
     chains, steps = 12, 8
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -185,9 +197,64 @@ def test_a_killed_worker_and_failing_steps_neither_lose_nor_repeat_a_step(
     for chain_made in made:
         previous_end = 0
         for job_id in chain_made.job_ids:
-            _, end = _ended_once(events[job_id])
+            # Released only once the step before's last run was written: after all its ends.
             assert _first_start(events[job_id]) > previous_end, "a step started too early"
-            previous_end = end
+            previous_end = _ended(events[job_id])
             rescued += any(e[0] == "hang" for e in events[job_id])
             failed += any(e[0] == "fail" for e in events[job_id])
     assert rescued >= 1 and failed >= 1
+
+
+def test_failures_cancel_callbacks_while_other_members_finish_without_deadlocks(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    """Each chord has a member that fails and one that succeeds at the same moment on other
+    workers: the failure cancels the callback (deleting its edges) while the success settles
+    the same callback. Every callback ends cancelled, none runs, and no statement deadlocks
+    (a deadlock would be retried, and logged)."""
+    chords, members = 150, 6
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {"PGQUEUE_TEST_RUNS": str(runs)}
+    queue = Queue(dsn, schema=schema)
+    queue.migrate()
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    settings = FAST | {"concurrency": 8}
+    procs = [settings_worker_process(dsn, schema, settings, log=log, env=env) for log in logs]
+    try:
+        made = [
+            queue.enqueue_workflow(
+                chord(
+                    [
+                        *(apps.wf_step.job(7 * c + m) for m in range(members - 1)),
+                        apps.wf_fail.job(c),
+                    ],
+                    apps.wf_collect.s(),
+                )
+            )
+            for c in range(chords)
+        ]
+        with psycopg.connect(dsn) as conn:
+
+            def settled() -> bool:
+                done = count(conn, schema, "job_history")
+                conn.commit()
+                return done == (members + 1) * chords
+
+            wait_until(settled, timeout=240, what="every chord settled")
+            assert count(conn, schema, "job_history", "task = 'wf_collect'") == chords
+            assert (
+                count(conn, schema, "job_history", "task = 'wf_collect' AND status <> 'cancelled'")
+                == 0
+            )
+            for table in ("jobs", "job_deps", "job_waits"):
+                assert count(conn, schema, table) == 0, table
+    finally:
+        stop_worker_processes(procs)
+        queue.close()
+    outputs = [log.read_text() for log in logs]
+    assert not any("Deadlock" in output for output in outputs), [
+        line for output in outputs for line in output.splitlines() if "Deadlock" in line
+    ][:5]
+    callbacks = {m.job_ids[-1] for m in made}
+    assert not callbacks & set(_events(runs))  # no callback ever started
