@@ -65,8 +65,8 @@ CREATE TABLE {schema}.job_waits (
 -- Runs in the finishing statement's transaction, after its rows are gone. Each statement in
 -- it takes a new snapshot (READ COMMITTED), so it sees the edges of a dependant whose
 -- enqueue committed while this transaction waited for the dependency's row lock (the enqueue
--- holds that lock; sql/queries/workflows.sql). Counts are locked in job_id order, and before
--- the edges, so two transactions settling the same dependants never deadlock.
+-- holds that lock; sql/queries/workflows.sql). Counts are locked in job_id order, so two
+-- transactions settling the same dependants never deadlock.
 CREATE FUNCTION {schema}.workflow_settle(
     ids bigint[], statuses text[], results jsonb[], keep_history boolean
 ) RETURNS integer
@@ -85,27 +85,21 @@ BEGIN
     WHILE cardinality(ids) > 0 LOOP
         WITH outcome AS (
             SELECT * FROM unnest(ids, statuses, results) AS o(id, status, result)
-        ), locked AS (
-            -- The dependants' counts first, in job_id order, before any edge: a transaction
-            -- that holds an edge of a dependant never waits for that dependant's count, so
-            -- one that cancels the dependant (and deletes its edges) cannot deadlock with one
-            -- settling another of its dependencies.
-            SELECT w.job_id, w.on_failure
-            FROM {schema}.job_waits AS w
-            WHERE w.job_id IN (SELECT d.job_id FROM {schema}.job_deps AS d
-                               WHERE d.depends_on = ANY(ids) AND d.status IS NULL)
-            ORDER BY w.job_id
-            FOR UPDATE
         ), edges AS (
             UPDATE {schema}.job_deps AS d
             SET status = o.status, result = CASE WHEN o.status = 'succeeded' THEN o.result END
             FROM outcome AS o
             WHERE d.depends_on = o.id AND d.status IS NULL
-              AND d.job_id IN (SELECT job_id FROM locked)
             RETURNING d.job_id, o.status
         ), per AS (
             SELECT job_id, count(*)::integer AS n, bool_or(status <> 'succeeded') AS failed
             FROM edges GROUP BY job_id
+        ), locked AS (
+            SELECT w.job_id, w.on_failure
+            FROM {schema}.job_waits AS w
+            WHERE w.job_id IN (SELECT job_id FROM per)
+            ORDER BY w.job_id
+            FOR UPDATE
         ), counted AS (
             UPDATE {schema}.job_waits AS w
             SET remaining = greatest(w.remaining - p.n, 0)
