@@ -5,14 +5,19 @@
 
 - `cost`: schemas of --jobs queued no-op jobs each, drained by one connection in batches of
   10, taking turns claim by claim: `unlimited` (job_claim_unkeyed, a queue without keys or
-  limit), `keyed_statement` (job_claim, which the rated claim is built on), and
-  `rated_N` (job_claim_rated under a limit of N starts per window that it never reaches at
-  this pace, so every claim pays the full bookkeeping: the lock, the count, the record of
-  the N most recent starts).
+  limit), `keyed_statement` (job_claim, which the rated claim is built on), `rated_N`
+  (job_claim_rated under a queue limit of N starts per window that it never reaches at this
+  pace, so every claim pays the full bookkeeping: the lock, the count, the record of the N
+  most recent starts), `task_rated_N` (the same with the limit on the jobs' task instead),
+  and `other_task_limited` (job_claim_unkeyed told of a limit on a task the queue does not
+  hold: what the claim of a queue without the limited tasks pays while they have limits).
 - `hold`: --workers worker processes (`pgqueue worker`, concurrency 20 each) drain a backlog
   far larger than the limit allows, on a queue limited to --rate starts a second, for
   --seconds. From the jobs' started_at (the times the limit records): the rate reached, its
   error against the limit, and the most starts in any one-second window.
+- `task_hold`: the same with the limit on a task, in a queue shared with as many jobs of an
+  unlimited task, which drain meanwhile; also how many times the limited jobs were put back
+  per start (each a row update).
 
 Writes results.json to its results folder (bench/report.py) and prints the table.
 """
@@ -40,6 +45,7 @@ from pgqueue.queries import query
 # The cost scenarios' limits, (starts, per seconds): far above what one connection claims, so
 # that they never bind, with 100 and 10,000 recent starts to keep and rewrite.
 RATED = ((100, 0.001), (10_000, 0.1))
+Limit = tuple[str, str, int, float]  # ("queue" | "task", name, starts, per seconds)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -71,9 +77,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 class RatedDrain(Drain):
-    def __init__(self, dsn: str, schema: str, statement: str) -> None:
+    def __init__(self, dsn: str, schema: str, statement: str, limited: list[str]) -> None:
         super().__init__(dsn, schema)
         self.claim = query(statement, schema)
+        self.params["limited_tasks"] = limited
 
 
 def cost(dsn: str, jobs: int) -> dict[str, Any]:
@@ -81,17 +88,30 @@ def cost(dsn: str, jobs: int) -> dict[str, Any]:
 
     with contextlib.ExitStack() as stack:
         drains: dict[str, Drain] = {}
-        scenarios: list[tuple[str, str, tuple[int, float] | None]] = [
+        scenarios: list[tuple[str, str, Limit | None]] = [
             ("unlimited", "job_claim_unkeyed", None),
             ("keyed_statement", "job_claim", None),
         ]
-        scenarios += [(f"rated_{n}", "job_claim_rated", (n, per)) for n, per in RATED]
+        scenarios += [
+            (f"rated_{n}", "job_claim_rated", ("queue", "default", n, per)) for n, per in RATED
+        ]
+        scenarios += [
+            (f"task_rated_{n}", "job_claim_rated", ("task", "noop", n, per)) for n, per in RATED
+        ]
+        scenarios.append(("other_task_limited", "job_claim_unkeyed", ("task", "other", 10, 1.0)))
         for name, statement, limit in scenarios:
             schema = stack.enter_context(scratch_schema(dsn, "bench_rates"))
             fill(dsn, schema, jobs, chained=False)
             if limit is not None:
-                Queue(dsn, schema=schema).set_rate_limit("default", limit[0], per=limit[1])
-            drains[name] = RatedDrain(dsn, schema, statement)
+                kind, target, starts, per = limit
+                queue = Queue(dsn, schema=schema)
+                if kind == "queue":
+                    queue.set_rate_limit(target, starts, per=per)
+                else:
+                    queue.set_task_rate_limit(target, starts, per=per)
+                queue.close()
+            limited = [limit[1]] if limit is not None and limit[0] == "task" else []
+            drains[name] = RatedDrain(dsn, schema, statement, limited)
         active = list(drains)
         while active:
             random.shuffle(active)
@@ -141,6 +161,65 @@ def hold(dsn: str, rate: int, seconds: float, worker_count: int) -> dict[str, An
     }
 
 
+def task_hold(dsn: str, rate: int, seconds: float, worker_count: int) -> dict[str, Any]:
+    backlog = int(rate * (seconds + 10) * 1.5)
+    with scratch_schema(dsn, "bench_rates") as schema:
+        queue = Queue(dsn, schema=schema)
+        queue.set_task_rate_limit("noop", rate, per=1)
+        table = sql.Identifier(schema)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # The limited task's jobs and as many of an unlimited one, interleaved by id.
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (queue, task, args) "
+                    "SELECT 'default', CASE WHEN g %% 2 = 0 THEN 'noop' ELSE 'bench.free' END,"
+                    " '{{}}' FROM generate_series(1, %s) AS g"
+                ).format(table),
+                [2 * backlog],
+            )
+            before = _updates(conn, schema)
+            with workers(dsn, schema, worker_count, 20):
+                time.sleep(seconds + 4)
+            queue.close()
+            rows = conn.execute(
+                sql.SQL(
+                    "SELECT task, extract(epoch FROM started_at)::float8 FROM {}.job_history"
+                ).format(table)
+            ).fetchall()
+            updates = _updates(conn, schema) - before
+    starts = sorted(r[1] for r in rows if r[0] == "noop")
+    free = sum(1 for r in rows if r[0] == "bench.free")
+    if len(starts) < rate:
+        raise RuntimeError(f"only {len(starts)} limited jobs started in the hold")
+    begin = starts[0] + 2.0
+    window = [s for s in starts if begin <= s < begin + seconds]
+    reached = len(window) / seconds
+    # Each started job was updated once by its claim; the rest are puts back and promotions.
+    claimed = len(rows)
+    return {
+        "limit_per_second": rate,
+        "seconds": seconds,
+        "backlog": backlog,
+        "started": len(starts),
+        "unlimited_done": free,
+        "unlimited_backlog": backlog,
+        "rate_reached": round(reached, 2),
+        "error_vs_limit": round(reached / rate - 1, 4),
+        "most_in_any_second": most_in_any_window(starts, 1.0),
+        "row_updates_per_start": round((updates - claimed) / max(len(starts), 1), 2),
+    }
+
+
+def _updates(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Row updates of the schema's jobs table so far (the statistics collector's count)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'",
+        [schema],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -152,7 +231,14 @@ def bench(run: Run, args: argparse.Namespace) -> int:
         out = run.folder(server)
         costs = cost(server.dsn, args.jobs)
         held = hold(server.dsn, args.rate, args.seconds, args.workers)
-        figures = {"batch": 10, "jobs": args.jobs, "cost": costs, "hold": held}
+        task_held = task_hold(server.dsn, args.rate, args.seconds, args.workers)
+        figures = {
+            "batch": 10,
+            "jobs": args.jobs,
+            "cost": costs,
+            "hold": held,
+            "task_hold": task_held,
+        }
         run.write(out, "results.json", server, figures)
     print(f"PostgreSQL {server.version}")
     print(f"{'claim of 10':<18}{'p50 ms':>9}{'p95 ms':>9}{'vs unlimited':>14}")
@@ -165,6 +251,13 @@ def bench(run: Run, args: argparse.Namespace) -> int:
         f"hold at {held['limit_per_second']}/s for {held['seconds']:g} s: reached "
         f"{held['rate_reached']}/s ({held['error_vs_limit']:+.1%}), most in any second "
         f"{held['most_in_any_second']}"
+    )
+    print(
+        f"task hold at {task_held['limit_per_second']}/s for {task_held['seconds']:g} s: "
+        f"reached {task_held['rate_reached']}/s ({task_held['error_vs_limit']:+.1%}), most in "
+        f"any second {task_held['most_in_any_second']}, unlimited jobs done "
+        f"{task_held['unlimited_done']} of {task_held['unlimited_backlog']}, row updates per "
+        f"start {task_held['row_updates_per_start']}"
     )
     print(f"written to {out}")
     return 0

@@ -228,7 +228,7 @@ class CostRun:
         self.statement = claim_statement(kind, schema)
         self.finish = query("job_finish_many", schema)
         self.params: dict[str, Any] = {"queue": "default", "limit": BATCH, "worker_id": 1}
-        self.params |= {"now": None} | FLOOR | CEILING
+        self.params |= {"now": None, "limited_tasks": []} | FLOOR | CEILING
         self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=5)
         self.plan = {
             "generic": plan_summary(generic_plan(self.conn, self.statement, self.params)),

@@ -139,6 +139,7 @@ class Drain:
             "after_id": 0,
             "before_priority": 32767,
             "before_id": 2**63 - 1,
+            "limited_tasks": [],
         }
         self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=5)
         self.claim_times: list[float] = []

@@ -21,3 +21,8 @@ def collect(values: list[int]) -> int:
 @queue.task(name="noop")
 def noop() -> None:
     """The jobs the benches insert in SQL."""
+
+
+@queue.task(name="bench.free")
+def free() -> None:
+    """The unlimited jobs beside a limited task's (bench/rates.py)."""

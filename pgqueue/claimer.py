@@ -19,6 +19,11 @@ Invariants:
   claims only what the limit has room for. One that got fewer jobs than it asked for because
   the limit was full is left out until the statement said it has room again, and its hint
   does not move: the jobs it did not take are still there.
+- While any task or key has a rate limit, the queues where a job with a key or of a limited
+  task was seen are claimed with job_claim_rated, which puts jobs over their task's or key's
+  limit back as scheduled; they count as walked, and the promotion is due when the first of
+  them is. The other queues' claim (job_claim_unkeyed) is told the limited tasks and hands
+  the queue over when it meets one, so they pay nothing for limits they never meet.
 
 Runs on the worker's claim connection; a claim that deadlocks on slot rows is retried, and
 nothing else is raised here.
@@ -119,6 +124,8 @@ class Claimer:
         self.in_hand: list[ClaimedJob] = []
         self.paused: set[str] = set()
         self.rated: set[str] = set()
+        self.limited_tasks: frozenset[str] = frozenset()  # tasks with a rate limit
+        self.key_limits = False  # some concurrency key has a rate limit
         self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
         self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
 
@@ -151,9 +158,9 @@ class Claimer:
         self._controls_due = 0.0
 
     async def _read_controls(self) -> None:
-        paused, rated = await self.link.run(
-            lambda conn: run_async(conn, controls_plan(self.schema))
-        )
+        controls = await self.link.run(lambda conn: run_async(conn, controls_plan(self.schema)))
+        paused, rated = controls.paused, controls.rated
+        self.limited_tasks, self.key_limits = controls.limited_tasks, controls.key_limits
         paused &= self._hints.keys()
         for queue in self.paused - paused:
             self.announce(queue, None)  # resumed unheard of
@@ -290,16 +297,20 @@ class Claimer:
             "limit": limit,
             "worker_id": self.worker_id,
             "now": None,
+            "limited_tasks": sorted(self.limited_tasks),
         }
 
         room_in: float | None = None
+        back_in: float | None = None
 
         async def claim(conn: AsyncConn) -> Claimed:
-            nonlocal room_in
-            if queue in self.rated:
+            nonlocal room_in, back_in
+            if queue in self.rated or (
+                queue in self._keyed and (self.limited_tasks or self.key_limits)
+            ):
                 for attempt in range(CLAIM_RETRIES):
                     try:
-                        rated, room_in = await self.store.claim_rated(conn, params)
+                        rated, room_in, back_in = await self.store.claim_rated(conn, params)
                         return rated
                     except psycopg.errors.DeadlockDetected:
                         if attempt == CLAIM_RETRIES - 1:
@@ -308,7 +319,9 @@ class Claimer:
                 found = await self.store.claim_unkeyed(conn, params)
                 if found is not None:
                     return found
-                self._keyed.add(queue)  # for good: keyed claims from now on
+                self._keyed.add(queue)  # for good: keyed (or rated) claims from now on
+                if self.limited_tasks or self.key_limits:
+                    return await claim(conn)
             for attempt in range(CLAIM_RETRIES):
                 try:
                     return await self.store.claim_keyed(conn, params)
@@ -332,6 +345,9 @@ class Claimer:
             self._room_at[queue] = time.monotonic() + float(room_in or 0.0)
         else:
             self._room_at.pop(queue, None)
+        if back_in is not None:  # jobs put back by their task's or key's limit: due then
+            due = time.monotonic() + max(back_in, 0.0)
+            self._next_due = due if self._next_due is None else min(self._next_due, due)
         return _Batch(jobs, claimed.walked, claimed.top, throttled)
 
     def _reset_deadline(self, hint: _QueueHint) -> None:

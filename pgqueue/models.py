@@ -618,11 +618,15 @@ class EnqueuedWorkflow(BaseModel):
 
 
 class RateLimit(BaseModel):
-    """A queue's rate limit, as `Queue.rate_limits()` lists it."""
+    """A rate limit, as `Queue.rate_limits()` lists it: of a queue, of a task, or of a
+    concurrency key (key '*': the default of keys without their own). The other two are
+    None."""
 
     model_config = ConfigDict(frozen=True)
 
-    queue: str
+    queue: str | None = None
+    task: str | None = None
+    key: str | None = None
     max_starts: int = Field(description="jobs that may start in any window of `period`")
     period: float = Field(description="the window, in seconds")
     recent_starts: int = Field(description="jobs started in the window that ends now")

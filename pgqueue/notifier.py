@@ -76,7 +76,7 @@ class Notifier(Loop):
                 self.on_pause(notice.queue, notice.paused)
             elif (
                 isinstance(notice, RatesChange)
-                and notice.queue in self.queues
+                and (notice.queue in self.queues or notice.queue == "*")
                 and self.on_rates is not None
             ):
                 self.on_rates(notice.queue)

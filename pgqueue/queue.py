@@ -13,7 +13,7 @@ import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -25,6 +25,7 @@ from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
     ATOMIC_MAX_TIMEOUT,
     QUEUE_NAME,
+    TASK_NAME,
     Cancellation,
     Enqueued,
     EnqueuedWorkflow,
@@ -49,7 +50,7 @@ from pgqueue.store import jobs as jobs_store
 from pgqueue.store import queues as queues_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
-from pgqueue.tenants import ConcurrencyLimit, refuse_keyed_atomic
+from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
 from pgqueue.workflow import Flow, OnFailure, build
 
 R = TypeVar("R")
@@ -328,8 +329,24 @@ class _Base(abc.ABC):
         max_starts, period = _rate(limit, per)
         return queues_store.set_rate_plan(self.schema, name, max_starts, period)
 
+    def _set_job_rate_plan(
+        self,
+        kind: Literal["task", "key"],
+        name: str,
+        limit: int | str | None,
+        per: timedelta | float | None,
+    ) -> Plan[Any]:
+        if limit is None:
+            if per is not None:
+                raise ConfigurationError("per= goes with a limit; pass None alone to remove it")
+            return queues_store.remove_job_rate_plan(self.schema, kind, name)
+        max_starts, period = _rate(limit, per)
+        return queues_store.set_job_rate_plan(self.schema, kind, name, max_starts, period)
+
     def _rates_plan(self) -> Plan[list[RateLimit]]:
-        return queues_store.rates_plan(self.schema)
+        queues = yield from queues_store.rates_plan(self.schema)
+        jobs = yield from queues_store.job_rates_plan(self.schema)
+        return queues + jobs
 
     def _workflow_plan(
         self, flow: Flow, after: Iterable[int], on_failure: OnFailure
@@ -361,6 +378,15 @@ def _job_id(value: object) -> int:
             f"job ids are whole numbers from 1 to 2**63-1 (as enqueue returns them), got {value!r}"
         )
     return value
+
+
+def _task_name(task: str | Task[Any]) -> str:
+    """A task's name, from the task or as a string checked as task names are."""
+    if isinstance(task, Task):
+        return task.name
+    if not isinstance(task, str):
+        raise ConfigurationError(f"name a task, or pass the task itself; got {task!r}")
+    return check_name("task", task, TASK_NAME)
 
 
 def _queue_names(queues: str | Sequence[str]) -> list[str]:
@@ -594,8 +620,40 @@ class Queue(_Base):
         with self._connection(conn) as c:
             run(c, plan)
 
+    def set_task_rate_limit(
+        self,
+        task: str | Task[Any],
+        limit: int | str | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """Let at most `limit` jobs of `task` start in any window of `per` seconds, in
+        whatever queue, across every worker: `set_task_rate_limit(send_sms, "10/s")`. Jobs
+        over it are put back as scheduled, without spending an attempt, for when the window
+        has room; the queue's other jobs run meanwhile. None removes the limit."""
+        plan = self._set_job_rate_plan("task", _task_name(task), limit, per)
+        with self._connection(conn) as c:
+            run(c, plan)
+
+    def set_key_rate_limit(
+        self,
+        key: str | None,
+        limit: int | str | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> None:
+        """Let at most `limit` jobs with concurrency key `key` start in any window of `per`
+        seconds, as set_task_rate_limit does for a task. Key None sets the default: every
+        key without a limit of its own gets one of that rate, with its own window."""
+        plan = self._set_job_rate_plan("key", limit_key(key), limit, per)
+        with self._connection(conn) as c:
+            run(c, plan)
+
     def rate_limits(self, *, conn: psycopg.Connection[Any] | None = None) -> list[RateLimit]:
-        """Every queue's rate limit, with the starts in its current window."""
+        """Every rate limit (queues', then tasks', then keys'), with the starts in its
+        current window."""
         with self._connection(conn) as c:
             return run(c, self._rates_plan(), together=False)
 
@@ -764,6 +822,30 @@ class AsyncQueue(_Base):
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> None:
         plan = self._set_rate_plan(queue, limit, per)
+        async with self._connection(conn) as c:
+            await run_async(c, plan)
+
+    async def set_task_rate_limit(
+        self,
+        task: str | Task[Any],
+        limit: int | str | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        plan = self._set_job_rate_plan("task", _task_name(task), limit, per)
+        async with self._connection(conn) as c:
+            await run_async(c, plan)
+
+    async def set_key_rate_limit(
+        self,
+        key: str | None,
+        limit: int | str | None,
+        *,
+        per: timedelta | float | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        plan = self._set_job_rate_plan("key", limit_key(key), limit, per)
         async with self._connection(conn) as c:
             await run_async(c, plan)
 

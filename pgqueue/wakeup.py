@@ -7,8 +7,8 @@ queue, and `wake_cancel(id)` sends '!cancel id', a request to stop a running job
 name is also a wake-up, with no position. Pausing and resuming a queue (sql/queries/queues.sql)
 send '!pause queue' and '!resume queue', so that workers leave a paused queue out of their
 claims instead of every claim reading the pauses; setting or removing a queue's rate limit
-sends '!rates queue'. Anything else is ignored, never raised: a
-stray NOTIFY from another program must not stop a listener.
+sends '!rates queue', and a task's or a key's '!rates *' (every queue). Anything else is
+ignored, never raised: a stray NOTIFY from another program must not stop a listener.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class PauseChange:
 
 @dataclass(frozen=True)
 class RatesChange:
-    """`queue`'s rate limit was set or removed by a transaction that committed."""
+    """`queue`'s rate limit was set or removed by a transaction that committed ('*': a task's
+    or a key's, which concerns every queue)."""
 
     queue: str
 

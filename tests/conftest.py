@@ -161,6 +161,7 @@ def claim_params(
         "limit": limit,
         "worker_id": worker_id,
         "now": None,
+        "limited_tasks": [],
     }
 
 

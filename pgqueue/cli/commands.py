@@ -370,7 +370,7 @@ def queues_list(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args.dsn)) as conn:
         stats = {q.queue: q for q in health.queue_stats(conn, _schema(args))}
         paused = {p.queue: p for p in _jobs_queue(args).paused_queues(conn=conn)}
-        rates = {r.queue: r for r in _jobs_queue(args).rate_limits(conn=conn)}
+        rates = {r.queue: r for r in _jobs_queue(args).rate_limits(conn=conn) if r.queue}
     rows = []
     for name in sorted(stats.keys() | paused.keys() | rates.keys()):
         q, pause, rate = stats.get(name), paused.get(name), rates.get(name)
@@ -385,7 +385,9 @@ def queues_list(args: argparse.Namespace) -> int:
                 "running": q.running if q else 0,
                 "waiting": q.waiting if q else 0,
                 "blocked": q.blocked if q else 0,
-                "rate_limit": None if rate is None else rate.model_dump(exclude={"queue"}),
+                "rate_limit": None
+                if rate is None
+                else rate.model_dump(exclude={"queue", "task", "key"}),
             }
         )
     if args.json:
@@ -403,6 +405,44 @@ def queues_list(args: argparse.Namespace) -> int:
             f"{row['queue']:<24} {state:<8} {row['queued']:>8} {row['scheduled']:>9} "
             f"{row['running']:>8} {shown:>12}  {row['reason']}"
         )
+    return 0
+
+
+def rates_set(args: argparse.Namespace) -> int:
+    """`rates set` (a limit) and `rates remove` (no rate: the limit goes)."""
+    queue = _jobs_queue(args)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        if args.queue:
+            queue.set_rate_limit(args.queue, args.rate, conn=conn)
+            what = f"queue {args.queue}"
+        elif args.task:
+            queue.set_task_rate_limit(args.task, args.rate, conn=conn)
+            what = f"task {args.task}"
+        else:
+            key = None if args.default_key else args.key
+            queue.set_key_rate_limit(key, args.rate, conn=conn)
+            what = "each key without its own limit" if key is None else f"key {key}"
+    done = "no rate limit now" if args.rate is None else f"at most {args.rate} starts"
+    print(f"{what}: {done}, across all workers", file=sys.stderr)
+    return 0
+
+
+def rates_list(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args.dsn)) as conn:
+        limits = _jobs_queue(args).rate_limits(conn=conn)
+    if args.json:
+        print(json.dumps([limit.model_dump() for limit in limits], indent=2))
+        return 0
+    print(f"{'LIMIT':<40} {'RATE':>12} {'IN WINDOW':>10} {'ROOM IN':>8}")
+    for limit in limits:
+        if limit.queue is not None:
+            name = f"queue {limit.queue}"
+        elif limit.task is not None:
+            name = f"task {limit.task}"
+        else:
+            name = "key * (default)" if limit.key == "*" else f"key {limit.key}"
+        rate = f"{limit.max_starts}/{limit.period:g}s"
+        print(f"{name:<40} {rate:>12} {limit.recent_starts:>10} {limit.room_in:>7.1f}s")
     return 0
 
 

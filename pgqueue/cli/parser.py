@@ -79,6 +79,7 @@ def build() -> argparse.ArgumentParser:
     _jobs(add("jobs", "list, show, cancel or retry jobs", description="Job records and actions."))
     _tenants(add("tenants", "per-key concurrency limits (tenants)"))
     _queues(add("queues", "pause, resume and list queues"))
+    _rates(add("rates", "rate limits of queues, tasks and concurrency keys"))
     _prune(add("prune", "delete finished jobs older than a given age, in batches"))
     _watchdog(
         add(
@@ -303,6 +304,30 @@ def _queues(p: argparse.ArgumentParser) -> None:
     ls = _action(verbs, "list", "each queue's jobs, whether it is paused, and its rate limit")
     ls.add_argument("--json", action="store_true", help="print the queues as JSON")
     ls.set_defaults(handler=commands.queues_list)
+
+
+def _rates(p: argparse.ArgumentParser) -> None:
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def scope(q: argparse.ArgumentParser) -> None:
+        which = q.add_mutually_exclusive_group(required=True)
+        which.add_argument("--queue", type=argtypes.queue_name, help="a queue's jobs")
+        which.add_argument("--task", help="a task's jobs, in whatever queue")
+        which.add_argument("--key", help="a concurrency key's jobs, in whatever queue")
+        which.add_argument(
+            "--default-key", action="store_true", help="each key without a limit of its own"
+        )
+
+    s = _action(verbs, "set", "let at most N jobs start per period, across all workers")
+    scope(s)
+    s.add_argument("rate", metavar="RATE", help="N/s, N/m or N/h, e.g. 600/m")
+    s.set_defaults(handler=commands.rates_set)
+    r = _action(verbs, "remove", "remove a rate limit")
+    scope(r)
+    r.set_defaults(handler=commands.rates_set, rate=None)
+    ls = _action(verbs, "list", "every rate limit, with the starts in its current window")
+    ls.add_argument("--json", action="store_true", help="print the limits as JSON")
+    ls.set_defaults(handler=commands.rates_list)
 
 
 def _prune(p: argparse.ArgumentParser) -> None:

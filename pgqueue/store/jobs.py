@@ -455,19 +455,24 @@ class JobsStore:
                 claimed.jobs.append(ClaimedJob(*row[:8]))
         return claimed
 
-    async def claim_rated(self, conn: AsyncConn, params: Params) -> tuple[Claimed, float]:
-        """job_claim_rated: job_claim within the queue's rate limit; the jobs, and in how many
-        seconds the limit has room again (0: now)."""
+    async def claim_rated(
+        self, conn: AsyncConn, params: Params
+    ) -> tuple[Claimed, float, float | None]:
+        """job_claim_rated: job_claim within the queue's rate limit and its jobs' tasks' and
+        keys'. The jobs (those put back count as parked); in how many seconds the queue's
+        limit has room again (0: now); and in how many the first job put back falls due
+        (None: none was)."""
         claimed = Claimed([], [])
-        room_in = 0.0
+        room_in, back_in = 0.0, None
         for row in await fetch(conn, statement("job_claim_rated", self.schema), params):
             if row[0] is None:
                 room_in = float(row[9] or 0.0)
+                back_in = None if row[10] is None else float(row[10])
             elif row[8]:
                 claimed.parked.append((row[3], row[0]))
             else:
                 claimed.jobs.append(ClaimedJob(*row[:8]))
-        return claimed, room_in
+        return claimed, room_in, back_in
 
     async def promote_due(
         self, conn: AsyncConn, queues: Sequence[str], limit: int

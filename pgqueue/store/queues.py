@@ -1,10 +1,13 @@
-"""Queue controls: which queues are paused (queue_pauses) and which have a rate limit
-(rate_limits). Runs sql/queries/queues.sql."""
+"""Queue controls: which queues are paused (queue_pauses), which have a rate limit
+(rate_limits), and the rate limits of tasks and keys (job_rate_limits). Runs
+sql/queries/queues.sql."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from pgqueue.models import QueuePause, RateLimit
 from pgqueue.queries import query
@@ -54,7 +57,54 @@ def rates_plan(schema: str) -> Plan[list[RateLimit]]:
     ]
 
 
-def controls_plan(schema: str) -> Plan[tuple[set[str], set[str]]]:
-    """The paused queues and the rate-limited ones."""
+def set_job_rate_plan(
+    schema: str, kind: Literal["task", "key"], name: str, max_starts: int, period: float
+) -> Plan[None]:
+    """Limit the starts of task `name`'s jobs, or key `name`'s ('*': every key's default),
+    to `max_starts` in any window of `period` seconds."""
+    params = {"kind": kind, "name": name, "max_starts": max_starts, "period": period}
+    yield query("job_rate_set", schema), params
+
+
+def remove_job_rate_plan(schema: str, kind: Literal["task", "key"], name: str) -> Plan[bool]:
+    """Remove a task's or a key's rate limit; whether it had one."""
+    rows = yield query("job_rate_remove", schema), {"kind": kind, "name": name}
+    return bool(rows)
+
+
+def job_rates_plan(schema: str) -> Plan[list[RateLimit]]:
+    """Every task's rate limit, then every key's, with their current window's starts."""
+    rows = yield query("job_rate_list", schema), {}
+    return [
+        RateLimit(
+            task=r[1] if r[0] == "task" else None,
+            key=r[1] if r[0] == "key" else None,
+            max_starts=r[2],
+            period=r[3],
+            recent_starts=r[4],
+            room_in=r[5],
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What workers must know of the queues: the paused ones, the rate-limited ones, the
+    tasks with a rate limit, and whether any concurrency key has one."""
+
+    paused: set[str]
+    rated: set[str]
+    limited_tasks: frozenset[str]
+    key_limits: bool
+
+
+def controls_plan(schema: str) -> Plan[Controls]:
+    """The queue controls workers follow."""
     rows = yield query("queue_controls", schema), {}
-    return {r[0] for r in rows if r[1]}, {r[0] for r in rows if not r[1]}
+    return Controls(
+        paused={r[0] for r in rows if r[1] == "paused"},
+        rated={r[0] for r in rows if r[1] == "rated"},
+        limited_tasks=frozenset(r[0] for r in rows if r[1] == "task"),
+        key_limits=any(r[1] == "keys" for r in rows),
+    )

@@ -444,21 +444,26 @@ FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where it is read
 
 -- name: job_claim_rated
--- job_claim for a queue with a rate limit (migration 0011): it claims no more jobs than the
--- limit has room for at this claim's time, which is also their started_at, and records their
--- starts. Its last row, with id NULL, says in how many seconds the queue has room again (0:
--- now): a worker that got fewer jobs than it asked for waits that long before it claims the
--- queue again. Queues without a limit never run this statement (pgqueue/claimer.py). It is
--- job_claim with three changes, kept in step with it: the allowance CTE, picked's LIMIT,
--- and the recorded CTE with its last row. A statement of its own, so that job_claim pays
--- nothing for rate limits.
+-- job_claim under rate limits: a queue's (migration 0011) and its jobs' tasks' and keys'
+-- (migration 0012). It claims no more jobs than the queue's limit has room for at this
+-- claim's time, which is also their started_at; admits each picked job only if its task and
+-- key have room, putting the others back as scheduled for when they do (returned as parked,
+-- so the hint moves past them); and records the starts. Its last row, with id NULL, says in
+-- how many seconds the queue has room again (0: now), so a worker that got fewer jobs than
+-- it asked for waits that long before it claims the queue again, and in how many seconds the
+-- first job put back falls due. Workers run it for queues with a limit, and while some task
+-- or key has one, for queues where they met a job with a key or of a limited task
+-- (pgqueue/claimer.py). It is job_claim with these changes, kept in step
+-- with it: the allowance CTE, picked's LIMIT and task, the admitted and entering CTEs, and
+-- the recorded CTE with its last row. A statement of its own, so that job_claim pays nothing
+-- for rate limits.
 WITH allowance AS (
     -- Locks the queue's rate_limits row until this claim commits: claims of a limited queue
     -- take turns here, each counting the starts of those before it.
     SELECT {schema}.rate_allow(%(queue)s, %(limit)s,
                                coalesce(%(now)s::timestamptz, now())) AS n
 ), picked AS (
-    SELECT id, priority, concurrency_key AS key
+    SELECT id, priority, concurrency_key AS key, task
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'
@@ -468,12 +473,22 @@ WITH allowance AS (
     ORDER BY priority, id
     LIMIT (SELECT n FROM allowance)
     FOR UPDATE SKIP LOCKED
+), admitted AS (
+    -- Locks the picked jobs' tasks' and keys' limits (0012), and puts back the jobs over them.
+    SELECT a.job, a.back_at
+    FROM {schema}.job_rate_admit(
+        ARRAY(SELECT id FROM picked ORDER BY priority, id),
+        ARRAY(SELECT task FROM picked ORDER BY priority, id),
+        ARRAY(SELECT key FROM picked ORDER BY priority, id),
+        coalesce(%(now)s::timestamptz, now())) AS a
+), entering AS (
+    SELECT p.* FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NULL
 ), demand AS (
     -- The key's own limit, else the default ('*'), else NULL: unlimited (least() and
     -- greatest() ignore NULL). Joins, not a function call per key, which cost more per claim
     -- as keys grow.
     SELECT p.key, count(*)::integer AS n, coalesce(l.max_running, d.max_running) AS lim
-    FROM picked AS p
+    FROM entering AS p
     LEFT JOIN {schema}.concurrency_limits AS l ON l.key = p.key
     LEFT JOIN {schema}.concurrency_limits AS d ON d.key = '*'
     WHERE p.key IS NOT NULL
@@ -490,7 +505,7 @@ WITH allowance AS (
 ), ranked AS (
     SELECT p.id, p.key,
            row_number() OVER (PARTITION BY p.key ORDER BY p.priority, p.id) <= s.admitted AS fits
-    FROM picked AS p
+    FROM entering AS p
     JOIN slot AS s ON s.key = p.key
 ), parked AS (
     UPDATE {schema}.jobs AS j
@@ -510,33 +525,45 @@ WITH allowance AS (
         worker_id = %(worker_id)s
     -- = ANY(ARRAY(...)) here and in parked: primary-key lookups in a generic plan too, where
     -- a join with picked (estimated at a tenth of the queue) became a sequential scan of jobs.
-    WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE key IS NULL
+    WHERE j.id = ANY(ARRAY(SELECT id FROM entering WHERE key IS NULL
                            UNION ALL SELECT id FROM ranked WHERE fits))
-    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
+              j.concurrency_key
 ), recorded AS (
     -- The claimed jobs' starts, at their started_at; in how many seconds there is room again.
     SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
-                                coalesce(%(now)s::timestamptz, now())) AS room_in
+                                coalesce(%(now)s::timestamptz, now())) AS room_in,
+           {schema}.job_rate_record(ARRAY(SELECT task FROM claimed),
+                                    ARRAY(SELECT concurrency_key FROM claimed),
+                                    coalesce(%(now)s::timestamptz, now())) AS jobs_recorded
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       NULL::float8 AS room_in
+       NULL::float8 AS room_in, NULL::float8 AS back_in
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL
+SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL
 FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL  -- a plain CTE runs only where it is read
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, room_in
-FROM recorded;
+SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL
+FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NOT NULL
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, room_in,
+       (SELECT extract(epoch FROM min(back_at) - coalesce(%(now)s::timestamptz, now()))::float8
+        FROM admitted)
+FROM recorded
+WHERE jobs_recorded IS NOT NULL;
 
 
 -- name: job_claim_unkeyed
 -- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before
--- keys existed (bench/tenants.py): same range scan, same guard. If a picked job has a key it
--- claims nothing and returns one row with parked = NULL: the worker switches that queue to
--- job_claim and claims again (the locks are released at once, this being its own statement).
+-- keys existed (bench/tenants.py): same range scan, same guard. If a picked job has a key,
+-- or its task is one of %(limited_tasks)s (those with a rate limit), it claims nothing and
+-- returns one row with parked = NULL: the worker switches that queue to job_claim, or to
+-- job_claim_rated while tasks or keys have limits, and claims again (the locks are released
+-- at once, this being its own statement).
 WITH picked AS (
-    SELECT id, concurrency_key IS NOT NULL AS keyed
+    SELECT id, concurrency_key IS NOT NULL OR task = ANY(%(limited_tasks)s::text[]) AS keyed
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'

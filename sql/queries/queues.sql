@@ -58,10 +58,56 @@ SELECT r.queue, r.max_starts, extract(epoch FROM r.period)::float8,
 FROM {schema}.rate_limits AS r
 ORDER BY r.queue;
 
+-- name: job_rate_set
+-- Sets a task's or a key's rate limit (key '*': the default of keys without their own),
+-- keeping the starts already recorded; keys under the default take the new one too. Jobs put
+-- back before keep their time; later ones are placed from when the window has room. Tells
+-- every worker at commit ('!rates *'): they claim with job_claim_rated from their next round.
+WITH set AS (
+    INSERT INTO {schema}.job_rate_limits AS r (kind, name, max_starts, period)
+    VALUES (%(kind)s, %(name)s, %(max_starts)s, make_interval(secs => %(period)s))
+    ON CONFLICT (kind, name) DO UPDATE
+    SET max_starts = excluded.max_starts, period = excluded.period, inherited = false,
+        park_at = NULL, park_n = 0
+    RETURNING r.kind, r.name
+), inheriting AS (
+    UPDATE {schema}.job_rate_limits AS r
+    SET max_starts = %(max_starts)s, period = make_interval(secs => %(period)s),
+        park_at = NULL, park_n = 0
+    WHERE %(kind)s = 'key' AND %(name)s = '*' AND r.kind = 'key' AND r.inherited
+    RETURNING 1
+)
+SELECT pg_notify({wake_channel}, '!rates *'), (SELECT count(*) FROM inheriting) FROM set;
+
+-- name: job_rate_remove
+-- Removes a task's or a key's rate limit (the default '*' takes the windows of the keys
+-- under it along) and tells every worker; returns the row if there was one.
+WITH removed AS (
+    DELETE FROM {schema}.job_rate_limits AS r
+    WHERE (r.kind = %(kind)s AND r.name = %(name)s)
+       OR (%(kind)s = 'key' AND %(name)s = '*' AND r.kind = 'key' AND r.inherited)
+    RETURNING r.kind, r.name, r.inherited
+)
+SELECT name, pg_notify({wake_channel}, '!rates *') FROM removed WHERE NOT inherited;
+
+-- name: job_rate_list
+-- Every task's and key's own rate limit (the default '*' included), with the starts in its
+-- current window and in how many seconds it has room again (0: now).
+SELECT r.kind, r.name, r.max_starts, extract(epoch FROM r.period)::float8,
+       {schema}.rate_used(r.starts, r.counts, r.period, now()),
+       {schema}.rate_room_in(r.starts, r.counts, r.period, r.max_starts, now())
+FROM {schema}.job_rate_limits AS r
+WHERE NOT r.inherited
+ORDER BY r.kind DESC, r.name;
+
 -- name: queue_controls
--- What workers must know of their queues: which are paused, which have a rate limit. Read
--- when they start, after their listener reconnects, and when polling only, every poll
--- interval.
-SELECT queue, true AS paused FROM {schema}.queue_pauses
+-- What workers must know of their queues: which are paused, which have a rate limit, which
+-- tasks have one, and whether any key has one. Read when they start, after their listener
+-- reconnects, and when polling only, every poll interval.
+SELECT queue, 'paused' AS control FROM {schema}.queue_pauses
 UNION ALL
-SELECT queue, false FROM {schema}.rate_limits;
+SELECT queue, 'rated' FROM {schema}.rate_limits
+UNION ALL
+SELECT name, 'task' FROM {schema}.job_rate_limits WHERE kind = 'task'
+UNION ALL
+SELECT '*', 'keys' WHERE EXISTS (SELECT 1 FROM {schema}.job_rate_limits WHERE kind = 'key');

@@ -64,3 +64,35 @@ def test_queues_limit_list_and_unlimit(dsn: str, schema: str) -> None:
     again = run_pgqueue("queues", "unlimit", "sms", *where)
     assert "sms: had no rate limit" in again.stderr
     assert json.loads(run_pgqueue("queues", "list", "--json", *where).stdout) == []
+
+
+def test_rates_set_list_and_remove_for_queues_tasks_and_keys(dsn: str, schema: str) -> None:
+    where = ("--dsn", dsn, "--schema", schema)
+    Queue(dsn, schema=schema).migrate()
+    for scope, rate in (
+        (("--queue", "sms"), "5/s"),
+        (("--task", "mail.send"), "600/m"),
+        (("--key", "tenant-1"), "100/h"),
+        (("--default-key",), "2/s"),
+    ):
+        done = run_pgqueue("rates", "set", *scope, rate, *where)
+        assert done.returncode == 0, done.stderr
+        assert f"at most {rate} starts" in done.stderr
+    listed = json.loads(run_pgqueue("rates", "list", "--json", *where).stdout)
+    assert [(r["queue"], r["task"], r["key"], r["max_starts"]) for r in listed] == [
+        ("sms", None, None, 5),
+        (None, "mail.send", None, 600),
+        (None, None, "*", 2),
+        (None, None, "tenant-1", 100),
+    ]
+    table = run_pgqueue("rates", "list", *where).stdout
+    assert "task mail.send" in table and "600/60s" in table and "key * (default)" in table
+    # Queue-level views show queues only.
+    assert [
+        r["queue"] for r in json.loads(run_pgqueue("queues", "list", "--json", *where).stdout)
+    ] == ["sms"]
+    removed = run_pgqueue("rates", "remove", "--task", "mail.send", *where)
+    assert removed.returncode == 0 and "task mail.send: no rate limit now" in removed.stderr
+    bad = run_pgqueue("rates", "set", "--key", "*", "1/s", *where)
+    assert bad.returncode == 2 and "--default" in bad.stderr and "Traceback" not in bad.stderr
+    assert_usage_error(run_pgqueue("rates", "set", "1/s", *where), "--queue")

@@ -148,7 +148,7 @@ def test_the_worker_role_can_schedule_recurring_jobs_and_prune_history(
     app.close()
 
 
-def test_the_app_role_enqueues_workflows_and_the_worker_role_runs_them_under_a_rate_limit(
+def test_the_app_role_enqueues_workflows_and_the_worker_role_runs_them_under_rate_limits(
     dsn: str, schema: str, roles: tuple[str, str]
 ) -> None:
     from pgqueue import chain, chord, group
@@ -159,7 +159,9 @@ def test_the_app_role_enqueues_workflows_and_the_worker_role_runs_them_under_a_r
     total = app.task(name="total")(lambda values: sum(values))
     with psycopg.connect(dsn, autocommit=True) as owner:
         app.set_rate_limit("default", 1000, per=1, conn=owner)  # an admin's job
-    first = app.enqueue(double.job(1))
+        app.set_task_rate_limit(double, 1000, per=1, conn=owner)
+        app.set_key_rate_limit(None, 1000, per=1, conn=owner)  # the worker makes keys' rows
+    first = app.enqueue(double.with_options(concurrency_key="tenant").job(1))
     with psycopg.connect(app_dsn) as conn:
         flow = app.enqueue_workflow(
             chord(group(chain(double.job(2), double.s()), double.job(3)), total.s()),
@@ -172,6 +174,17 @@ def test_the_app_role_enqueues_workflows_and_the_worker_role_runs_them_under_a_r
     assert job is not None and job.status == "succeeded" and job.result == 8 + 6
     state = app.get_workflow(flow.id)
     assert state is not None and state.succeeded
+    with psycopg.connect(dsn) as owner:
+        counted = owner.execute(
+            sql.SQL("SELECT name, counts FROM {}.job_rate_limits ORDER BY kind DESC, name").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    assert [(name, sum(counts)) for name, counts in counted] == [
+        ("double", 4),
+        ("*", 0),
+        ("tenant", 1),
+    ]
     with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute(sql.SQL("UPDATE {}.jobs SET priority = 1").format(sql.Identifier(schema)))
     app.close()

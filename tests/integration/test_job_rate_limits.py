@@ -1,0 +1,248 @@
+"""Rate limits of tasks and concurrency keys inside shared queues: at most N jobs of a task (or
+of a key) start in any window of the period, across every worker process, whatever queue
+they are in. Jobs over the limit are put back as scheduled without spending an attempt, and
+the queue's other jobs run meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue import ConfigurationError, Queue, Worker
+from pgqueue.store.jobs import JobsStore
+from tests import apps
+from tests.conftest import (
+    clean_exit_logs,
+    count,
+    stop_worker_processes,
+    wait_until,
+    worker_in_thread,
+    worker_process,
+)
+from tests.integration.test_rate_limits import _most_in_any_window
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _claim(dsn: str, schema: str, queue: str, limit: int, at: datetime) -> Any:
+    """One job_claim_rated of `queue` at `at`, as a worker runs it."""
+    params = {
+        "queue": queue,
+        "after_priority": -32768,
+        "after_id": 0,
+        "before_priority": 32767,
+        "before_id": 2**63 - 1,
+        "limit": limit,
+        "worker_id": 1,
+        "now": at,
+        "limited_tasks": [],
+    }
+
+    async def claim() -> Any:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            return await JobsStore(schema).claim_rated(conn, params)
+
+    return asyncio.run(claim())
+
+
+def _scheduled(conn: psycopg.Connection[Any], schema: str) -> list[tuple[str, float, int]]:
+    rows = conn.execute(
+        f"SELECT task, extract(epoch FROM run_at - %s)::float8, attempt"
+        f' FROM "{schema}".jobs WHERE status = %s ORDER BY id',
+        (T0, "scheduled"),
+    ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def test_set_list_and_remove_task_and_key_limits(queue: Queue) -> None:
+    queue.set_rate_limit("sms", "5/s")
+    queue.set_task_rate_limit(apps.noop, "10/m")
+    queue.set_task_rate_limit("mail.send", 3, per=timedelta(seconds=2))
+    queue.set_key_rate_limit("tenant-1", "100/h")
+    queue.set_key_rate_limit(None, "2/s")
+    limits = [(r.queue, r.task, r.key, r.max_starts, r.period) for r in queue.rate_limits()]
+    assert limits == [
+        ("sms", None, None, 5, 1.0),
+        (None, "mail.send", None, 3, 2.0),
+        (None, "noop", None, 10, 60.0),
+        (None, None, "*", 2, 1.0),
+        (None, None, "tenant-1", 100, 3600.0),
+    ]
+    queue.set_task_rate_limit("noop", None)
+    queue.set_key_rate_limit(None, None)
+    assert [(r.task, r.key) for r in queue.rate_limits() if r.queue is None] == [
+        ("mail.send", None),
+        (None, "tenant-1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "limit", "per"),
+    [
+        ("task", "bad name", "1/s", None),
+        ("task", 42, "1/s", None),
+        ("task", "noop", 0, 1),
+        ("task", "noop", "10/d", None),
+        ("task", "noop", None, 5),
+        ("key", "*", "1/s", None),
+        ("key", "", "1/s", None),
+        ("key", "k", 10, None),
+    ],
+)
+def test_a_bad_task_or_key_limit_is_refused(
+    queue: Queue, kind: str, name: Any, limit: Any, per: Any
+) -> None:
+    with pytest.raises(ConfigurationError):
+        if kind == "task":
+            queue.set_task_rate_limit(name, limit, per=per)
+        else:
+            queue.set_key_rate_limit(name, limit, per=per)
+    assert queue.rate_limits() == []
+
+
+def test_a_task_over_its_limit_is_put_back_and_the_queue_runs_on(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    """A limit of 2 per 10 s: of five jobs of the task, the claim takes two and the other
+    tasks' jobs behind them; the three left are put back, spread a window's worth apart,
+    with their attempts unspent."""
+    queue.set_task_rate_limit(apps.noop, 2, per=10)
+    queue.enqueue_many([apps.noop.with_options(queue="q").job() for _ in range(5)])
+    queue.enqueue_many([apps.sleepy.with_options(queue="q").job(0.0) for _ in range(3)])
+    claimed, room_in, back_in = _claim(dsn, schema, "q", 10, T0)
+    assert sorted(j.task for j in claimed.jobs) == ["noop"] * 2 + ["sleepy"] * 3
+    assert len(claimed.parked) == 3 and room_in == 0 and back_in == 10.0
+    with psycopg.connect(dsn) as conn:
+        assert _scheduled(conn, schema) == [("noop", 10.0, 0), ("noop", 10.0, 0), ("noop", 20.0, 0)]
+        # The window is full until 10 s: a job enqueued now goes after those put back.
+        queue.enqueue(apps.noop.with_options(queue="q").job())
+        claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=1))
+        assert claimed.jobs == [] and len(claimed.parked) == 1 and back_in == 19.0
+        assert _scheduled(conn, schema)[-1] == ("noop", 20.0, 0)
+        # At 10 s the first two are due (the promotion makes them queued): both start.
+        conn.execute(
+            f'UPDATE "{schema}".jobs SET status = %s WHERE run_at <= %s',
+            ("queued", T0 + timedelta(seconds=10)),
+        )
+        conn.commit()
+        claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=10))
+        assert [j.task for j in claimed.jobs] == ["noop", "noop"] and back_in is None
+
+
+def test_a_key_limit_and_the_default_give_each_key_its_own_window(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    queue.set_key_rate_limit(None, 1, per=5)  # every key: one start per 5 s
+    queue.set_key_rate_limit("big", 3, per=5)
+    for key in ("a", "a", "b", "b", "big", "big", "big", "big"):
+        queue.enqueue(apps.noop.with_options(queue="q", concurrency_key=key).job())
+    queue.enqueue(apps.noop.with_options(queue="q").job())  # no key: no key limit
+    claimed, _, back_in = _claim(dsn, schema, "q", 20, T0)
+    with psycopg.connect(dsn) as conn:
+        keys = conn.execute(
+            f'SELECT concurrency_key, status FROM "{schema}".jobs ORDER BY id'
+        ).fetchall()
+    assert len(claimed.jobs) == 6 and back_in == 5.0
+    assert [s for _, s in keys] == ["running", "scheduled"] * 2 + ["running"] * 3 + [
+        "scheduled",
+        "running",
+    ]
+    # The default is listed once; the keys' own windows under it are not limits of their own.
+    assert [(r.key, r.max_starts) for r in queue.rate_limits()] == [("*", 1), ("big", 3)]
+
+
+def test_task_and_key_limits_hold_across_worker_processes(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    """Three worker processes share a queue holding a task limited to 10 a second, a key
+    limited to 5 a second, and unlimited jobs: the unlimited ones finish while the limited
+    ones are still held, no window holds more starts than its limit, and no start spent an
+    attempt on being put back."""
+    task_limit, key_limit, period = 10, 5, 1.0
+    queue = Queue(dsn, schema=schema)
+    queue.migrate()
+    queue.set_task_rate_limit(apps.noop, task_limit, per=period)
+    queue.set_key_rate_limit("slow-tenant", key_limit, per=period)
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    args = ("--queues", "mixed", "--concurrency", "8", "--poll-interval", "0.5")
+    procs = [worker_process(dsn, schema, *args, log=log) for log in logs]
+    try:
+        with psycopg.connect(dsn) as conn:
+            wait_until(lambda: count(conn, schema, "workers") == 3, what="3 workers")
+            conn.commit()
+        jobs = [apps.noop.with_options(queue="mixed").job() for _ in range(50)]
+        jobs += [
+            apps.sleepy.with_options(queue="mixed", concurrency_key="slow-tenant").job(0.0)
+            for _ in range(25)
+        ]
+        jobs += [apps.sleepy.with_options(queue="mixed").job(0.0) for _ in range(300)]
+        queue.enqueue_many(jobs)
+        with psycopg.connect(dsn) as conn:
+
+            def done(where: str, n: int) -> bool:
+                conn.commit()
+                return count(conn, schema, "job_history", where) == n
+
+            free = "task = 'sleepy' AND concurrency_key IS NULL"
+            wait_until(lambda: done(free, 300), what="the unlimited jobs")
+            assert count(conn, schema, "job_history", "task = 'noop'") < 50  # still held
+            wait_until(lambda: done("task = 'noop'", 50), what="the rated task")
+            wait_until(lambda: done("concurrency_key = 'slow-tenant'", 25), what="the rated key")
+            rows = conn.execute(
+                "SELECT task, concurrency_key, extract(epoch FROM started_at)::float8, attempt,"
+                f' status FROM "{schema}".job_history'
+            ).fetchall()
+    finally:
+        stop_worker_processes(procs)
+        queue.close()
+    clean_exit_logs(procs, logs)
+    assert {(r[3], r[4]) for r in rows} == {(1, "succeeded")}
+    task_starts = [r[2] for r in rows if r[0] == "noop"]
+    key_starts = [r[2] for r in rows if r[1] == "slow-tenant"]
+    assert _most_in_any_window(task_starts, period) <= task_limit
+    assert _most_in_any_window(key_starts, period) <= key_limit
+    # 50 starts at 10 a second take at least 4 s, 25 at 5 a second as long.
+    assert max(task_starts) - min(task_starts) >= (50 // task_limit - 1) * period
+    assert max(key_starts) - min(key_starts) >= (25 // key_limit - 1) * period
+
+
+def test_a_running_worker_hears_of_a_task_limit_and_only_that_task_s_queue_pays_for_it(
+    dsn: str, schema: str
+) -> None:
+    """The limit is set after the worker started (it hears of it at commit). The queue where
+    the limited task's jobs are switches to the rated claim; the queue that never holds one
+    keeps the plain claim."""
+    queue = Queue(dsn, schema=schema)
+    worker = Worker(
+        apps.queue, dsn=dsn, schema=schema, queues=["plain", "mixed"], poll_interval=0.05
+    )
+    with worker_in_thread(worker):
+        wait_until(lambda: worker.stats.claims >= 2, what="the worker's first claims")
+        queue.set_task_rate_limit(apps.noop, 4, per=2)
+        wait_until(lambda: worker.claimer.limited_tasks == {"noop"}, what="the worker to hear")
+        queue.enqueue_many([apps.sleepy.with_options(queue="plain").job(0.0) for _ in range(20)])
+        queue.enqueue_many([apps.noop.with_options(queue="mixed").job() for _ in range(6)])
+        with psycopg.connect(dsn) as conn:
+
+            def done(where: str) -> int:
+                conn.commit()
+                return count(conn, schema, "job_history", where)
+
+            wait_until(lambda: done("queue = 'plain'") == 20, what="the plain queue")
+            wait_until(lambda: done("task = 'noop'") == 4, what="the first window's worth")
+            assert worker.claimer._keyed == {"mixed"}
+            # The other two were put back for the next window, and run then.
+            wait_until(lambda: done("task = 'noop'") == 6, what="the jobs put back", timeout=10)
+            rows = conn.execute(
+                "SELECT extract(epoch FROM started_at)::float8, attempt"
+                f' FROM "{schema}".job_history WHERE task = %s',
+                ["noop"],
+            ).fetchall()
+    queue.close()
+    assert _most_in_any_window([r[0] for r in rows], 2.0) <= 4
+    assert {r[1] for r in rows} == {1}
