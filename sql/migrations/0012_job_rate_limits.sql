@@ -11,9 +11,10 @@
 -- (priority, id) order while their task and key have room, and records the starts of those
 -- it claims at its now(). A job over a limit is put back as scheduled without spending an
 -- attempt, for when its window has room, so the claims that follow do not walk it again and
--- the queue's other jobs run meanwhile. Jobs put back are spread max_starts to a period
--- (park_at, park_n: the next free place), so a backlog wakes a window's worth at a time
--- rather than all at once to be put back again.
+-- the queue's other jobs run meanwhile. Each job put back gets a place of its own: the next
+-- time the window makes room for one more start (a period after each recent start), after
+-- the places handed out before (park_at, park_n: the last one), so a backlog wakes as the
+-- window frees rather than all at once, to be put back again.
 CREATE TABLE {schema}.job_rate_limits (
     kind       text          NOT NULL,
     name       text          NOT NULL,
@@ -50,6 +51,37 @@ LANGUAGE sql IMMUTABLE AS $$
     WHERE k.newer < max_starts
 $$;
 
+-- The next `k` times at which a window full with these starts has room for one more, if no
+-- other job started meanwhile, after the place (after_at, after_n) already handed out: each
+-- of the most recent max_starts starts makes room a period after it, then a period after
+-- that, and so on. `rn` tells apart the places at one time (a claim that started several
+-- jobs at once makes room for as many). Places come a period after a start, so of the
+-- periods after the handed-out place, the first may be past already and the rest are not.
+CREATE FUNCTION {schema}.rate_slots(
+    starts timestamptz[], counts integer[], period interval, max_starts integer,
+    after_at timestamptz, after_n integer, k integer
+) RETURNS TABLE (slot timestamptz, rn integer)
+LANGUAGE sql IMMUTABLE AS $$
+    WITH recent AS (
+        SELECT e.s FROM unnest(starts, counts) AS e(s, c), generate_series(1, e.c)
+        ORDER BY e.s DESC LIMIT max_starts
+    ), span AS (
+        SELECT greatest(1, coalesce(floor(extract(epoch FROM after_at - max(s))
+                                          / extract(epoch FROM period))::integer, 1)) AS lo
+        FROM recent
+    ), places AS (
+        SELECT r.s + period * m AS slot,
+               row_number() OVER (PARTITION BY r.s + period * m)::integer AS rn
+        FROM recent AS r, span,
+             generate_series(span.lo, span.lo + 1 + ceil(k::numeric / max_starts)::integer)
+                 AS m
+    )
+    SELECT slot, rn FROM places
+    WHERE after_at IS NULL OR slot > after_at OR (slot = after_at AND rn > after_n)
+    ORDER BY slot, rn
+    LIMIT k
+$$;
+
 -- Which of the picked jobs (`ids`, in (priority, id) order, with their tasks and keys) may
 -- start at `at`: returns each id with back_at NULL (admitted) or the time it was put back to.
 -- Locks the limits' rows until the caller's transaction ends; the caller records the starts
@@ -69,9 +101,9 @@ DECLARE
     full_scopes text[];
     s text;
     place timestamptz;
-    base timestamptz;
-    cursor_at timestamptz;
-    cursor_n integer;
+    slot_ats jsonb;
+    slot_rns jsonb;
+    n integer;
     back_ids bigint[] := '{{}}';
     back_ats timestamptz[] := '{{}}';
 BEGIN
@@ -129,32 +161,33 @@ BEGIN
                              WHERE x IS NOT NULL AND (room ->> x)::integer <= 0);
         place := at;
         FOREACH s IN ARRAY full_scopes LOOP
-            cursor_at := (scopes -> s ->> 'at')::timestamptz;
-            cursor_n := (scopes -> s ->> 'n')::integer;
-            IF NOT (scopes -> s ->> 'moved')::boolean THEN
-                -- The first put back here: from when the window has room, counting the
-                -- starts this claim admitted, unless earlier claims put jobs back later.
-                SELECT at + make_interval(secs => {schema}.rate_room_in(
-                           p.kept_starts, p.kept_counts, r.period, r.max_starts, at))
-                INTO base
+            IF NOT scopes -> s ? 'slots' THEN
+                -- The first put back here: the next times the window has room, counting the
+                -- starts this claim admitted, after the places earlier claims handed out.
+                SELECT to_jsonb(coalesce(array_agg(x.slot ORDER BY x.slot, x.rn), '{{}}')),
+                       to_jsonb(coalesce(array_agg(x.rn ORDER BY x.slot, x.rn), '{{}}'))
+                INTO slot_ats, slot_rns
                 FROM {schema}.job_rate_limits AS r,
                      {schema}.rate_push(r.starts, r.counts, at,
                                         greatest((scopes -> s ->> 'left')::integer, 0)
                                         - greatest((room ->> s)::integer, 0),
-                                        r.max_starts) AS p
+                                        r.max_starts) AS p,
+                     {schema}.rate_slots(p.kept_starts, p.kept_counts, r.period, r.max_starts,
+                                         r.park_at, r.park_n, cardinality(ids)) AS x
                 WHERE r.kind = scopes -> s ->> 'kind' AND r.name = scopes -> s ->> 'name';
-                IF cursor_at IS NULL OR cursor_at < base THEN
-                    cursor_at := base;
-                    cursor_n := 0;
-                END IF;
+                scopes := jsonb_set(scopes, ARRAY[s], (scopes -> s) || jsonb_build_object(
+                    'slots', slot_ats, 'rns', slot_rns, 'i', 0));
             END IF;
-            IF cursor_n >= (scopes -> s ->> 'max')::integer THEN
-                cursor_at := cursor_at + make_interval(secs => (scopes -> s ->> 'period')::float8);
-                cursor_n := 0;
+            n := (scopes -> s ->> 'i')::integer;
+            IF n < jsonb_array_length(scopes -> s -> 'slots') THEN
+                place := greatest(place, (scopes -> s -> 'slots' ->> n)::timestamptz);
+                scopes := jsonb_set(scopes, ARRAY[s], (scopes -> s) || jsonb_build_object(
+                    'i', n + 1, 'at', scopes -> s -> 'slots' -> n,
+                    'n', scopes -> s -> 'rns' -> n, 'moved', true));
+            ELSE  -- no start recorded to reckon from (not reached in practice): a period on
+                place := greatest(place, at + make_interval(
+                    secs => (scopes -> s ->> 'period')::float8));
             END IF;
-            place := greatest(place, cursor_at);
-            scopes := jsonb_set(scopes, ARRAY[s], (scopes -> s) || jsonb_build_object(
-                'at', cursor_at, 'n', cursor_n + 1, 'moved', true));
         END LOOP;
         back_ids := back_ids || ids[i];
         back_ats := back_ats || place;

@@ -134,6 +134,21 @@ def test_a_task_over_its_limit_is_put_back_and_the_queue_runs_on(
         assert [j.task for j in claimed.jobs] == ["noop", "noop"] and back_in is None
 
 
+def test_jobs_put_back_get_the_times_the_window_frees(queue: Queue, dsn: str, schema: str) -> None:
+    """Starts at 0, 2 and 4 s fill a limit of 3 per 10 s: four jobs put back at 5 s get 10,
+    12 and 14 s (as each start leaves the window), then 20 s, one place each."""
+    queue.set_task_rate_limit(apps.noop, 3, per=10)
+    for second in (0, 2, 4):
+        queue.enqueue(apps.noop.with_options(queue="q").job())
+        claimed, _, _ = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=second))
+        assert len(claimed.jobs) == 1
+    queue.enqueue_many([apps.noop.with_options(queue="q").job() for _ in range(4)])
+    claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=5))
+    assert claimed.jobs == [] and back_in == 5.0
+    with psycopg.connect(dsn) as conn:
+        assert [at for _, at, _ in _scheduled(conn, schema)] == [10.0, 12.0, 14.0, 20.0]
+
+
 def test_a_key_limit_and_the_default_give_each_key_its_own_window(
     queue: Queue, dsn: str, schema: str
 ) -> None:
