@@ -56,7 +56,16 @@ from pgqueue.workflow import Flow, OnFailure, build
 R = TypeVar("R")
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
     from typing_extensions import TypedDict, Unpack
+
+    # What conn= takes: a psycopg connection, or a SQLAlchemy session or connection on the
+    # psycopg driver (pgqueue/contrib/sqlalchemy.py), whose open transaction the job joins.
+    Conn = psycopg.Connection[Any] | Session | SAConnection
+    AsyncConn = psycopg.AsyncConnection[Any] | AsyncSession | SAAsyncConnection
 
     class _TaskOptions(TypedDict, total=False):
         """The options of `@queue.task(...)`, for its overloads; see the method."""
@@ -441,6 +450,12 @@ def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool
     return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
+def _from_sqlalchemy(conn: object) -> bool:
+    """Whether `conn` is a SQLAlchemy object (asked by module: the core imports no
+    SQLAlchemy unless it is given one)."""
+    return type(conn).__module__.split(".")[0] == "sqlalchemy"
+
+
 def _require(conn: object, kind: type, method: str) -> None:
     if not isinstance(conn, kind):
         raise TypeError(
@@ -461,7 +476,7 @@ class Queue(_Base):
         job: JobRef,
         args: dict[str, Any] | None = None,
         *,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
         **options: Any,
     ) -> Enqueued:
         """Store one job and return its id. `job` is task.job(...), a task, or a task name.
@@ -471,9 +486,7 @@ class Queue(_Base):
         """
         return self.enqueue_many([self._new_job(job, args, options)], conn=conn)[0]
 
-    def enqueue_many(
-        self, jobs: Iterable[NewJob], *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[Enqueued]:
+    def enqueue_many(self, jobs: Iterable[NewJob], *, conn: Conn | None = None) -> list[Enqueued]:
         """Store many jobs in one statement; 64 or more plain jobs (no dedupe key, run_at or
         delay) by COPY (pgqueue/bulk.py); jobs with dedupe keys take two statements. Ids come
         back in the order given."""
@@ -488,7 +501,7 @@ class Queue(_Base):
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
             return jobs_store.enqueued(c.execute(statement, params).fetchall())
 
-    def list_jobs(self, *, conn: psycopg.Connection[Any] | None = None, **filters: Any) -> JobPage:
+    def list_jobs(self, *, conn: Conn | None = None, **filters: Any) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
         concurrency_key (the tenant), status (one or several), created_after, created_before;
         before_id and limit (1-1000, default 50) page through: pass the page's
@@ -496,16 +509,14 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, self._list_plan(filters), together=False)
 
-    def cancel_job(
-        self, job_id: int, *, conn: psycopg.Connection[Any] | None = None
-    ) -> Cancellation:
+    def cancel_job(self, job_id: int, *, conn: Conn | None = None) -> Cancellation:
         """Cancel a job: at once if queued or scheduled; if running, its worker is told and
         it ends as cancelled. Raises JobNotFoundError, or
         JobStateError for a running atomic job."""
         with self._connection(conn) as c:
             return run(c, self._cancel_plan(job_id), together=False)
 
-    def retry_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
+    def retry_job(self, job_id: int, *, conn: Conn | None = None) -> Enqueued:
         """Enqueue a failed or cancelled job again, with a fresh attempt count; the new
         job's `retry_of` is `job_id`. Raises JobStateError otherwise, or if a retry of it is
         still queued or running."""
@@ -526,15 +537,20 @@ class Queue(_Base):
         with _connect(self.dsn, autocommit=True) as own:
             return self.migrate(conn=own)
 
-    def get_job(self, job_id: int, *, conn: psycopg.Connection[Any] | None = None) -> Job | None:
+    def get_job(self, job_id: int, *, conn: Conn | None = None) -> Job | None:
         """The job's record from the hot table or history, or None if there is none."""
         with self._connection(conn) as c:
             return run(c, self._get_plan(job_id), together=False)
 
-    def _connection(self, conn: psycopg.Connection[Any] | None) -> Any:
+    def _connection(self, conn: Conn | None) -> Any:
         if conn is not None:
+            if isinstance(conn, psycopg.Connection):
+                return _Borrowed(conn, self.schema)
+            if _from_sqlalchemy(conn):
+                from pgqueue.contrib import sqlalchemy
+
+                return _Borrowed(sqlalchemy.sync_connection(conn), self.schema)
             _require(conn, psycopg.Connection, "Queue")
-            return _Borrowed(conn, self.schema)
         return _Pooled(self.pool(), self.schema)
 
     def pool(self) -> ConnectionPool:
@@ -560,7 +576,7 @@ class Queue(_Base):
         key: str | None,
         max_running: int | None,
         *,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
     ) -> None:
         """Let at most `max_running` jobs with concurrency key `key` run at once (key None:
         the default for keys without a limit of their own; max_running None: remove the
@@ -570,9 +586,7 @@ class Queue(_Base):
         with self._connection(conn) as c:
             run(c, plan)
 
-    def concurrency_limits(
-        self, *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[ConcurrencyLimit]:
+    def concurrency_limits(self, *, conn: Conn | None = None) -> list[ConcurrencyLimit]:
         """Every key with a limit, running jobs or waiting jobs; the default ('*') first."""
         with self._connection(conn) as c:
             return run(c, self._limits_plan(), together=False)
@@ -582,7 +596,7 @@ class Queue(_Base):
         queues: str | Sequence[str],
         *,
         reason: str = "",
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
     ) -> list[str]:
         """Pause one queue or several: no worker claims their jobs from its next claim on,
         and jobs already running finish. Enqueues still go in. Holds until resumed, across
@@ -591,16 +605,14 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, plan, together=False)
 
-    def resume_queue(
-        self, queues: str | Sequence[str], *, conn: psycopg.Connection[Any] | None = None
-    ) -> list[str]:
+    def resume_queue(self, queues: str | Sequence[str], *, conn: Conn | None = None) -> list[str]:
         """Resume paused queues; their workers are woken and claim from each one's first
         job. Returns the queues that were paused."""
         plan = self._resume_plan(queues)
         with self._connection(conn) as c:
             return run(c, plan, together=False)
 
-    def paused_queues(self, *, conn: psycopg.Connection[Any] | None = None) -> list[QueuePause]:
+    def paused_queues(self, *, conn: Conn | None = None) -> list[QueuePause]:
         """The paused queues, by name, with when and why each was paused."""
         with self._connection(conn) as c:
             return run(c, self._paused_plan(), together=False)
@@ -611,7 +623,7 @@ class Queue(_Base):
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
     ) -> None:
         """Let at most `limit` jobs of `queue` start in any window of `per` seconds, across
         every worker: `set_rate_limit("sms", 10, per=1)`, or `set_rate_limit("sms", "600/m")`.
@@ -626,7 +638,7 @@ class Queue(_Base):
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
     ) -> None:
         """Let at most `limit` jobs of `task` start in any window of `per` seconds, in
         whatever queue, across every worker: `set_task_rate_limit(send_sms, "10/s")`. Jobs
@@ -642,7 +654,7 @@ class Queue(_Base):
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
     ) -> None:
         """Let at most `limit` jobs with concurrency key `key` start in any window of `per`
         seconds, as set_task_rate_limit does for a task. Key None sets the default: every
@@ -651,7 +663,7 @@ class Queue(_Base):
         with self._connection(conn) as c:
             run(c, plan)
 
-    def rate_limits(self, *, conn: psycopg.Connection[Any] | None = None) -> list[RateLimit]:
+    def rate_limits(self, *, conn: Conn | None = None) -> list[RateLimit]:
         """Every rate limit (queues', then tasks', then keys'), with the starts in its
         current window."""
         with self._connection(conn) as c:
@@ -663,7 +675,7 @@ class Queue(_Base):
         *,
         after: Iterable[int] = (),
         on_failure: OnFailure = "cancel",
-        conn: psycopg.Connection[Any] | None = None,
+        conn: Conn | None = None,
     ) -> EnqueuedWorkflow:
         """Store a workflow, `chain`, `group`, `chord` or one job, whole, in one transaction
         (yours, with `conn`). Its first steps wait for the jobs `after` names, if any: each
@@ -673,9 +685,7 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, self._workflow_plan(flow, after, on_failure))
 
-    def get_workflow(
-        self, workflow_id: int, *, conn: psycopg.Connection[Any] | None = None
-    ) -> Workflow | None:
+    def get_workflow(self, workflow_id: int, *, conn: Conn | None = None) -> Workflow | None:
         """A workflow's jobs and their states, or None if no job belongs to it."""
         with self._connection(conn) as c:
             return run(c, self._get_workflow_plan(workflow_id), together=False)
@@ -694,13 +704,13 @@ class AsyncQueue(_Base):
         job: JobRef,
         args: dict[str, Any] | None = None,
         *,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
         **options: Any,
     ) -> Enqueued:
         return (await self.enqueue_many([self._new_job(job, args, options)], conn=conn))[0]
 
     async def enqueue_many(
-        self, jobs: Iterable[NewJob], *, conn: psycopg.AsyncConnection[Any] | None = None
+        self, jobs: Iterable[NewJob], *, conn: AsyncConn | None = None
     ) -> list[Enqueued]:
         batch = _jobs_only(jobs)
         if not batch:
@@ -714,21 +724,15 @@ class AsyncQueue(_Base):
             statement, params = self._insert(batch, alone=conn is None or _alone(c))
             return jobs_store.enqueued(await (await c.execute(statement, params)).fetchall())
 
-    async def list_jobs(
-        self, *, conn: psycopg.AsyncConnection[Any] | None = None, **filters: Any
-    ) -> JobPage:
+    async def list_jobs(self, *, conn: AsyncConn | None = None, **filters: Any) -> JobPage:
         async with self._connection(conn) as c:
             return await run_async(c, self._list_plan(filters), together=False)
 
-    async def cancel_job(
-        self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> Cancellation:
+    async def cancel_job(self, job_id: int, *, conn: AsyncConn | None = None) -> Cancellation:
         async with self._connection(conn) as c:
             return await run_async(c, self._cancel_plan(job_id), together=False)
 
-    async def retry_job(
-        self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> Enqueued:
+    async def retry_job(self, job_id: int, *, conn: AsyncConn | None = None) -> Enqueued:
         async with self._connection(conn) as c:
             return await run_async(c, self._retry_plan(job_id))
 
@@ -742,15 +746,14 @@ class AsyncQueue(_Base):
         async with await _connect_async(self.dsn, autocommit=True) as own:
             return await self.migrate(conn=own)
 
-    async def get_job(
-        self, job_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> Job | None:
+    async def get_job(self, job_id: int, *, conn: AsyncConn | None = None) -> Job | None:
         async with self._connection(conn) as c:
             return await run_async(c, self._get_plan(job_id), together=False)
 
-    def _connection(self, conn: psycopg.AsyncConnection[Any] | None) -> Any:
+    def _connection(self, conn: AsyncConn | None) -> Any:
         if conn is not None:
-            _require(conn, psycopg.AsyncConnection, "AsyncQueue")
+            if not _from_sqlalchemy(conn):
+                _require(conn, psycopg.AsyncConnection, "AsyncQueue")
             return _AsyncBorrowed(conn, self.schema)
         return _AsyncPooled(self)
 
@@ -777,15 +780,13 @@ class AsyncQueue(_Base):
         key: str | None,
         max_running: int | None,
         *,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
     ) -> None:
         plan = self._set_limit_plan(key, max_running)
         async with self._connection(conn) as c:
             await run_async(c, plan)
 
-    async def concurrency_limits(
-        self, *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> list[ConcurrencyLimit]:
+    async def concurrency_limits(self, *, conn: AsyncConn | None = None) -> list[ConcurrencyLimit]:
         async with self._connection(conn) as c:
             return await run_async(c, self._limits_plan(), together=False)
 
@@ -794,22 +795,20 @@ class AsyncQueue(_Base):
         queues: str | Sequence[str],
         *,
         reason: str = "",
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
     ) -> list[str]:
         plan = self._pause_plan(queues, reason)
         async with self._connection(conn) as c:
             return await run_async(c, plan, together=False)
 
     async def resume_queue(
-        self, queues: str | Sequence[str], *, conn: psycopg.AsyncConnection[Any] | None = None
+        self, queues: str | Sequence[str], *, conn: AsyncConn | None = None
     ) -> list[str]:
         plan = self._resume_plan(queues)
         async with self._connection(conn) as c:
             return await run_async(c, plan, together=False)
 
-    async def paused_queues(
-        self, *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> list[QueuePause]:
+    async def paused_queues(self, *, conn: AsyncConn | None = None) -> list[QueuePause]:
         async with self._connection(conn) as c:
             return await run_async(c, self._paused_plan(), together=False)
 
@@ -819,7 +818,7 @@ class AsyncQueue(_Base):
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
     ) -> None:
         plan = self._set_rate_plan(queue, limit, per)
         async with self._connection(conn) as c:
@@ -831,7 +830,7 @@ class AsyncQueue(_Base):
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
     ) -> None:
         plan = self._set_job_rate_plan("task", _task_name(task), limit, per)
         async with self._connection(conn) as c:
@@ -843,15 +842,13 @@ class AsyncQueue(_Base):
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
     ) -> None:
         plan = self._set_job_rate_plan("key", limit_key(key), limit, per)
         async with self._connection(conn) as c:
             await run_async(c, plan)
 
-    async def rate_limits(
-        self, *, conn: psycopg.AsyncConnection[Any] | None = None
-    ) -> list[RateLimit]:
+    async def rate_limits(self, *, conn: AsyncConn | None = None) -> list[RateLimit]:
         async with self._connection(conn) as c:
             return await run_async(c, self._rates_plan(), together=False)
 
@@ -861,13 +858,13 @@ class AsyncQueue(_Base):
         *,
         after: Iterable[int] = (),
         on_failure: OnFailure = "cancel",
-        conn: psycopg.AsyncConnection[Any] | None = None,
+        conn: AsyncConn | None = None,
     ) -> EnqueuedWorkflow:
         async with self._connection(conn) as c:
             return await run_async(c, self._workflow_plan(flow, after, on_failure))
 
     async def get_workflow(
-        self, workflow_id: int, *, conn: psycopg.AsyncConnection[Any] | None = None
+        self, workflow_id: int, *, conn: AsyncConn | None = None
     ) -> Workflow | None:
         async with self._connection(conn) as c:
             return await run_async(c, self._get_workflow_plan(workflow_id), together=False)
@@ -983,13 +980,19 @@ class _Pooled:
 
 
 class _AsyncBorrowed:
-    def __init__(self, conn: psycopg.AsyncConnection[Any], schema: str) -> None:
-        self.conn = conn
+    def __init__(self, conn: AsyncConn, schema: str) -> None:
+        self.given = conn
         self.schema = schema
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        _usable(self.conn)
-        return self.conn
+        if isinstance(self.given, psycopg.AsyncConnection):
+            conn = self.given
+        else:
+            from pgqueue.contrib import sqlalchemy
+
+            conn = await sqlalchemy.async_connection(self.given)
+        _usable(conn)
+        return conn
 
     async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         _translate(exc, self.schema)
