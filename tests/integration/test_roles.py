@@ -60,10 +60,15 @@ def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
         )
         bulk = range(100, 100 + COPY_MIN_JOBS)  # by COPY: the sequence's ids, then the rows
         ids += app.enqueue_many([t.job(i) for i in bulk], conn=conn)
+        # From SQL, as a trigger or another language would.
+        conn.execute(
+            sql.SQL("SELECT {}.enqueue('t', %s::jsonb)").format(sql.Identifier(schema)),
+            ['{"i": 50}'],
+        )
         conn.commit()
     stats = drain(app, dsn=worker_dsn, concurrency=2)
-    assert stats.claimed == 9 + COPY_MIN_JOBS
-    assert sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7, *bulk]
+    assert stats.claimed == 10 + COPY_MIN_JOBS
+    assert sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7, 50, *bulk]
     job = app.get_job(ids[0])  # the app reads history back under its own role
     assert job is not None and job.status == "succeeded" and job.attempt == 2
     app.close()

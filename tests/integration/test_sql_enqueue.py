@@ -1,0 +1,124 @@
+"""{schema}.enqueue(...): a job stored from SQL (a trigger, a migration, another language) in
+the caller's transaction, with enqueue's checks and its wake-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import Queue
+from pgqueue.queries import channel
+from pgqueue.testing import drain
+from tests import apps
+from tests.conftest import count
+
+
+def _enqueue(conn: psycopg.Connection[Any], schema: str, call: str, *params: object) -> int:
+    row = conn.execute(
+        sql.SQL("SELECT {}.enqueue(" + call + ")").format(sql.Identifier(schema)), params
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_job_from_sql_commits_with_the_transaction_and_runs(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        job = _enqueue(conn, schema, "'noop'")
+        later = _enqueue(
+            conn,
+            schema,
+            "'sleepy', %s::jsonb, queue => 'default', priority => -5, max_attempts => 3,"
+            " tags => ARRAY['from-sql']",
+            '{"seconds": 0}',
+        )
+        scheduled = _enqueue(conn, schema, "'noop', run_at => now() + interval '1 hour'")
+        with psycopg.connect(dsn) as other:
+            assert count(other, schema, "jobs") == 0  # not before the commit
+        conn.commit()
+        _enqueue(conn, schema, "'noop'")
+        conn.rollback()  # this one is gone
+    assert [j.id for j in queue.list_jobs().jobs] == [scheduled, later, job]
+    record = queue.get_job(later)
+    assert record is not None
+    assert (record.priority, record.max_attempts, record.tags) == (-5, 3, ["from-sql"])
+    scheduled_job = queue.get_job(scheduled)
+    assert scheduled_job is not None and scheduled_job.status == "scheduled"
+    drain(apps.queue, dsn=dsn, schema=schema)
+    for done in (job, later):
+        ran = queue.get_job(done)
+        assert ran is not None and ran.status == "succeeded"
+
+
+def test_arguments_that_do_not_fit_the_task_fail_the_job_with_the_reason(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        job = _enqueue(conn, schema, "'sleepy', %s::jsonb, max_attempts => 1", '{"seconds": "x"}')
+        conn.commit()
+    drain(apps.queue, dsn=dsn, schema=schema)
+    failed = queue.get_job(job)
+    assert failed is not None and failed.status == "failed"
+    assert "seconds" in (failed.last_error or "")
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        ("'has space'", "task name"),
+        ("NULL", "task name"),
+        ("'noop', queue => '!x'", "queue name"),
+        ("'noop', '[1, 2]'", "JSON object"),
+        ("'noop', priority => 101", "priority 101"),
+        ("'noop', max_attempts => 0", "max_attempts 0"),
+        ("'noop', run_at => now() + interval '11 years'", "ten years"),
+        ("'noop', run_at => '-infinity'", "ten years"),
+        ("'noop', concurrency_key => '*'", "concurrency key"),
+        ("'noop', tags => ARRAY['']", "tags"),
+        ("'noop', jsonb_build_object('x', repeat('a', 11 * 1024 * 1024))", "byte limit"),
+    ],
+)
+def test_bad_input_is_refused_with_a_message_and_stores_nothing(
+    queue: Queue, dsn: str, schema: str, call: str, says: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=says):
+            _enqueue(conn, schema, call)
+        conn.rollback()
+        assert count(conn, schema, "jobs") == 0
+
+
+def test_a_trigger_enqueues_a_job_per_row_and_wakes_workers_once(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as conn:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+        conn.execute(sql.SQL("CREATE TABLE {}.orders (id int PRIMARY KEY)").format(s))
+        conn.execute(
+            sql.SQL(
+                """
+                CREATE FUNCTION {s}.order_placed() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    PERFORM {s}.enqueue('noop', jsonb_build_object(), queue => 'orders');
+                    RETURN NEW;
+                END $$
+                """
+            ).format(s=s)
+        )
+        conn.execute(
+            sql.SQL(
+                "CREATE TRIGGER placed AFTER INSERT ON {s}.orders"
+                " FOR EACH ROW EXECUTE FUNCTION {s}.order_placed()"
+            ).format(s=s)
+        )
+        conn.execute(sql.SQL("INSERT INTO {}.orders SELECT generate_series(1, 50)").format(s))
+        conn.commit()
+        assert count(conn, schema, "jobs", "queue = 'orders'") == 50
+        notices = [n.payload for n in listener.notifies(timeout=1.0)]
+    first = min(j.id for j in queue.list_jobs(queue="orders").jobs)
+    assert notices == [f"orders 0 {first}"]
