@@ -62,8 +62,10 @@ class AtomicLane:
         wait: Callable[[], Any],
         done: Callable[[], None],
         sync: bool = False,
+        prepare: bool = True,
     ) -> None:
         self.dsn = dsn
+        self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
         self.schema = schema
         self.executor = executor
         self.keep_history = keep_history
@@ -95,7 +97,7 @@ class AtomicLane:
             # The whole transaction runs in one thread: a sync handler and its connection.
             return await asyncio.to_thread(self._one_sync)
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = await connect(self.dsn, name="pgqueue:atomic")
+            self._conn = await connect(self.dsn, prepare=self.prepare, name="pgqueue:atomic")
         return await self._one(self._conn)
 
     async def _discard(self) -> None:
@@ -160,7 +162,10 @@ class AtomicLane:
         """The sync twin of _one, run in a thread on a sync connection."""
         if self._sync_conn is None or self._sync_conn.closed or self._sync_conn.broken:
             self._sync_conn = psycopg.connect(
-                self.dsn, autocommit=True, application_name="pgqueue:atomic"
+                self.dsn,
+                autocommit=True,
+                application_name="pgqueue:atomic",
+                prepare_threshold=5 if self.prepare else None,
             )
         conn = self._sync_conn
         with conn.transaction():

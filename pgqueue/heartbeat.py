@@ -30,8 +30,17 @@ log = logging.getLogger("pgqueue.worker")
 class Heartbeat:
     name = "heartbeat"
 
-    def __init__(self, dsn: str, schema: str, params: dict[str, Any], interval: timedelta) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        params: dict[str, Any],
+        interval: timedelta,
+        *,
+        prepare: bool = True,
+    ) -> None:
         self.dsn = dsn
+        self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
         self.store = WorkersStore(schema)
         self.params = params
         self.interval = interval.total_seconds()
@@ -72,7 +81,10 @@ class Heartbeat:
     def _beat(self) -> None:
         if self._conn is None:
             self._conn = psycopg.connect(
-                self.dsn, autocommit=True, application_name="pgqueue:heartbeat"
+                self.dsn,
+                autocommit=True,
+                application_name="pgqueue:heartbeat",
+                prepare_threshold=5 if self.prepare else None,
             )
         revived = self.store.heartbeat(self._conn, self.params)
         self.beats += 1

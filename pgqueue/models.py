@@ -319,6 +319,9 @@ class QueueSettings(Settings):
     schema_name: SchemaName = Field(default="pgqueue", alias="schema")
     keep_history: bool = True
     max_payload_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    # Server-side prepared statements on the queue's own connections; off behind PgBouncer's
+    # transaction pooling, whose server connections change from one transaction to the next.
+    prepare: bool = True
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

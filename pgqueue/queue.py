@@ -115,12 +115,18 @@ class _Base(abc.ABC):
         schema: str = "pgqueue",
         keep_history: bool = True,
         max_payload_bytes: int = 10 * 1024 * 1024,
+        prepare: bool = True,
     ) -> None:
         """`dsn` is for the queue's own pooled connection, used when a call gets no `conn=`,
-        and the database a worker of this application uses unless told another."""
+        and the database a worker of this application uses unless told another. `prepare`
+        False: no server-side prepared statements on that pool, for a dsn that goes through
+        PgBouncer in transaction pooling mode."""
         self.dsn = dsn
         self.settings = QueueSettings(
-            schema=schema, keep_history=keep_history, max_payload_bytes=max_payload_bytes
+            schema=schema,
+            keep_history=keep_history,
+            max_payload_bytes=max_payload_bytes,
+            prepare=prepare,
         )
         self.registry = Registry()
         self.periodics = Schedules()
@@ -128,6 +134,10 @@ class _Base(abc.ABC):
     @property
     def schema(self) -> str:
         return self.settings.schema_name
+
+    def _pool_options(self) -> dict[str, Any]:
+        """Connection options of the queue's own pool."""
+        return {} if self.settings.prepare else {"prepare_threshold": None}
 
     @property
     def channel(self) -> str:
@@ -562,7 +572,9 @@ class Queue(_Base):
                     "or create it with Queue(dsn=...)"
                 )
             _connect(self.dsn).close()
-            self._pool = ConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
+            self._pool = ConnectionPool(
+                self.dsn, min_size=1, max_size=4, open=False, kwargs=self._pool_options()
+            )
             self._pool.open(wait=True, timeout=10)
         return self._pool
 
@@ -765,7 +777,9 @@ class AsyncQueue(_Base):
                     "or create it with AsyncQueue(dsn=...)"
                 )
             await (await _connect_async(self.dsn)).close()
-            pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=4, open=False)
+            pool = AsyncConnectionPool(
+                self.dsn, min_size=1, max_size=4, open=False, kwargs=self._pool_options()
+            )
             await pool.open(wait=True, timeout=10)
             self._pool = pool
         return self._pool

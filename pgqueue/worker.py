@@ -213,7 +213,11 @@ class Worker:
         await services.start(registration)
         self.id = registration.worker_id
         identity = self._identity() | {"worker_id": self.id}
-        await services.start(Heartbeat(self.dsn, self.schema, identity, s.heartbeat_interval))
+        await services.start(
+            Heartbeat(
+                self.dsn, self.schema, identity, s.heartbeat_interval, prepare=not s.poll_only
+            )
+        )
         self.completer = Completer(
             finish_link, self.schema, keep_history, max(s.batch_size, OUTCOME_BATCH)
         )
@@ -320,15 +324,19 @@ class Worker:
         rescuer, the heartbeat and the next reconnect's orphan release already handle, and the
         completer's synchronous commit flushes the claim's WAL before any outcome is durable.
         Not for the worker's registration nor atomic lanes, whose transaction carries the
-        handler's writes (test_worker.py pins which connections have it)."""
-        await WorkersStore(self.schema).claim_session(conn)
+        handler's writes (test_worker.py pins which connections have it).
+        Not when polling only either: behind PgBouncer's transaction pooling a session setting
+        would stay on a server connection that other clients' transactions use next."""
+        if not self.settings.poll_only:
+            await WorkersStore(self.schema).claim_session(conn)
         await self._planner_session(conn)
         tolerate(conn)  # a job whose row Python cannot read fails alone (values.py)
 
     async def _planner_session(self, conn: AsyncConn) -> None:
         """The claim and completer connections plan for index access (workers.sql,
-        session_prefer_indexes)."""
-        await WorkersStore(self.schema).planner_session(conn)
+        session_prefer_indexes); not when polling only (see _claim_session)."""
+        if not self.settings.poll_only:
+            await WorkersStore(self.schema).planner_session(conn)
 
     def _identity(self) -> dict[str, Any]:
         s = self.settings
@@ -517,6 +525,7 @@ class Worker:
                     wait=self._atomic_idle,
                     done=self._notified,
                     sync=sync,
+                    prepare=not self.settings.poll_only,
                 )
                 for _ in range(self.settings.atomic_concurrency if tasks else 0)
             ]

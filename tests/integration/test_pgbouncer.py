@@ -1,0 +1,106 @@
+"""Behind a real PgBouncer in transaction pooling mode: applications enqueue through it (the
+queue's own pool and their own connections, sync and async), and `--poll-only` workers claim
+and finish through it, each job once. Server connections are shared between clients from
+one transaction to the next there, so nothing may rely on session state."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgqueue import AsyncQueue, Queue
+from tests import apps
+from tests.conftest import (
+    clean_exit_logs,
+    count,
+    stop_worker_processes,
+    wait_until,
+    worker_process,
+)
+from tests.pgbouncer import pgbouncer
+
+POOL_SIZE = 20  # server connections PgBouncer keeps per database and user
+
+
+@pytest.fixture
+def bouncer(dsn: str) -> Iterator[str]:
+    with pgbouncer(dsn, pool_size=POOL_SIZE) as through:
+        yield through
+
+
+def test_applications_enqueue_and_read_through_pgbouncer(
+    dsn: str, schema: str, bouncer: str
+) -> None:
+    queue = Queue(bouncer, schema=schema, prepare=False)
+    # Past psycopg's prepare threshold: a statement prepared on one server connection must
+    # not be looked for on another.
+    ids = [queue.enqueue(apps.noop.job()) for _ in range(30)]
+    ids += queue.enqueue_many([apps.noop.job() for _ in range(3)])
+    for _ in range(10):
+        assert queue.get_job(ids[0]) is not None
+        assert len(queue.list_jobs(limit=5).jobs) == 5
+    with psycopg.connect(bouncer, prepare_threshold=None) as conn:
+        for _ in range(10):
+            queue.enqueue(apps.noop.job(), conn=conn)
+            conn.commit()
+        queue.enqueue(apps.noop.job(), conn=conn)
+        conn.rollback()
+    queue.close()
+
+    async def from_async() -> None:
+        aqueue = AsyncQueue(bouncer, schema=schema, prepare=False)
+        for _ in range(10):
+            await aqueue.enqueue(apps.noop.job())
+        await aqueue.close()
+
+    asyncio.run(from_async())
+    with psycopg.connect(dsn) as conn:
+        assert count(conn, schema, "jobs") == 30 + 3 + 10 + 10
+
+
+def test_poll_only_workers_run_every_job_once_through_pgbouncer(
+    dsn: str, schema: str, bouncer: str, tmp_path: Path
+) -> None:
+    jobs = 300
+    logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
+    args = ("--poll-only", "--poll-interval", "0.2", "--concurrency", "8")
+    procs = [worker_process(bouncer, schema, *args, log=log) for log in logs]
+    queue = Queue(bouncer, schema=schema, prepare=False)
+    try:
+        with psycopg.connect(dsn) as conn:
+            wait_until(lambda: count(conn, schema, "workers") == 2, what="2 workers")
+            conn.commit()
+        queue.enqueue_many([apps.noop.job() for _ in range(jobs)])
+        with psycopg.connect(dsn) as conn:
+
+            def finished() -> int:
+                conn.commit()
+                return count(conn, schema, "job_history")
+
+            wait_until(lambda: finished() == jobs, what="every job through PgBouncer")
+            runs = conn.execute(
+                f'SELECT count(DISTINCT id), max(attempt), min(status) FROM "{schema}".job_history'
+            ).fetchone()
+    finally:
+        stop_worker_processes(procs)
+        queue.close()
+    clean_exit_logs(procs, logs)
+    assert runs == (jobs, 1, "succeeded")
+    # The workers left no session setting on the server connections other clients get next:
+    # as many open transactions as the pool has server connections hold every one of them.
+    clients = [psycopg.connect(bouncer, prepare_threshold=None) for _ in range(POOL_SIZE)]
+    try:
+        seen = {
+            c.execute(
+                "SELECT current_setting('synchronous_commit'), current_setting('enable_seqscan')"
+            ).fetchone()
+            for c in clients
+        }
+    finally:
+        for c in clients:
+            c.close()
+    assert seen == {("on", "on")}
