@@ -23,6 +23,7 @@ SUITES = {
     "history": ("bench.history", "pruning and reading a history of 1M jobs"),
     "rates": ("bench.rates", "what a rate limit costs a claim, and whether it holds its rate"),
     "workflows": ("bench.workflows", "waiting jobs against the claim, and a big chord's fan-in"),
+    "workers": ("bench.many_workers", "32 worker processes idling and draining: what they cost"),
 }
 
 

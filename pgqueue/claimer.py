@@ -71,6 +71,7 @@ class _Batch:
 class WorkerStats:
     claimed: int = 0
     claims: int = 0
+    empty_claims: int = 0  # claim statements that found nothing to run or park
     unhinted_claims: int = 0
     promoted: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -338,6 +339,8 @@ class Claimer:
             self.stats.unhinted_claims += 1
         jobs = claimed.jobs
         self.stats.claimed += len(jobs)
+        if claimed.walked == 0:
+            self.stats.empty_claims += 1
         jobs.sort(key=lambda j: (j.priority, j.id))
         self.in_hand.extend(jobs)
         throttled = room_in is not None and room_in > 0 and claimed.walked < limit

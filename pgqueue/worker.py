@@ -196,9 +196,11 @@ class Worker:
                 await self._release_unfinished()
             await services.stop(STOP_GRACE)
             log.info(
-                "worker %s stopped: %s jobs claimed, %s put back",
+                "worker %s stopped: %s jobs claimed in %s claims (%s empty), %s put back",
                 self.id,
                 self.stats.claimed,
+                self.stats.claims,
+                self.stats.empty_claims,
                 len(self._unfinished),
             )
 
