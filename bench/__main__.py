@@ -24,6 +24,7 @@ SUITES = {
     "rates": ("bench.rates", "what a rate limit costs a claim, and whether it holds its rate"),
     "workflows": ("bench.workflows", "waiting jobs against the claim, and a big chord's fan-in"),
     "workers": ("bench.many_workers", "32 worker processes idling and draining: what they cost"),
+    "memory": ("bench.memory", "a worker's RSS, idle and draining a large backlog"),
 }
 
 
