@@ -80,6 +80,8 @@ def test_arguments_that_do_not_fit_the_task_fail_the_job_with_the_reason(
         ("'noop', concurrency_key => '*'", "concurrency key"),
         ("'noop', tags => ARRAY['']", "tags"),
         ("'noop', jsonb_build_object('x', repeat('a', 11 * 1024 * 1024))", "byte limit"),
+        ("'noop', dedupe_key => ''", "dedupe key"),
+        ("'noop', dedupe_key => 'k', dedupe_window => interval '-1 s'", "dedupe_window"),
     ],
 )
 def test_bad_input_is_refused_with_a_message_and_stores_nothing(
@@ -122,3 +124,43 @@ def test_a_trigger_enqueues_a_job_per_row_and_wakes_workers_once(
         notices = [n.payload for n in listener.notifies(timeout=1.0)]
     first = min(j.id for j in queue.list_jobs(queue="orders").jobs)
     assert notices == [f"orders 0 {first}"]
+
+
+def test_a_dedupe_key_returns_the_live_job_or_the_recent_one(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first = _enqueue(conn, schema, "'noop', dedupe_key => 'report-7'")
+        assert _enqueue(conn, schema, "'noop', dedupe_key => 'report-7'") == first
+        assert queue.enqueue(apps.noop.job(), dedupe_key="report-7") == first  # one key space
+        drain(apps.queue, dsn=dsn, schema=schema)
+        window = "'noop', dedupe_key => 'report-7', dedupe_window => interval '1 hour'"
+        assert _enqueue(conn, schema, window) == first  # finished within the window
+        again = _enqueue(conn, schema, "'noop', dedupe_key => 'report-7'")
+        assert again != first  # no window: a finished job does not count
+        assert count(conn, schema, "jobs") == 1
+
+
+def test_two_transactions_enqueueing_one_key_store_one_job(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    """The second waits for the first on the key's unique index, then returns its job."""
+    import threading
+
+    with psycopg.connect(dsn) as first_conn:
+        first = _enqueue(first_conn, schema, "'noop', dedupe_key => 'once'")
+        got: list[int] = []
+
+        def second() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                got.append(_enqueue(conn, schema, "'noop', dedupe_key => 'once'"))
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive()  # waiting on the first's uncommitted key
+        first_conn.commit()
+        thread.join(timeout=30)
+    assert got == [first]
+    with psycopg.connect(dsn) as conn:
+        assert count(conn, schema, "jobs") == 1
