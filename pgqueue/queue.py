@@ -477,6 +477,14 @@ class Queue(_Base):
     """The sync client. `conn` arguments are psycopg `Connection`s."""
 
     _pool: ConnectionPool | None = None  # opened on first use
+    _borrow: Callable[[], psycopg.Connection[Any]] | None = None  # see use_connection
+
+    def use_connection(self, provider: Callable[[], psycopg.Connection[Any]] | None) -> None:
+        """Run calls given no `conn=` on the connection `provider` returns, inside whatever
+        transaction it has open, never committing it: how a framework's own connection
+        becomes the default (pgqueue.contrib.django does this). None goes back to the
+        queue's own pool."""
+        self._borrow = provider
 
     def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Enqueued]:
         return self.enqueue
@@ -508,7 +516,8 @@ class Queue(_Base):
                 return run(c, self._enqueue_plan(batch))
             if bulk.copyable(batch, c):
                 return jobs_store.copy_in(c, batch, self.schema, self.settings.max_payload_bytes)
-            statement, params = self._insert(batch, alone=conn is None or _alone(c))
+            own = conn is None and self._borrow is None
+            statement, params = self._insert(batch, alone=own or _alone(c))
             return jobs_store.enqueued(c.execute(statement, params).fetchall())
 
     def list_jobs(self, *, conn: Conn | None = None, **filters: Any) -> JobPage:
@@ -561,6 +570,8 @@ class Queue(_Base):
 
                 return _Borrowed(sqlalchemy.sync_connection(conn), self.schema)
             _require(conn, psycopg.Connection, "Queue")
+        if self._borrow is not None:
+            return _Borrowed(self._borrow(), self.schema)
         return _Pooled(self.pool(), self.schema)
 
     def pool(self) -> ConnectionPool:
@@ -707,6 +718,10 @@ class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
 
     _pool: AsyncConnectionPool | None = None  # opened on first use
+    _borrow: Callable[[], psycopg.AsyncConnection[Any]] | None = None  # see use_connection
+
+    def use_connection(self, provider: Callable[[], psycopg.AsyncConnection[Any]] | None) -> None:
+        self._borrow = provider
 
     def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:
         return self.enqueue
@@ -733,7 +748,8 @@ class AsyncQueue(_Base):
             if bulk.copyable(batch, c):
                 limit = self.settings.max_payload_bytes
                 return await jobs_store.copy_in_async(c, batch, self.schema, limit)
-            statement, params = self._insert(batch, alone=conn is None or _alone(c))
+            own = conn is None and self._borrow is None
+            statement, params = self._insert(batch, alone=own or _alone(c))
             return jobs_store.enqueued(await (await c.execute(statement, params)).fetchall())
 
     async def list_jobs(self, *, conn: AsyncConn | None = None, **filters: Any) -> JobPage:
@@ -767,6 +783,8 @@ class AsyncQueue(_Base):
             if not _from_sqlalchemy(conn):
                 _require(conn, psycopg.AsyncConnection, "AsyncQueue")
             return _AsyncBorrowed(conn, self.schema)
+        if self._borrow is not None:
+            return _AsyncBorrowed(self._borrow(), self.schema)
         return _AsyncPooled(self)
 
     async def pool(self) -> AsyncConnectionPool:

@@ -227,7 +227,9 @@ class Task(Generic[R]):
         `Enqueued`: an int that also says whether it was `created` or deduplicated).
 
         For an AsyncQueue's task this returns an awaitable. Inside your own transaction use
-        `queue.enqueue(task.job(...), conn=conn)` instead.
+        `queue.enqueue(task.job(...), conn=conn)` instead; or give the queue your framework's
+        connection with `queue.use_connection(...)` (pgqueue.contrib.django does), and this
+        joins that connection's transaction instead of committing.
         """
         return _enqueuer(self)(self.job(*args, **kwargs))
 

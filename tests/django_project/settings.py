@@ -1,0 +1,24 @@
+"""A minimal Django project on PostgreSQL through psycopg 3, with pgqueue installed. The
+database comes from DJANGO_TEST_DSN (a test's own database)."""
+
+import os
+
+from psycopg.conninfo import conninfo_to_dict
+
+_db = conninfo_to_dict(os.environ["DJANGO_TEST_DSN"])
+
+SECRET_KEY = "tests-only"
+USE_TZ = True
+INSTALLED_APPS = ["django.contrib.contenttypes", "shop", "pgqueue.contrib.django"]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": _db.get("dbname", "postgres"),
+        "USER": _db.get("user", "postgres"),
+        "PASSWORD": _db.get("password", ""),
+        "HOST": _db.get("host", ""),
+        "PORT": _db.get("port", ""),
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+PGQUEUE = {"QUEUE": "shop.jobs:queue"}
