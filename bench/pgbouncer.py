@@ -31,6 +31,18 @@ def binary() -> str | None:
     return None
 
 
+def unusable(dsn: str) -> str | None:
+    """Why PgBouncer cannot stand in front of `dsn`'s server here, or None if it can."""
+    if binary() is None:
+        return "PgBouncer is not installed: apt-get install pgbouncer (.ci/run does)"
+    host = str(conninfo_to_dict(dsn).get("host") or "")
+    if host.startswith("/") and os.geteuid() == 0:
+        # PgBouncer drops root for `nobody`, who cannot reach a socket in a private folder
+        # (the embedded server's).
+        return f"the server listens on a socket in {host}, which PgBouncer as nobody cannot reach"
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,12 +55,11 @@ def running(dsn: str, pool_size: int = 20) -> Iterator[str]:
     """Start PgBouncer (transaction pooling) in front of `dsn`'s server; yields the DSN that
     goes through it, to the same database and user."""
     found = binary()
-    if found is None:
-        raise RuntimeError("PgBouncer is not installed: apt-get install pgbouncer")
+    reason = unusable(dsn)
+    if found is None or reason is not None:
+        raise RuntimeError(reason)
     target = conninfo_to_dict(dsn)
     host = str(target.get("host") or "127.0.0.1")
-    if host.startswith("/"):
-        host = "127.0.0.1"
     port, user = _free_port(), str(target.get("user") or "postgres")
     with tempfile.TemporaryDirectory(prefix="pgq-bouncer-") as tmp:
         folder = Path(tmp)

@@ -474,7 +474,8 @@ def _require(conn: object, kind: type, method: str) -> None:
 
 
 class Queue(_Base):
-    """The sync client. `conn` arguments are psycopg `Connection`s."""
+    """The sync client. `conn` arguments are psycopg `Connection`s, or SQLAlchemy `Session`s
+    or `Connection`s on the psycopg driver."""
 
     _pool: ConnectionPool | None = None  # opened on first use
     _borrow: Callable[[], psycopg.Connection[Any]] | None = None  # see use_connection
@@ -715,7 +716,8 @@ class Queue(_Base):
 
 
 class AsyncQueue(_Base):
-    """The async twin. `conn` arguments are psycopg `AsyncConnection`s."""
+    """The async twin. `conn` arguments are psycopg `AsyncConnection`s, or SQLAlchemy
+    `AsyncSession`s or `AsyncConnection`s on the psycopg driver."""
 
     _pool: AsyncConnectionPool | None = None  # opened on first use
     _borrow: Callable[[], psycopg.AsyncConnection[Any]] | None = None  # see use_connection

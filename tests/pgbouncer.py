@@ -15,7 +15,8 @@ from bench import pgbouncer as bouncer
 @contextmanager
 def pgbouncer(dsn: str, pool_size: int = 20) -> Iterator[str]:
     """The DSN that reaches `dsn`'s database through PgBouncer, while the block runs."""
-    if bouncer.binary() is None:
-        pytest.skip("PgBouncer is not installed: apt-get install pgbouncer (.ci/run does)")
+    reason = bouncer.unusable(dsn)
+    if reason is not None:
+        pytest.skip(reason)
     with bouncer.running(dsn, pool_size) as through:
         yield through

@@ -79,8 +79,9 @@ def _serving(dsn: str, schema: str, **extra: str) -> Iterator[str]:
         while True:
             try:
                 _call("GET", f"{base}/orders/0")
-            except urllib.error.HTTPError:
-                break  # a 404: serving
+            except urllib.error.HTTPError as served:
+                served.close()  # a 404: serving
+                break
             except OSError as exc:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"uvicorn did not start: {proc.communicate()[0]}") from exc
@@ -118,6 +119,7 @@ def test_a_request_enqueues_in_its_session_and_the_lifespan_worker_runs_it(
         with pytest.raises(urllib.error.HTTPError) as refused:
             _call("POST", f"{base}/orders?item=forbidden")
         assert refused.value.code == 422
+        refused.value.close()
         assert _order_and_job_rows(dsn, schema) == (1, 1)  # the order and its job rolled back
         wait_until(
             lambda: _call("GET", f"{base}/orders/{placed['order']}")["receipt_sent"],

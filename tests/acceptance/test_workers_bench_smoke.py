@@ -19,8 +19,9 @@ from tests.conftest import run_python
 def test_32_workers_run_each_job_once_and_each_tick_once_through_pgbouncer(
     dsn: str, tmp_path: Path
 ) -> None:
-    if pgbouncer.binary() is None:
-        pytest.skip("PgBouncer is not installed: apt-get install pgbouncer (.ci/run does)")
+    reason = pgbouncer.unusable(dsn)
+    if reason is not None:
+        pytest.skip(reason)
     out = tmp_path / "workers"
     result = run_python(
         "-m", "bench", "workers", "--short", "--dsn", dsn, "--out", str(out), timeout=600
