@@ -81,6 +81,7 @@ class RatedDrain(Drain):
         super().__init__(dsn, schema)
         self.claim = query(statement, schema)
         self.params["limited_tasks"] = limited
+        self.params["job_limits"] = bool(limited)
 
 
 def cost(dsn: str, jobs: int) -> dict[str, Any]:

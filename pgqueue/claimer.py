@@ -299,6 +299,7 @@ class Claimer:
             "worker_id": self.worker_id,
             "now": None,
             "limited_tasks": sorted(self.limited_tasks),
+            "job_limits": bool(self.limited_tasks or self.key_limits),
         }
 
         room_in: float | None = None

@@ -162,6 +162,7 @@ def claim_params(
         "worker_id": worker_id,
         "now": None,
         "limited_tasks": [],
+        "job_limits": False,
     }
 
 

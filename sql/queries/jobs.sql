@@ -474,13 +474,17 @@ WITH allowance AS (
     LIMIT (SELECT n FROM allowance)
     FOR UPDATE SKIP LOCKED
 ), admitted AS (
-    -- Locks the picked jobs' tasks' and keys' limits (0012), and puts back the jobs over them.
+    -- Locks the picked jobs' tasks' and keys' limits (0012), and puts back the jobs over them;
+    -- with %(job_limits)s false (no task or key has a limit) it is not called at all.
     SELECT a.job, a.back_at
     FROM {schema}.job_rate_admit(
         ARRAY(SELECT id FROM picked ORDER BY priority, id),
         ARRAY(SELECT task FROM picked ORDER BY priority, id),
         ARRAY(SELECT key FROM picked ORDER BY priority, id),
         coalesce(%(now)s::timestamptz, now())) AS a
+    WHERE %(job_limits)s::boolean
+    UNION ALL
+    SELECT id, NULL::timestamptz FROM picked WHERE NOT %(job_limits)s::boolean
 ), entering AS (
     SELECT p.* FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NULL
 ), demand AS (
@@ -533,9 +537,11 @@ WITH allowance AS (
     -- The claimed jobs' starts, at their started_at; in how many seconds there is room again.
     SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
                                 coalesce(%(now)s::timestamptz, now())) AS room_in,
-           {schema}.job_rate_record(ARRAY(SELECT task FROM claimed),
-                                    ARRAY(SELECT concurrency_key FROM claimed),
-                                    coalesce(%(now)s::timestamptz, now())) AS jobs_recorded
+           CASE WHEN %(job_limits)s::boolean
+                THEN {schema}.job_rate_record(ARRAY(SELECT task FROM claimed),
+                                              ARRAY(SELECT concurrency_key FROM claimed),
+                                              coalesce(%(now)s::timestamptz, now()))
+                ELSE 0 END AS jobs_recorded
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
        NULL::float8 AS room_in, NULL::float8 AS back_in

@@ -41,6 +41,7 @@ def _claim(dsn: str, schema: str, queue: str, limit: int, at: datetime) -> Any:
         "worker_id": 1,
         "now": at,
         "limited_tasks": [],
+        "job_limits": True,
     }
 
     async def claim() -> Any:
