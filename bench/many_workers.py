@@ -11,8 +11,8 @@ shares --pool server connections among all of them. Each phase starts its own wo
 (bench/many_workers_app.py: a no-op task, and a recurring job every second that every
 worker's scheduler could enqueue):
 
-- `idle`: nothing to run for --idle seconds. The server connections in use, and what the
-  same workers would hold straight to PostgreSQL; the heartbeat's row writes a second (the
+- `idle`: nothing to run for --idle seconds. The server connections in use, and the
+  server's max_connections; the heartbeat's row writes a second (the
   workers table's updates, from PostgreSQL's statistics); the claims the workers ran, and how
   many found nothing (from each worker's report as it stops); and the recurring job's ticks
   against the seconds the phase lasted: each is enqueued once across all workers.
@@ -172,8 +172,6 @@ def idle(
         "concurrency": concurrency,
         "seconds": round(elapsed, 1),
         "server_connections": servers,
-        "client_connections_to_pgbouncer": 3 * workers,
-        "direct_connections_needed": 4 * workers,
         "max_connections": limit,
         "heartbeat_writes_per_second": round(beats / elapsed, 2),
         "recurring_ticks": ticks,
@@ -255,8 +253,7 @@ def bench(run: Run, args: argparse.Namespace) -> int:
     print(f"PostgreSQL {server.version}: {args.workers} workers at concurrency {args.concurrency}")
     print(
         f"idle {idled['seconds']} s: {idled['server_connections']} server connections through "
-        f"PgBouncer (straight to PostgreSQL: {idled['direct_connections_needed']}, "
-        f"max_connections {idled['max_connections']}), heartbeat "
+        f"PgBouncer (max_connections {idled['max_connections']}), heartbeat "
         f"writes {idled['heartbeat_writes_per_second']}/s, claims {idled['claims']} "
         f"({idled['empty_claims']} empty), recurring ticks {idled['recurring_ticks']} "
         f"in {idled['seconds']} s"
