@@ -374,6 +374,10 @@ class Worker:
                 # A wake-up that arrived while the claim ran may be for a job it did not see.
                 self._maybe_more = full or self._wakes != wakes
                 next_poll = time.monotonic() + poll
+            elif now >= next_poll:
+                # Every slot is busy: the poll is made when one frees (_finished wakes the
+                # loop), and sleeping until a poll time already past would spin.
+                next_poll = now + poll
             if s.burst and not full and not self._running and await self._burst_done():
                 break
             if self._maybe_more and len(self._running) < s.concurrency:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -93,3 +94,25 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
         assert worker._loop is not None
         worker._loop.call_soon_threadsafe(worker._notified)
         assert ran.wait(20)
+
+
+def test_worker_with_every_slot_busy_sleeps_instead_of_spinning(queue: Queue, dsn: str) -> None:
+    # Regression: once its poll time had passed, a worker whose slots were all busy slept
+    # until that past time again and again, a busy loop that burned a core until a job ended.
+    started, release = threading.Event(), threading.Event()
+
+    @queue.task(name="hold")
+    def hold() -> None:
+        started.set()
+        release.wait(30)
+
+    queue.enqueue(hold.job())
+    worker = Worker(queue, dsn=dsn, concurrency=1, poll_interval=0.05)
+    with worker_in_thread(worker):
+        assert started.wait(20)
+        time.sleep(0.2)  # several poll intervals past the last claim
+        cpu = time.process_time()
+        time.sleep(1.0)
+        used = time.process_time() - cpu  # this process's CPU time, the worker's threads in it
+        release.set()
+    assert used < 0.5, f"the worker used {used:.2f} s of CPU in 1 s with nothing to do"
