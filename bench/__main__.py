@@ -25,6 +25,7 @@ SUITES = {
     "workflows": ("bench.workflows", "waiting jobs against the claim, and a big chord's fan-in"),
     "workers": ("bench.many_workers", "32 worker processes idling and draining: what they cost"),
     "memory": ("bench.memory", "a worker's RSS, idle and draining a large backlog"),
+    "enqueue-scale": ("bench.enqueue_scale", "enqueue from 1-64 connections against raw INSERT"),
 }
 
 

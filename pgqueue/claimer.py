@@ -179,6 +179,20 @@ class Claimer:
         """Whether a full rate-limited queue has room again by `now`."""
         return any(at <= now for at in self._room_at.values())
 
+    def wake_range(self, queue: str) -> tuple[int, int] | None:
+        """While every slot is busy: the priorities whose new jobs in `queue` the next claim
+        finds without a wake-up (it starts from the floor, at the hint, or in an announced
+        range); None when it may find none of them (a hint parked past everything)."""
+        hint = self._hints[queue]
+        if hint.forget or hint.after is None:
+            return FLOOR[0], CEILING[0]
+        if hint.after != CEILING:
+            return hint.after[0], CEILING[0]
+        if len(hint.urgent) == 1:
+            (priority,) = hint.urgent
+            return priority, priority
+        return None
+
     def forget_hints(self) -> None:
         """Claim every queue from the floor next time (jobs may sit below any hint now)."""
         for hint in self._hints.values():

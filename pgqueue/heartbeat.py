@@ -15,6 +15,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -38,11 +39,13 @@ class Heartbeat:
         interval: timedelta,
         *,
         prepare: bool = True,
+        on_revived: Callable[[], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
         self.store = WorkersStore(schema)
         self.params = params
+        self.on_revived = on_revived  # called from the heartbeat's thread
         self.interval = interval.total_seconds()
         self.beats = 0
         self.outage = False
@@ -94,6 +97,8 @@ class Heartbeat:
                 "jobs were rescued; their outcomes from here will be refused",
                 self.params["worker_id"],
             )
+            if self.on_revived is not None:
+                self.on_revived()
 
     def _close(self) -> None:
         if self._conn is not None:

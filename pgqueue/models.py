@@ -340,6 +340,9 @@ class WorkerSettings(Settings):
     poll_only: bool = False
     hint_reset_interval: timedelta = timedelta(seconds=10)
     hint_reset_jitter: float = Field(default=0.5, ge=0.0, le=1.0)
+    # How long every slot must have been busy before the worker stops asking for wake-ups of
+    # jobs its next claim finds anyway; None: it always asks, and every enqueue notifies.
+    quiet_after: timedelta | None = timedelta(seconds=1)
     shutdown_grace: timedelta = timedelta(seconds=30)
     heartbeat_interval: timedelta = timedelta(seconds=5)
     lease_timeout: timedelta = timedelta(seconds=30)
@@ -361,6 +364,16 @@ class WorkerSettings(Settings):
             raise ValueError(
                 f"history_retention must be from {MIN_RETENTION} to {MAX_RETENTION.days} days "
                 "(or None to keep history forever; Queue(keep_history=False) keeps none)"
+            )
+        return value
+
+    @field_validator("quiet_after")
+    @classmethod
+    def _quiet_after_in_range(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and not timedelta(0) <= value <= LONGEST_INTERVAL:
+            raise ValueError(
+                f"quiet_after must be from 0 seconds to {LONGEST_INTERVAL} "
+                "(or None to be woken by every enqueue)"
             )
         return value
 

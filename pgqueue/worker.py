@@ -38,6 +38,7 @@ from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.horizon import HorizonWatch
+from pgqueue.interest import WakeInterest
 from pgqueue.link import Link
 from pgqueue.models import (
     ALL_QUEUES,
@@ -127,6 +128,8 @@ class Worker:
         self._retried_seen = 0
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self._wakes = 0  # wake-ups so far: one during a claim means claim again
+        self._short_at = time.monotonic()  # when a claim round last found less than it asked
+        self.interest: WakeInterest | None = None  # made once registered; never when polling
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
@@ -217,7 +220,12 @@ class Worker:
         identity = self._identity() | {"worker_id": self.id}
         await services.start(
             Heartbeat(
-                self.dsn, self.schema, identity, s.heartbeat_interval, prepare=not s.poll_only
+                self.dsn,
+                self.schema,
+                identity,
+                s.heartbeat_interval,
+                prepare=not s.poll_only,
+                on_revived=self._revived,
             )
         )
         self.completer = Completer(
@@ -231,6 +239,10 @@ class Worker:
         )
         await services.start(self.executor)
         self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
+        if not s.poll_only:
+            self.interest = WakeInterest(
+                self._claims, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
+            )
         self.rescuer = Rescuer(
             self.registry,
             self.schema,
@@ -374,6 +386,8 @@ class Worker:
                 # A wake-up that arrived while the claim ran may be for a job it did not see.
                 self._maybe_more = full or self._wakes != wakes
                 next_poll = time.monotonic() + poll
+                if not full:
+                    self._short_at = time.monotonic()
             elif now >= next_poll:
                 # Every slot is busy: the poll is made when one frees (_finished wakes the
                 # loop), and sleeping until a poll time already past would spin.
@@ -382,7 +396,31 @@ class Worker:
                 break
             if self._maybe_more and len(self._running) < s.concurrency:
                 continue
-            await self._sleep(min(next_poll, self.claimer.next_wake()) - time.monotonic())
+            if self.interest is not None and await self._ask_for_wakes():
+                continue
+            wake_at = min(next_poll, self.claimer.next_wake())
+            if self.interest is not None and (check := self.interest.next_check()) is not None:
+                wake_at = min(wake_at, check)
+            await self._sleep(wake_at - time.monotonic())
+
+    async def _ask_for_wakes(self) -> bool:
+        """Before sleeping: ask for the wake-ups this worker needs (interest.py); True when
+        it should claim first. Idle atomic lanes do not keep a busy worker asking: they poll,
+        so an atomic job waits at most a poll interval for one while every slot is busy."""
+        assert self.interest is not None
+        settled = await self.interest.settle()
+        s = self.settings
+        busy = (
+            s.quiet_after is not None
+            and len(self._running) >= s.concurrency
+            and self._maybe_more
+            and time.monotonic() - self._short_at >= s.quiet_after.total_seconds()
+        )
+        skip = {queue: self.claimer.wake_range(queue) if busy else None for queue in s.queues}
+        widened = await self.interest.ask(skip)
+        if settled or widened:
+            self._maybe_more = True
+        return (settled or widened) and len(self._running) < s.concurrency
 
     async def _burst_done(self) -> bool:
         """In burst mode: nothing running, nothing claimable, nothing due to promote.
@@ -482,6 +520,17 @@ class Worker:
         from the floor and read the pauses again."""
         self.claimer.forget_hints()
         self.claimer.reread_controls()
+        self._notified()
+
+    def _revived(self) -> None:
+        """The heartbeat put back this worker's row, removed as dead (called from its
+        thread): the rows saying which wake-ups it wants went with it."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._rows_lost)
+
+    def _rows_lost(self) -> None:
+        if self.interest is not None:
+            self.interest.lost()
         self._notified()
 
     def _controls_changed(self) -> None:

@@ -166,6 +166,32 @@ def claim_params(
     }
 
 
+def listen_for_wakes(
+    conn: psycopg.Connection[Any], schema: str, queues: tuple[str, ...] = ("default",)
+) -> None:
+    """LISTEN on `schema`'s wake-up channel (autocommit `conn`) as a waiting worker does: with
+    a worker row whose wake_listeners rows skip no wake-up of `queues`, since enqueues notify
+    only when some worker wants the notice (sql/migrations/0015_quiet_wake.sql)."""
+    from pgqueue.queries import channel
+
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+    row = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+            " VALUES ('test listener', 'test', pg_backend_pid(), %s, 1) RETURNING id"
+        ).format(sql.Identifier(schema)),
+        [list(queues)],
+    ).fetchone()
+    assert row is not None
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.wake_listeners (worker_id, queue, below, above)"
+            " SELECT %s, unnest(%s::text[]), 32768, 32767"
+        ).format(sql.Identifier(schema)),
+        [row[0], list(queues)],
+    )
+
+
 def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "true") -> int:
     """Rows in schema.table matching a literal condition written by the test itself."""
     query = sql.SQL("SELECT count(*) FROM {}.{} WHERE " + where).format(

@@ -4,7 +4,7 @@ and subscription of the worker's own connections. Runs sql/queries/workers.sql."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -98,3 +98,31 @@ class WorkersStore:
             query("worker_notify_dead_job", self.schema),
             {"channel": dead_channel(self.schema), "payload": encode_json(job)},
         )
+
+    async def skip_wakes(
+        self, conn: AsyncConn, worker_id: int, ranges: Mapping[str, tuple[int, int]]
+    ) -> None:
+        """Say which wake-ups the worker does not need, per queue: those for jobs with a
+        priority in the range (sql/migrations/0015_quiet_wake.sql)."""
+        await fetch(
+            conn,
+            query("worker_wake_range", self.schema),
+            {
+                "worker_id": worker_id,
+                "queues": list(ranges),
+                "below": [low for low, _ in ranges.values()],
+                "above": [high for _, high in ranges.values()],
+            },
+        )
+
+    async def in_progress(self, conn: AsyncConn) -> Sequence[int]:
+        """The transactions in progress now."""
+        row = await fetch_one(conn, query("worker_transactions_in_progress", self.schema))
+        return [int(x) for x in row[0]]
+
+    async def still_in_progress(self, conn: AsyncConn, xids: Sequence[int]) -> Sequence[int]:
+        """Which of the transactions `xids` have not ended yet."""
+        row = await fetch_one(
+            conn, query("worker_transactions_still_in_progress", self.schema), {"xids": xids}
+        )
+        return [int(x) for x in row[0]]

@@ -15,6 +15,7 @@ GRANT SELECT ON {schema}.queue_pauses TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_deps, {schema}.job_waits TO {role};
 GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_rate_limits TO {role};
+GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
 
 -- name: grant_app
 -- What an application that only enqueues and reads its jobs back needs.

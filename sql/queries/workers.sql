@@ -79,3 +79,25 @@ SELECT set_config('idle_in_transaction_session_timeout', %(ms)s, true);
 -- name: worker_notify_dead_job
 -- Tells listeners on the schema's dead-job channel that a job was abandoned; sent at commit.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: worker_wake_range
+-- Says which wake-ups this worker does not need, per queue: those for jobs with a priority
+-- from `below` to `above` (sql/migrations/0015_quiet_wake.sql). Rows already right are left
+-- alone, so a worker that repeats itself writes nothing.
+INSERT INTO {schema}.wake_listeners AS l (worker_id, queue, below, above)
+SELECT %(worker_id)s, q.queue, q.below, q.above
+FROM unnest(%(queues)s::text[], %(below)s::integer[], %(above)s::integer[]) AS q (queue, below, above)
+ON CONFLICT (worker_id, queue) DO UPDATE SET below = excluded.below, above = excluded.above
+WHERE (l.below, l.above) IS DISTINCT FROM (excluded.below, excluded.above);
+
+-- name: worker_transactions_in_progress
+-- The transactions in progress now (a fresh snapshot's), as numbers.
+SELECT coalesce(array_agg(x::text::bigint), '{{}}')
+FROM pg_snapshot_xip(pg_current_snapshot()) AS x;
+
+-- name: worker_transactions_still_in_progress
+-- Which of these transactions have not ended yet (a transaction too old for the commit log
+-- to know has ended long ago).
+SELECT coalesce(array_agg(x), '{{}}')
+FROM unnest(%(xids)s::bigint[]) AS x
+WHERE pg_xact_status(x::text::xid8) = 'in progress';

@@ -15,7 +15,7 @@ from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.models import JobOptions
 from pgqueue.registry import NewJob
 from pgqueue.testing import drain
-from tests.conftest import count
+from tests.conftest import count, listen_for_wakes
 
 # Characters COPY's text format escapes, its NULL marker as a string, quotes and non-ASCII.
 AWKWARD = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "\\N", 'quote"d', "é ü 漢 🎉", ""]
@@ -66,7 +66,7 @@ def test_bulk_enqueue_wakes_each_queue_once_with_its_lowest_position(
 ) -> None:
     jobs = _jobs(queue)
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(listener, queue.schema, ("a", "b"))
         with psycopg.connect(dsn) as conn:
             ids = queue.enqueue_many(jobs, conn=conn)
             assert list(listener.notifies(timeout=0.2)) == []  # nothing before the commit
@@ -88,7 +88,7 @@ def test_runs_of_jobs_sharing_options_wake_with_each_queues_lowest_position(
     jobs += [w.job(i) for i in range(40, 70)] + [other.job(i) for i in range(70, 80)]
     jobs += [urgent.job(80)]
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(listener, queue.schema, ("a", "b"))
         with psycopg.connect(dsn) as conn:
             ids = queue.enqueue_many(jobs, conn=conn)
             conn.commit()
@@ -102,7 +102,7 @@ def test_runs_of_jobs_sharing_options_wake_with_each_queues_lowest_position(
 def test_bulk_enqueue_rolls_back_with_the_callers_transaction(queue: Queue, dsn: str) -> None:
     jobs = _jobs(queue)
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(listener, queue.schema, ("a", "b"))
         with psycopg.connect(dsn) as conn:
             queue.enqueue_many(jobs, conn=conn)
             conn.rollback()

@@ -16,7 +16,7 @@ from psycopg import sql
 from pgqueue import AsyncQueue, ConfigurationError, Enqueued, Queue
 from pgqueue.queries import query
 from pgqueue.testing import drain
-from tests.conftest import ROOT, count, worker_process
+from tests.conftest import ROOT, count, listen_for_wakes, worker_process
 
 
 @pytest.fixture
@@ -270,7 +270,7 @@ def test_a_keyed_enqueue_wakes_workers_as_job_insert_does(
     """The payload names the lowest (priority, id) made claimable, one per queue, so a worker
     whose hint has passed it claims from there (job_insert's wake-up)."""
     with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as conn:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(listener, queue.schema)
         plain = queue.enqueue(noop.job(), conn=conn, priority=5)
         keyed = queue.enqueue_many(
             [noop.with_options(dedupe_key=k, priority=p).job() for k, p in (("a", 3), ("b", -2))],

@@ -8,7 +8,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pgqueue import (
     AsyncQueue,
@@ -21,7 +20,7 @@ from pgqueue import (
 from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.queries import migrations, query
 from pgqueue.testing import drain, enqueued_jobs
-from tests.conftest import claim_params, count, drop_schema
+from tests.conftest import claim_params, count, drop_schema, listen_for_wakes
 
 
 def _claim_one(dsn: str, schema: str) -> list[Any]:
@@ -113,7 +112,7 @@ def test_an_enqueue_alone_wakes_with_its_own_position_and_a_scheduled_one_does_n
 ) -> None:
     t = queue.task(name="t")(lambda i: None)
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(listener, queue.schema, ("q", "default"))
         with psycopg.connect(dsn, autocommit=True) as conn:
             now = queue.enqueue(t.job(1), conn=conn, queue="q", priority=-5)
             queue.enqueue(t.job(2), conn=conn, queue="q", delay=3600)
@@ -125,7 +124,7 @@ def test_an_enqueue_alone_wakes_with_its_own_position_and_a_scheduled_one_does_n
 def test_enqueue_sends_one_notification_per_transaction_per_queue(queue: Queue, dsn: str) -> None:
     t = queue.task(name="t")(lambda i: None)
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(listener, queue.schema, ("default", "other", "third"))
         with psycopg.connect(dsn) as conn:
             for i in range(20):
                 queue.enqueue(t.job(i), conn=conn)

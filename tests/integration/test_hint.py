@@ -5,9 +5,16 @@ hint (committed late with a lower id, more urgent, or promoted from scheduled) i
 wake-up, so the worker claims from there next: with the periodic reset switched off, the job
 still runs within a few busy jobs, and the worker makes no unhinted claim for it, also while
 a snapshot holds thousands of dead entries in the index. The controls show the test can tell
-the difference: without wake-ups (poll_only) the late job waits for the whole backlog. A job
-no wake-up names (it was locked by someone else when the claims passed it) is the periodic
-reset's: found within one reset interval, and never without it.
+the difference: without wake-ups (poll_only) the late job waits for the whole backlog.
+
+A worker whose slots have all been busy for quiet_after asks only for the wake-ups of jobs
+more urgent than its hint (interest.py): a more urgent job still runs at once, while a job
+committed late at the hint's priority is found by the next claim from the floor, when the
+worker runs out of work or at the periodic reset. The late-commit tests that expect a wake-up
+run with quiet_after=None, every wake-up asked for.
+
+A job no wake-up names (it was locked by someone else when the claims passed it) is found
+within one reset interval, and otherwise only once the worker runs out of work.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from psycopg import sql
 from pgqueue import Queue, RetryPolicy, Worker
 from pgqueue.queries import query
 from pgqueue.testing import drain
-from tests.conftest import wait_until, worker_in_thread
+from tests.conftest import listen_for_wakes, wait_until, worker_in_thread
 
 BACKLOG = 400
 NO_RESET = 3600.0  # the periodic reset never fires within a test
@@ -49,9 +56,14 @@ class _Run:
             if len(self.order) >= 20:
                 self.warmed.set()
 
+        self.unhinted_at_special: int | None = None  # the worker's unhinted claims by then
+        self.worker: Worker | None = None
+
         @queue.task(name="special")
         def special(label: str) -> None:
             self.order.append(label)
+            if self.worker is not None:
+                self.unhinted_at_special = self.worker.stats.unhinted_claims
             self.special_ran.set()
 
         self.busy, self.special = busy, special
@@ -97,7 +109,7 @@ def _late_commit(queue: Queue, dsn: str, hold: bool, **options: Any) -> tuple[in
             ids = queue.enqueue_many([run.busy.job(i) for i in range(BACKLOG)], conn=other)
             other.commit()
             assert late_id < min(ids)
-            worker = _worker(queue, dsn, **options)
+            worker = run.worker = _worker(queue, dsn, **options)
             with worker_in_thread(worker, force=True):
                 unhinted: list[int] = []
 
@@ -106,7 +118,8 @@ def _late_commit(queue: Queue, dsn: str, hold: bool, **options: Any) -> tuple[in
                     late.commit()
 
                 ran_at, committed_at = run.delay_after("late", commit)
-                return ran_at, committed_at, worker.stats.unhinted_claims - unhinted[0]
+                assert run.unhinted_at_special is not None
+                return ran_at, committed_at, run.unhinted_at_special - unhinted[0]
 
 
 @pytest.mark.parametrize("hold", [False, True], ids=["plain", "snapshot-held"])
@@ -114,7 +127,7 @@ def test_job_committed_late_below_the_hint_runs_at_once_without_an_unhinted_clai
     queue: Queue, dsn: str, hold: bool
 ) -> None:
     # Held: 2,000 dead entries sit in the claim index and the late job's id is below them all.
-    ran_at, committed_at, unhinted = _late_commit(queue, dsn, hold)
+    ran_at, committed_at, unhinted = _late_commit(queue, dsn, hold, quiet_after=None)
     # Busy jobs take 10 ms each; the wake-up arrives within a few of them, not 380.
     assert ran_at - committed_at < 50, (ran_at, committed_at)
     assert unhinted <= 1, unhinted  # at most the burst of the wake-up racing the first claim
@@ -129,20 +142,65 @@ def test_control_without_wake_ups_the_late_job_waits_for_the_whole_backlog(
     assert ran_at >= BACKLOG - 1
 
 
-def test_more_urgent_job_enqueued_after_the_hint_runs_next(queue: Queue, dsn: str) -> None:
+def _skipped(dsn: str, schema: str) -> list[tuple[int, int]]:
+    """The priorities whose wake-ups the workers' wake_listeners rows skip (interest.py)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT below, above FROM {}.wake_listeners").format(sql.Identifier(schema))
+        ).fetchall()
+    return [(row[0], row[1]) for row in rows]
+
+
+QUIET = [(0, 32767)]  # busy: skips priority 0 and after, what its next claim finds anyway
+WAITING = [(32768, 32767)]  # skips nothing
+
+
+def test_more_urgent_job_enqueued_after_the_hint_runs_next(
+    queue: Queue, dsn: str, schema: str
+) -> None:
     run = _Run(queue)
     queue.enqueue_many([run.busy.job(i) for i in range(BACKLOG)])
-    worker = _worker(queue, dsn)
+    worker = run.worker = _worker(queue, dsn, quiet_after=0.05)
     with worker_in_thread(worker, force=True):
         unhinted: list[int] = []
+        # Busy: the worker wants only wake-ups of jobs more urgent than its hint's priority.
+        wait_until(lambda: _skipped(dsn, schema) == QUIET, what="the worker to go quiet")
 
         def enqueue_urgent() -> None:
             unhinted.append(worker.stats.unhinted_claims)
             queue.enqueue(run.special.job("urgent"), priority=-5)
 
         ran_at, enqueued_at = run.delay_after("urgent", enqueue_urgent)
-        assert worker.stats.unhinted_claims == unhinted[0]
+        assert run.unhinted_at_special == unhinted[0]
     assert ran_at - enqueued_at < 50, (ran_at, enqueued_at)
+
+
+def _settled(worker: Worker) -> bool:
+    """The worker waits for work and watches no transaction from an earlier widening."""
+    return worker.interest is not None and worker.interest.next_check() is None
+
+
+def test_quiet_worker_finds_a_job_committed_late_at_its_priority_when_out_of_work(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    # Nothing announces the late job to a worker that went quiet (and no reset here): the
+    # claim from the floor that follows its widening, once out of work, finds it.
+    run = _Run(queue)
+    first = 100
+    queue.enqueue_many([run.busy.job(i) for i in range(first)])
+    worker = run.worker = _worker(queue, dsn, quiet_after=0.05)
+    with worker_in_thread(worker, force=True), psycopg.connect(dsn) as late:
+        wait_until(lambda: _skipped(dsn, schema) == QUIET, what="the worker to go quiet")
+        late_id = queue.enqueue(run.special.job("late"), conn=late)  # opened after that
+        ids = queue.enqueue_many([run.busy.job(i) for i in range(first, BACKLOG)])
+        assert late_id < min(ids)
+        wait_until(lambda: len(run.order) > first + 10, what="claims past the late job")
+        late.commit()
+        committed_at = len(run.order)
+        assert run.special_ran.wait(60)
+        wait_until(lambda: _skipped(dsn, schema) == WAITING, what="the worker to wait")
+    # Found only once the worker ran out of work and claimed from the floor.
+    assert run.order.index("late") == BACKLOG, committed_at
 
 
 def test_scheduled_job_falling_due_after_the_hint_passed_it_runs_at_once(
@@ -175,26 +233,31 @@ def _locked_while_passed(queue: Queue, dsn: str, schema: str, reset_seconds: flo
     released without any wake-up; returns once the busy backlog is done and the worker has
     polled five more times after it."""
     run = _Run(queue)
-    lonely_id = queue.enqueue(run.special.job("lonely"))
-    queue.enqueue_many([run.busy.job(i) for i in range(BACKLOG)])
-    with psycopg.connect(dsn) as locker:
+    worker = _worker(queue, dsn, reset_seconds=reset_seconds)
+    with worker_in_thread(worker, force=True), psycopg.connect(dsn) as locker:
+        # The locker starts once the worker watches no transaction (a widening's claim from
+        # the floor after the locker ended would find the job), behind a pause.
+        wait_until(lambda: _settled(worker), what="the worker to wait for work")
+        queue.pause_queue("default")
+        wait_until(lambda: "default" in worker.paused, what="the worker to hear the pause")
+        lonely_id = queue.enqueue(run.special.job("lonely"))
+        queue.enqueue_many([run.busy.job(i) for i in range(BACKLOG)])
         locker.execute(
             sql.SQL("SELECT id FROM {}.jobs WHERE id = %s FOR UPDATE").format(
                 sql.Identifier(schema)
             ),
             [lonely_id],
         )
-        worker = _worker(queue, dsn, reset_seconds=reset_seconds)
-        with worker_in_thread(worker, force=True):
-            assert run.warmed.wait(30)
-            locker.rollback()
-            run.released_at = len(run.order)
-            wait_until(
-                lambda: sum(1 for o in run.order if o != "lonely") == BACKLOG,
-                what="the busy backlog",
-            )
-            claims = worker.stats.claims
-            wait_until(lambda: worker.stats.claims >= claims + 5, what="five more polls")
+        queue.resume_queue("default")
+        assert run.warmed.wait(30)
+        locker.rollback()
+        run.released_at = len(run.order)
+        wait_until(
+            lambda: sum(1 for o in run.order if o != "lonely") == BACKLOG,
+            what="the busy backlog",
+        )
+        claims = worker.stats.claims
+        wait_until(lambda: worker.stats.claims >= claims + 5, what="five more polls")
     return run
 
 
@@ -206,11 +269,12 @@ def test_job_no_wake_up_names_is_found_by_the_periodic_reset(
     assert run.order.index("lonely") - run.released_at < 150
 
 
-def test_control_without_the_reset_the_job_no_wake_up_names_is_not_found(
+def test_control_without_the_reset_the_job_no_wake_up_names_waits_for_the_backlog(
     queue: Queue, dsn: str, schema: str
 ) -> None:
+    # Found only by the claim from the floor made when the worker runs out of work.
     run = _locked_while_passed(queue, dsn, schema, reset_seconds=NO_RESET)
-    assert "lonely" not in run.order
+    assert run.order.index("lonely") == BACKLOG
 
 
 def test_job_retried_at_once_runs_again_without_waiting_for_the_backlog(
@@ -249,7 +313,7 @@ def test_jobs_put_back_are_announced_with_their_lowest_position(
                 table
             )
         )
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(queue.channel)))
+        listen_for_wakes(conn, schema)
         conn.execute(query("job_release_many", schema), {"ids": ids[1:], "worker_id": 7}).fetchone()
         released = [n.payload for n in conn.notifies(timeout=0.5, stop_after=1)]
         # The orphan release puts back what is left, naming its lowest position too.

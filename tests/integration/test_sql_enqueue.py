@@ -10,10 +10,9 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue
-from pgqueue.queries import channel
 from pgqueue.testing import drain
 from tests import apps
-from tests.conftest import count
+from tests.conftest import count, listen_for_wakes
 
 
 def _enqueue(conn: psycopg.Connection[Any], schema: str, call: str, *params: object) -> int:
@@ -99,7 +98,7 @@ def test_a_trigger_enqueues_a_job_per_row_and_wakes_workers_once(
 ) -> None:
     s = sql.Identifier(schema)
     with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as conn:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+        listen_for_wakes(listener, schema, ("orders",))
         conn.execute(sql.SQL("CREATE TABLE {}.orders (id int PRIMARY KEY)").format(s))
         conn.execute(
             sql.SQL(

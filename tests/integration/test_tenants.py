@@ -19,7 +19,7 @@ import pytest
 from pgqueue import ConfigurationError, Queue
 from pgqueue.queries import query
 from pgqueue.testing import drain
-from tests.conftest import claim_params, wait_until
+from tests.conftest import claim_params, listen_for_wakes, wait_until
 
 
 def claim(
@@ -103,7 +103,7 @@ def test_each_finished_job_gives_its_slot_to_the_next_waiting_job_of_its_key(
     run, parked = claim(db, schema)
     assert (run, parked) == ([ids[0]], ids[1:])
     with psycopg.connect(queue.dsn or "", autocommit=True) as listener:
-        listener.execute(f'LISTEN "{queue.channel}"')
+        listen_for_wakes(listener, queue.schema)
         finish(db, schema, run)
         notes = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
     assert notes == [f"default 0 {ids[1]}"]  # the un-parked job is announced, like an insert

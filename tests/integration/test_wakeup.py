@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue, Worker
+from pgqueue.interest import NOTHING
 from tests.conftest import committed, count, wait_until, worker_in_thread
 
 
@@ -89,6 +90,11 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
     worker = Worker(queue, dsn=dsn, poll_interval=60)
     with worker_in_thread(worker, force=True):
         wait_until(lambda: worker._wakes >= 1, what="the listener's first wake-up")
+        # Enqueues notify only a worker that has said it waits for work (interest.py).
+        wait_until(
+            lambda: worker.interest is not None and worker.interest.skipped == {"default": NOTHING},
+            what="the worker to ask for every wake-up",
+        )
         armed.set()
         # A round to arm: a wake-up with nothing behind it, on the worker's own loop.
         assert worker._loop is not None
