@@ -11,7 +11,9 @@ a wake-up (sql/migrations/0015_quiet_wake.sql); this suite measures what that bu
 Two worker processes (bench/enqueue_scale_app.py, concurrency 4 each) serve the queue:
 - busy: eight jobs that sleep for an hour hold every slot, and the workers have said they
   want no wake-up for the jobs their next claim finds (checked in wake_listeners);
-- waiting: the queue is empty, and the workers run each enqueued job as it comes.
+- waiting: every slot is free and the workers want every wake-up, but the queue is paused,
+  so they run nothing: the figure is what the wake-ups cost the enqueue itself, not the
+  workers' share of the two cores.
 In each state, for each connection count, in turns, --rounds times each for --seconds:
 - raw: `INSERT INTO jobs (queue, task, args) VALUES (...)` on the same table, the same
   client code, no wake-up;
@@ -46,8 +48,11 @@ import psycopg
 from psycopg import sql
 
 from bench import options
+from bench.enqueue_scale_app import hold
 from bench.report import Run, guarded
 from bench.server import database, scratch_schema
+from pgqueue import Queue
+from pgqueue.queries import channel
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 2
@@ -222,22 +227,20 @@ def measure_state(
         psycopg.connect(dsn, autocommit=True) as conn,
         psycopg.connect(dsn, autocommit=True) as listener,
     ):
-        from pgqueue.queries import channel
-
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
         if state == "busy":
-            from bench.enqueue_scale_app import hold
-            from pgqueue import Queue
-
-            Queue(dsn, schema=schema).enqueue_many(
-                [hold.job(3600.0) for _ in range(WORKERS * CONCURRENCY)]
-            )
+            holding = Queue(dsn, schema=schema)
+            holding.enqueue_many([hold.job(3600.0) for _ in range(WORKERS * CONCURRENCY)])
+            holding.close()
         procs = _start_workers(dsn, schema, log)
         try:
             if state == "busy":
                 _wait_for(conn, QUIET, schema, "both workers to be busy and quiet")
             else:
                 _wait_for(conn, WAITING, schema, "both workers to wait for work")
+                pausing = Queue(dsn, schema=schema)
+                pausing.pause_queue("default")
+                pausing.close()
             for _ in range(args.rounds):
                 for n in args.connections:
                     for kind in kinds:

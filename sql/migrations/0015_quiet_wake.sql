@@ -19,7 +19,8 @@
 -- progress have ended (pgqueue/worker.py).
 --
 -- Rows go with their worker's row (a worker presumed dead and revived writes them again).
--- wake() runs as its owner so that an enqueuing role needs no grant on the table.
+-- wake() runs as its caller, as it did: an enqueuing role reads the table (granted below and
+-- by `pgqueue grant --kind app`); running as the owner cost each enqueue more.
 CREATE TABLE {schema}.wake_listeners (
     worker_id bigint   NOT NULL REFERENCES {schema}.workers (id) ON DELETE CASCADE,
     queue     text     NOT NULL,
@@ -33,8 +34,6 @@ CREATE INDEX wake_listeners_queue_idx ON {schema}.wake_listeners (queue, below, 
 
 CREATE OR REPLACE FUNCTION {schema}.wake(queue text, priority integer, id bigint) RETURNS void
 LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF current_setting('transaction_isolation') = 'read committed'
@@ -48,20 +47,24 @@ BEGIN
 END
 $$;
 
--- A worker's role on an existing installation gets the table too (`pgqueue grant worker`
--- grants it on new ones): every role that may register workers may say what they want.
+-- The roles of an existing installation get the table too (`pgqueue grant` grants it on new
+-- ones): every role that may register workers may say what they want, and every role that
+-- may enqueue may read it.
 DO $$
 DECLARE
-    grantee oid;
+    found record;
 BEGIN
-    FOR grantee IN
-        SELECT DISTINCT a.grantee
+    FOR found IN
+        SELECT DISTINCT a.grantee,
+               CASE WHEN c.relname = 'workers' THEN 'SELECT, INSERT, UPDATE'
+                    ELSE 'SELECT' END AS privileges
         FROM pg_class AS c CROSS JOIN aclexplode(c.relacl) AS a
-        WHERE c.oid = '{schema}.workers'::regclass AND a.privilege_type = 'INSERT'
-          AND a.grantee <> c.relowner
+        WHERE c.oid IN ('{schema}.workers'::regclass, '{schema}.jobs'::regclass)
+          AND a.privilege_type = 'INSERT' AND a.grantee <> c.relowner
     LOOP
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO %s',
-                       CASE WHEN grantee = 0 THEN 'PUBLIC' ELSE grantee::regrole::text END);
+        EXECUTE format('GRANT %s ON {schema}.wake_listeners TO %s', found.privileges,
+                       CASE WHEN found.grantee = 0 THEN 'PUBLIC'
+                            ELSE found.grantee::regrole::text END);
     END LOOP;
 END
 $$;

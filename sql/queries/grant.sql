@@ -26,3 +26,5 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 -- Workflows: their edges and counts, and the mark (and lock) on earlier jobs they wait for.
 GRANT INSERT, SELECT ON {schema}.job_deps, {schema}.job_waits TO {role};
 GRANT UPDATE (workflow_id) ON {schema}.jobs TO {role};
+-- wake() reads which wake-ups the workers want (sql/migrations/0015_quiet_wake.sql).
+GRANT SELECT ON {schema}.wake_listeners TO {role};
