@@ -26,6 +26,7 @@ SUITES = {
     "workers": ("bench.many_workers", "32 worker processes idling and draining: what they cost"),
     "memory": ("bench.memory", "a worker's RSS, idle and draining a large backlog"),
     "enqueue-scale": ("bench.enqueue_scale", "enqueue from 1-64 connections against raw INSERT"),
+    "partitions": ("bench.partitions", "retention: drop a day of history against DELETE"),
 }
 
 

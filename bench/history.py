@@ -323,10 +323,14 @@ def prune_summary(report: PruneReport, wall: float) -> dict[str, Any]:
 
 
 def table_state(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
+    """The history's rows, dead tuples and sizes, summed over its partitions."""
     row = conn.execute(
-        "SELECT n_dead_tup, pg_total_relation_size(relid), pg_indexes_size(relid)"
-        " FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'job_history'",
-        [schema],
+        "SELECT coalesce(sum(s.n_dead_tup), 0)::bigint,"
+        " coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint,"
+        " coalesce(sum(pg_indexes_size(s.relid)), 0)::bigint"
+        " FROM pg_partition_tree(%s::regclass) AS t"
+        " JOIN pg_stat_user_tables AS s ON s.relid = t.relid WHERE t.isleaf",
+        [f'"{schema}".job_history'],
     ).fetchone()
     assert row is not None
     live = conn.execute(

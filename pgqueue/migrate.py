@@ -8,7 +8,11 @@ raises MigrationError.
 
 from __future__ import annotations
 
+from psycopg.pq import TransactionStatus
+
+from pgqueue.partitions import AHEAD_DAYS, LOCK_MS, MAX_STEPS
 from pgqueue.queries import Migration, migrations
+from pgqueue.store.history import partitions_step_plan
 from pgqueue.store.migrations import GRANTS, apply_plan, grant_sql, pending
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
@@ -17,17 +21,36 @@ __all__ = ["apply", "apply_async", "grant_role", "grant_sql", "is_migrated", "pe
 
 def apply(conn: SyncConn, schema: str) -> list[Migration]:
     """Apply pending migrations in one transaction; returns those applied (maybe none).
+    Then, on an autocommit connection, the history partitions' upkeep (partitions.py), each
+    step its own transaction, so that a new schema keeps history by day from its first job
+    (inside a caller's transaction, the workers do it).
 
     `conn` must not be inside a transaction: this commits.
     """
     with conn.transaction():
-        return run(conn, apply_plan(schema), together=False)
+        applied = run(conn, apply_plan(schema), together=False)
+    if _own_transactions(conn):
+        for _ in range(MAX_STEPS):
+            if run(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)) is None:
+                break
+    return applied
 
 
 async def apply_async(conn: AsyncConn, schema: str) -> list[Migration]:
     """`apply` on an async connection."""
     async with conn.transaction():
-        return await run_async(conn, apply_plan(schema), together=False)
+        applied = await run_async(conn, apply_plan(schema), together=False)
+    if _own_transactions(conn):
+        for _ in range(MAX_STEPS):
+            if await run_async(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)) is None:
+                break
+    return applied
+
+
+def _own_transactions(conn: SyncConn | AsyncConn) -> bool:
+    """Whether each statement on `conn` now commits on its own (autocommit, no transaction
+    of the caller's open)."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def render(schema: str, selected: list[Migration] | None = None) -> str:

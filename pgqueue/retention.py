@@ -1,8 +1,10 @@
 """History retention: `pgqueue prune` and the workers' automatic `history_retention`.
 
-Owns: deleting finished jobs older than a cutoff (optionally of some statuses or one queue)
-in bounded batches, `DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short
-transaction; and, when no filter is given, periodic ticks older than the cutoff. Workers with
+Owns: deleting finished jobs older than a cutoff (optionally of some statuses or one queue):
+with no filter, first the history's daily partitions that lie wholly before the cutoff, each
+dropped at once (pgqueue/partitions.py); then what is left, in bounded batches,
+`DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short transaction; and,
+when no filter is given, periodic ticks older than the cutoff. Workers with
 `history_retention` set prune every `prune_interval` (± 50%), one worker at a time: each batch
 first takes a try-advisory lock, and a worker that finds it taken stops until its next
 interval. Nothing on the hot path reads history, so pruning never slows claims.
@@ -21,8 +23,9 @@ from datetime import datetime, timedelta
 
 from pgqueue.errors import ConfigurationError
 from pgqueue.link import Link
+from pgqueue.partitions import LOCK_MS
 from pgqueue.service import Loop
-from pgqueue.store.history import prune_batch_plan
+from pgqueue.store.history import partitions_drop_plan, prune_batch_plan
 from pgqueue.store.plan import AsyncConn, Params, Rows, SyncConn, run, run_async
 
 log = logging.getLogger("pgqueue.retention")
@@ -74,6 +77,9 @@ class PruneReport:
     batch_seconds: list[float] = dataclasses.field(default_factory=list)
     locked_out: bool = False  # another worker held the prune lock
     after: dict[str, datetime] = dataclasses.field(default_factory=dict)  # per statement
+    # Whole days dropped before any batch (no filter only): each partition's name and rows
+    # as estimated by the planner's statistics.
+    partitions: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     def params(self, cutoff: Cutoff, step: str, now: datetime | None) -> Params:
         """The next batch starts where the previous one ended (see job_history_prune)."""
@@ -108,6 +114,9 @@ def prune(
     """Delete what `cutoff` selects, batch after batch, until none is left. `conn` must be
     in autocommit mode: each batch commits on its own."""
     report = PruneReport()
+    if cutoff.whole_history:
+        drop = partitions_drop_plan(schema, cutoff.older_than.total_seconds(), LOCK_MS, now)
+        report.partitions = run(conn, drop)
     for step in _steps(cutoff):
         while True:
             started = time.perf_counter()
@@ -167,6 +176,12 @@ class Pruner(Loop):
         """One full prune, batch by batch; each batch is one Link operation, so a lost
         connection costs at most the batch in flight."""
         report = PruneReport()
+        older_than = self.cutoff.older_than.total_seconds()
+        report.partitions = await link.run(
+            lambda conn: run_async(
+                conn, partitions_drop_plan(self.schema, older_than, LOCK_MS, now)
+            )
+        )
         for step in _steps(self.cutoff):
             while not report.locked_out:
 
@@ -180,6 +195,14 @@ class Pruner(Loop):
                     break
         self.runs += 1
         self.deleted += report.deleted
+        if report.partitions:
+            log.info(
+                "dropped %d days of history older than %s (%s, about %d jobs)",
+                len(report.partitions),
+                self.cutoff.older_than,
+                ", ".join(name for name, _ in report.partitions),
+                sum(rows for _, rows in report.partitions),
+            )
         if report.deleted or report.ticks_deleted:
             log.info(
                 "pruned %d finished jobs and %d periodic ticks older than %s in %d batches "

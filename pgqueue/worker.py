@@ -4,10 +4,10 @@ Owns: the loop that claims jobs and runs them, at most `concurrency` at once (`a
 handlers as tasks on the event loop, `def` handlers in the executor's threads), and the order
 of its services (pgqueue/service.py), started in this order and stopped in reverse: the claim
 and completion connections, the worker's registration, the heartbeat, the completer, the
-executor, the rescuer, the cancel watch, the horizon watch, the periodic scheduler and the
-history pruner (each only when there is something for it to do, never in burst mode), and the
-notifier (unless poll-only). Claims go through the Claimer (claimer.py); atomic jobs through
-lanes of their own (atomic.py).
+executor, the rescuer, the cancel watch, the horizon watch, the periodic scheduler, the
+history partitions' upkeep and the history pruner (each only when there is something for it
+to do, never in burst mode), and the notifier (unless poll-only). Claims go through the
+Claimer (claimer.py); atomic jobs through lanes of their own (atomic.py).
 
 Cancellation of a running job reaches the worker as a notification, with the cancel watch as
 the fallback: an async handler is cancelled, a sync one sees `ctx.cancel_requested`; the job
@@ -48,6 +48,7 @@ from pgqueue.models import (
     WorkerSettings,
 )
 from pgqueue.notifier import Notifier
+from pgqueue.partitions import HistoryPartitions
 from pgqueue.periodic import Scheduler
 from pgqueue.queries import migrations
 from pgqueue.registry import CancelSignal, Progress, Registry
@@ -101,6 +102,7 @@ class Worker:
         self.periodics: Schedules = queue.periodics
         self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
         self.pruner: Pruner | None = None  # set at start with history_retention
+        self.partitions: HistoryPartitions | None = None  # set at start, except in burst mode
         self.horizon: HorizonWatch | None = None
         self.services = Services()
         self.queue_settings: QueueSettings = queue.settings
@@ -313,8 +315,9 @@ class Worker:
         return self.horizon.checks if self.horizon is not None else 0
 
     def _maintenance(self) -> list[Service]:
-        """The periodic scheduler and the history pruner, each on a connection of its own,
-        when this worker has something for them to do (never in burst mode)."""
+        """The periodic scheduler, the history partitions' upkeep and the history pruner,
+        each on a connection of its own, when this worker has something for them to do
+        (never in burst mode)."""
         s = self.settings
         found: list[Service] = []
         prepare = not s.poll_only
@@ -322,6 +325,9 @@ class Worker:
             link = Link(self.dsn, "periodic", prepare=prepare)
             self.scheduler = Scheduler(self.periodics, self.schema, self.id, link=link)
             found.append(self.scheduler)
+        if not s.burst:
+            self.partitions = HistoryPartitions(self.dsn, self.schema, prepare=prepare)
+            found.append(self.partitions)
         if s.history_retention is not None and not s.burst:
             link = Link(self.dsn, "prune", prepare=prepare)
             self.pruner = Pruner(

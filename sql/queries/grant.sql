@@ -16,6 +16,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_deps, {schema}.job_waits TO
 GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
+-- The history's daily partitions: made ahead and dropped by retention, through two functions
+-- that run as their owner, so the worker needs no DDL right of its own.
+GRANT EXECUTE ON FUNCTION {schema}.history_partitions_step(integer, integer),
+    {schema}.history_partitions_drop(timestamptz, integer) TO {role};
 
 -- name: grant_app
 -- What an application that only enqueues and reads its jobs back needs.

@@ -42,3 +42,16 @@ WHERE (name, tick) IN (
     FOR UPDATE OF t SKIP LOCKED
 )
 RETURNING tick;
+
+-- name: history_partitions_step
+-- One step of the history partitions' upkeep (sql/migrations/0016_history_partitions.sql):
+-- what it did, or NULL when nothing was left to do or another worker is at it.
+SELECT {schema}.history_partitions_step(%(ahead)s, %(lock_ms)s);
+
+-- name: history_partitions_drop
+-- Drops the history partitions whose rows all finished before the cutoff; each with its
+-- estimated rows. None while another worker keeps the partitions.
+SELECT partition, estimated_rows
+FROM {schema}.history_partitions_drop(
+    coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s), %(lock_ms)s
+);

@@ -25,6 +25,7 @@ EXPECTED = [
     "progress",
     "horizon",
     "periodic",
+    "history partitions",
     "pruner",
     "notifier",
 ]

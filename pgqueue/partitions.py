@@ -1,0 +1,69 @@
+"""The history's daily partitions: made ahead of time by every worker, dropped by retention.
+
+Owns: the upkeep rounds that call history_partitions_step (sql/migrations/0016_history_
+partitions.sql) until it has nothing left to do: at the worker's start and then every
+PARTITION_INTERVAL (± 50%). A round makes the partitions of the next AHEAD_DAYS days, and on
+an installation upgraded with history in place, first moves the old rows from the default
+position to a range of their own, one short step per transaction.
+
+Invariants: one worker keeps the partitions at a time (the functions take a try-advisory
+lock, and the others return at once). A lock that cannot be had within LOCK_MS fails the
+step, and the next round tries again: waiting longer would queue every finishing job behind
+it. A day without a partition loses nothing: its rows land in the default partition.
+
+Fails: a failed round is logged and the next one comes as usual; the worker goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import psycopg
+
+from pgqueue.link import connect
+from pgqueue.service import Loop
+from pgqueue.store.history import partitions_step_plan
+from pgqueue.store.plan import run_async
+
+log = logging.getLogger("pgqueue.retention")
+AHEAD_DAYS = 3
+LOCK_MS = 500
+PARTITION_INTERVAL = timedelta(hours=1)
+MAX_STEPS = 4 + AHEAD_DAYS  # the upgrade's steps and a partition a day, with room to spare
+
+
+class HistoryPartitions(Loop):
+    name = "history partitions"
+
+    def __init__(self, dsn: str, schema: str, *, prepare: bool = True) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.prepare = prepare
+        self.rounds = 0
+        self.steps: list[str] = []  # what the steps did, oldest first
+
+    async def upkeep(self) -> list[str]:
+        """One round, on a connection of its own for the round; what its steps did."""
+        conn = await connect(self.dsn, prepare=self.prepare, name="pgqueue:partitions")
+        done: list[str] = []
+        try:
+            for _ in range(MAX_STEPS):
+                plan = partitions_step_plan(self.schema, AHEAD_DAYS, LOCK_MS)
+                step = await run_async(conn, plan, together=False)
+                if step is None:
+                    break
+                log.info("history partitions: %s", step)
+                done.append(step)
+        finally:
+            await conn.close()
+        self.rounds += 1
+        self.steps += done
+        return done
+
+    async def loop(self) -> None:
+        try:
+            await self.upkeep()
+        except psycopg.Error as exc:
+            log.error("%s failed, trying again next interval: %s", self.name, exc)
+        await self.every(PARTITION_INTERVAL.total_seconds(), self.upkeep)
