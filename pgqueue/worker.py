@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -192,6 +193,11 @@ class Worker:
             )
             self._warn_unserved()
             await self._warn_paused(finish_link)
+            # What start-up made (modules, the registry, connections) lives as long as the
+            # worker: out of the collector's reach, a full collection no longer walks it,
+            # which stalled the loop for tens of milliseconds mid-run (bench enqueue-scale's
+            # idle latency).
+            gc.freeze()
             await self._fetch_loop()
         finally:
             self._stopping = True  # also after a burst ends: atomic lanes stop with it
@@ -414,6 +420,7 @@ class Worker:
         it should claim first. Idle atomic lanes do not keep a busy worker asking: they poll,
         so an atomic job waits at most a poll interval for one while every slot is busy."""
         assert self.interest is not None
+        await asyncio.sleep(0)  # the jobs just started run their first step before this
         settled = await self.interest.settle()
         s = self.settings
         busy = (
