@@ -86,10 +86,11 @@ def measure(dsn: str, schema: str, args: argparse.Namespace, partitioned: bool) 
             [f'"{schema}".job_history'],
         ).fetchone()[0]
         figures["before"] = _flushed_state(conn, schema)
-        # Retention of days - 1, a day after the last row: the oldest day, today, is past it.
+        # Retention of days - 1, at the end of the last day: the cutoff falls at the end of the
+        # oldest day, today, which is past it whole.
         cutoff = Cutoff(timedelta(days=args.days - 1), batch_size=args.batch_size)
         started = time.perf_counter()
-        report = prune(conn, schema, cutoff, now=end + timedelta(seconds=1))
+        report = prune(conn, schema, cutoff, now=end)
         figures["prune_s"] = round(time.perf_counter() - started, 3)
         figures["partitions_dropped"] = [name for name, _ in report.partitions]
         figures["rows_deleted"] = report.deleted
