@@ -22,11 +22,9 @@ Writes results.json to its results folder (bench/report.py) and prints a summary
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -36,8 +34,7 @@ from psycopg import sql
 from bench import options
 from bench.history import fill, table_state
 from bench.report import Run, guarded
-from bench.server import database
-from pgqueue.migrate import apply
+from bench.server import database, scratch_schema
 from pgqueue.retention import Cutoff, prune
 
 
@@ -100,25 +97,6 @@ def measure(dsn: str, schema: str, args: argparse.Namespace, partitioned: bool) 
     return figures
 
 
-@contextlib.contextmanager
-def _schema(dsn: str, name: str, *, upkeep: bool) -> Iterator[str]:
-    """A migrated schema of the suite's own, dropped at the end. Without `upkeep`, migrated in
-    a transaction, which leaves the partitions to the workers: none come, so the whole
-    history stays in the one default partition."""
-    schema = f"bench_part_{name}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        if upkeep:
-            apply(conn, schema)
-        else:
-            with conn.transaction():
-                apply(conn, schema)
-    try:
-        yield schema
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -130,7 +108,7 @@ def bench(run: Run, args: argparse.Namespace) -> int:
         out = run.folder(server)
         figures: dict[str, Any] = {"rows": args.rows, "days": args.days}
         for name, partitioned in (("partitioned", True), ("one_table", False)):
-            with _schema(server.dsn, name, upkeep=partitioned) as schema:
+            with scratch_schema(server.dsn, f"bench_part_{name}", partitions=partitioned) as schema:
                 figures[name] = measure(server.dsn, schema, args, partitioned)
         part, flat = figures["partitioned"], figures["one_table"]
         figures["prune_time_ratio"] = round(flat["prune_s"] / max(part["prune_s"], 1e-6), 1)

@@ -92,13 +92,19 @@ def scratch_database(server_dsn: str, prefix: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def scratch_schema(dsn: str, prefix: str) -> Iterator[str]:
-    """A migrated pgqueue schema of the suite's own, dropped at the end whatever happened."""
+def scratch_schema(dsn: str, prefix: str, *, partitions: bool = True) -> Iterator[str]:
+    """A migrated pgqueue schema of the suite's own, dropped at the end whatever happened.
+    Without `partitions`, migrated inside a transaction, which leaves the history's daily
+    partitions to workers: until one runs, all history sits in the one default partition."""
     from pgqueue.migrate import apply
 
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        apply(conn, name)
+        if partitions:
+            apply(conn, name)
+        else:
+            with conn.transaction():
+                apply(conn, name)
     try:
         yield name
     finally:
