@@ -19,8 +19,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-import psycopg
-
 from pgqueue.link import connect
 from pgqueue.service import Loop
 from pgqueue.store.history import partitions_step_plan
@@ -62,8 +60,9 @@ class HistoryPartitions(Loop):
         return done
 
     async def loop(self) -> None:
+        """A round at start, then one every PARTITION_INTERVAL (± 50%)."""
         try:
             await self.upkeep()
-        except psycopg.Error as exc:
+        except Exception as exc:  # as Loop.every: the next round comes as usual
             log.error("%s failed, trying again next interval: %s", self.name, exc)
         await self.every(PARTITION_INTERVAL.total_seconds(), self.upkeep)

@@ -224,6 +224,12 @@ def prune(args: argparse.Namespace) -> int:
     cutoff = retention.Cutoff(args.older_than, args.status, args.queue, args.batch_size)
     with connect(resolve_dsn(args.dsn)) as conn:
         report = retention.prune(conn, _schema(args), cutoff)
+    if report.partitions:
+        days = ", ".join(name for name, _ in report.partitions)
+        rows = sum(estimate for _, estimate in report.partitions)
+        count = len(report.partitions)
+        print(f"dropped {count} day{'s' if count > 1 else ''} of history ({days}, about "
+              f"{rows:,} jobs)", file=sys.stderr)  # fmt: skip
     ticks = f" and {report.ticks_deleted:,} periodic ticks" if cutoff.whole_history else ""
     print(
         f"deleted {report.deleted:,} finished jobs{ticks} older than {args.older_than} "

@@ -79,6 +79,7 @@ RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'  -- the bounds it writes and the times it reports, whatever the session's
 AS $$
 DECLARE
     parent constant regclass := '{schema}.job_history'::regclass;

@@ -34,6 +34,31 @@ def test_prune_deletes_old_history_of_one_status_and_queue_and_says_how_much(
     assert count(conn, schema, "job_history") == 5
 
 
+def test_prune_drops_a_whole_day_of_history_and_says_so(
+    dsn: str, schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    from psycopg import sql
+
+    s = sql.Identifier(schema)
+    # A partition of days gone by, as the workers' upkeep made them then.
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {s}.job_history_old (LIKE {s}.job_history INCLUDING DEFAULTS"
+            " INCLUDING CONSTRAINTS); ALTER TABLE {s}.job_history_old ADD PRIMARY KEY (id);"
+            " ALTER TABLE {s}.job_history ATTACH PARTITION {s}.job_history_old FOR VALUES"
+            " FROM (now() - interval '4 days') TO (now() - interval '2 days')"
+        ).format(s=s)
+    )
+    conn.commit()
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    add_history(conn, schema, 9, age=timedelta(days=3), queue="mail", now=now)
+    result = run_pgqueue("prune", "--dsn", dsn, "--schema", schema, "--older-than", "1d")
+    assert result.returncode == 0, result.stderr
+    assert "dropped 1 day of history (job_history_old, about" in result.stderr
+    assert "deleted 0 finished jobs" in result.stderr
+    assert count(conn, schema, "job_history") == 0
+
+
 def test_prune_refuses_a_bad_age_or_status_with_a_usage_error(dsn: str) -> None:
     bad_age = run_pgqueue("prune", "--dsn", dsn, "--older-than", "a week")
     assert_usage_error(bad_age, "argument --older-than", "'a week' is not a duration")

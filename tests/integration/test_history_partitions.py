@@ -28,7 +28,8 @@ def _today() -> datetime:
 
 
 def _partitions(conn: psycopg.Connection[Any], schema: str) -> dict[str, str]:
-    """Each partition of job_history with its bound."""
+    """Each partition of job_history with its bound, written in UTC."""
+    conn.execute("SET TimeZone = 'UTC'")
     rows = conn.execute(
         "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits AS i"
         " JOIN pg_class AS c ON c.oid = i.inhrelid"
