@@ -177,3 +177,27 @@ def test_a_job_committed_as_the_worker_goes_back_to_waiting_runs_without_a_poll(
     # Some probes committed after the claim that followed the widening: the claim made once
     # their transaction ended is what found them.
     assert interest.settlements > 0, interest.settlements
+
+
+def test_a_worker_presumed_dead_and_revived_asks_for_its_wake_ups_again(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    # Its wake_listeners rows go with its worker row; the heartbeat puts the row back and
+    # the worker writes its rows again, or enqueues would never wake it.
+    ran = threading.Event()
+    t = queue.task(name="t")(lambda: ran.set())
+    worker = Worker(queue, dsn=dsn, poll_interval=60, heartbeat_interval=0.2, lease_timeout=1)
+    s = sql.Identifier(schema)
+    with worker_in_thread(worker, force=True), psycopg.connect(dsn, autocommit=True) as watch:
+
+        def rows() -> int:
+            found = watch.execute(sql.SQL("SELECT count(*) FROM {}.wake_listeners").format(s))
+            return int((found.fetchone() or (0,))[0])
+
+        wait_until(lambda: rows() == 1, what="the worker's row")
+        watch.execute(sql.SQL("DELETE FROM {}.workers").format(s))  # as the rescuer does
+        assert rows() == 0
+        wait_until(lambda: rows() == 1, what="the revived worker's row")
+        queue.enqueue(t.job())
+        # The next poll is a minute away: only a wake-up starts it in time.
+        assert ran.wait(20)
