@@ -8,7 +8,9 @@
 -- are then made step by step by history_partitions_step(), which every worker calls
 -- (pgqueue/partitions.py), each step its own short transaction:
 --   1. the old rows are sealed: a CHECK (finished_at < the day after tomorrow) NOT VALID,
---      which only takes the table's lock for an instant;
+--      which only takes the table's lock for an instant (and if the next steps have not
+--      succeeded by the day before that bound, the seal is dropped and made again further
+--      on, so that no row is ever refused);
 --   2. the check is validated, a scan that blocks no reader and no writer;
 --   3. the old table is moved from DEFAULT to the range below that day (the valid check
 --      spares the scan), and an empty default takes its place;
@@ -126,6 +128,13 @@ BEGIN
                            'job_history_legacy_sealed CHECK (finished_at < %L) NOT VALID',
                            sealed_until);
             RETURN format('sealed the existing history below %s', sealed_until);
+        END IF;
+        IF sealed_until < now() + interval '1 day' THEN
+            -- The steps after the seal have failed for a day (a lock never had in time): rows
+            -- past the bound would soon be refused. Seal again, further on.
+            ALTER TABLE {schema}.job_history_legacy DROP CONSTRAINT job_history_legacy_sealed;
+            RETURN format('the seal below %s was about to pass: dropped, to seal again',
+                          sealed_until);
         END IF;
         IF NOT sealed_valid THEN
             ALTER TABLE {schema}.job_history_legacy VALIDATE CONSTRAINT job_history_legacy_sealed;

@@ -318,3 +318,35 @@ def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     for child in node.get("Plans", []):
         found += _plan_nodes(child)
     return found
+
+
+def test_a_seal_about_to_pass_unfinished_is_made_again_further_on(
+    dsn: str, old_schema: str
+) -> None:
+    # The old table sealed long ago, and the steps after it never succeeded: rows finishing
+    # past the bound would be refused. The upkeep drops that seal and seals again.
+    schema = old_schema
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        old = _old_history(conn, schema, 5)
+    with psycopg.connect(dsn) as conn:
+        apply(conn, schema)
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        soon = datetime.now(timezone.utc) + timedelta(hours=2)
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {}.job_history_legacy ADD CONSTRAINT job_history_legacy_sealed"
+                " CHECK (finished_at < {}) NOT VALID"
+            ).format(s, sql.Literal(soon))
+        )
+    steps = _upkeep(dsn, schema)
+    assert "was about to pass: dropped, to seal again" in steps[0], steps
+    sealed = _today() + timedelta(days=2)
+    assert steps[1:4] == [
+        f"sealed the existing history below {sealed:%Y-%m-%d} 00:00:00+00",
+        "checked the existing history",
+        f"the existing history is the partition below {sealed:%Y-%m-%d} 00:00:00+00",
+    ]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert set(_where(conn, schema)) == set(old)
