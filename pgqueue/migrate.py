@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from psycopg.pq import TransactionStatus
 
-from pgqueue.partitions import AHEAD_DAYS, LOCK_MS, MAX_STEPS
+from pgqueue import partitions
 from pgqueue.queries import Migration, migrations
-from pgqueue.store.history import partitions_step_plan
 from pgqueue.store.migrations import GRANTS, apply_plan, grant_sql, pending
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
@@ -30,9 +29,7 @@ def apply(conn: SyncConn, schema: str) -> list[Migration]:
     with conn.transaction():
         applied = run(conn, apply_plan(schema), together=False)
     if _own_transactions(conn):
-        for _ in range(MAX_STEPS):
-            if run(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)) is None:
-                break
+        partitions.upkeep(conn, schema)
     return applied
 
 
@@ -41,9 +38,7 @@ async def apply_async(conn: AsyncConn, schema: str) -> list[Migration]:
     async with conn.transaction():
         applied = await run_async(conn, apply_plan(schema), together=False)
     if _own_transactions(conn):
-        for _ in range(MAX_STEPS):
-            if await run_async(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)) is None:
-                break
+        await partitions.upkeep_async(conn, schema)
     return applied
 
 

@@ -22,13 +22,39 @@ from datetime import timedelta
 from pgqueue.link import connect
 from pgqueue.service import Loop
 from pgqueue.store.history import partitions_step_plan
-from pgqueue.store.plan import run_async
+from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
 log = logging.getLogger("pgqueue.retention")
 AHEAD_DAYS = 3
 LOCK_MS = 500
 PARTITION_INTERVAL = timedelta(hours=1)
 MAX_STEPS = 4 + AHEAD_DAYS  # the upgrade's steps and a partition a day, with room to spare
+
+
+def upkeep(conn: SyncConn, schema: str) -> list[str]:
+    """Run upkeep steps on `conn` (autocommit, each step its own transaction) until none is
+    left to do; what they did."""
+    done: list[str] = []
+    for _ in range(MAX_STEPS):
+        step = run(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS), together=False)
+        if step is None:
+            break
+        log.info("history partitions: %s", step)
+        done.append(step)
+    return done
+
+
+async def upkeep_async(conn: AsyncConn, schema: str) -> list[str]:
+    """`upkeep` on an async connection."""
+    done: list[str] = []
+    for _ in range(MAX_STEPS):
+        plan = partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)
+        step = await run_async(conn, plan, together=False)
+        if step is None:
+            break
+        log.info("history partitions: %s", step)
+        done.append(step)
+    return done
 
 
 class HistoryPartitions(Loop):
@@ -38,26 +64,14 @@ class HistoryPartitions(Loop):
         self.dsn = dsn
         self.schema = schema
         self.prepare = prepare
-        self.rounds = 0
-        self.steps: list[str] = []  # what the steps did, oldest first
 
     async def upkeep(self) -> list[str]:
         """One round, on a connection of its own for the round; what its steps did."""
         conn = await connect(self.dsn, prepare=self.prepare, name="pgqueue:partitions")
-        done: list[str] = []
         try:
-            for _ in range(MAX_STEPS):
-                plan = partitions_step_plan(self.schema, AHEAD_DAYS, LOCK_MS)
-                step = await run_async(conn, plan, together=False)
-                if step is None:
-                    break
-                log.info("history partitions: %s", step)
-                done.append(step)
+            return await upkeep_async(conn, self.schema)
         finally:
             await conn.close()
-        self.rounds += 1
-        self.steps += done
-        return done
 
     async def loop(self) -> None:
         """A round at start, then one every PARTITION_INTERVAL (± 50%)."""
