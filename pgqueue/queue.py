@@ -519,7 +519,8 @@ class Queue(_Base):
                 return jobs_store.copy_in(c, batch, self.schema, self.settings.max_payload_bytes)
             own = conn is None and self._borrow is None
             statement, params = self._insert(batch, alone=own or _alone(c))
-            return jobs_store.enqueued(c.execute(statement, params).fetchall())
+            with psycopg.Cursor(c) as cur:  # see pgqueue.store.plan.run
+                return jobs_store.enqueued(cur.execute(statement, params).fetchall())
 
     def list_jobs(self, *, conn: Conn | None = None, **filters: Any) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
@@ -752,7 +753,8 @@ class AsyncQueue(_Base):
                 return await jobs_store.copy_in_async(c, batch, self.schema, limit)
             own = conn is None and self._borrow is None
             statement, params = self._insert(batch, alone=own or _alone(c))
-            return jobs_store.enqueued(await (await c.execute(statement, params)).fetchall())
+            async with psycopg.AsyncCursor(c) as cur:  # see pgqueue.store.plan.run
+                return jobs_store.enqueued(await (await cur.execute(statement, params)).fetchall())
 
     async def list_jobs(self, *, conn: AsyncConn | None = None, **filters: Any) -> JobPage:
         async with self._connection(conn) as c:

@@ -71,9 +71,10 @@ def insert(
     alone: bool = False,
 ) -> Step:
     """The job_insert statement and its parameters for a batch of validated jobs; for one
-    job that is its transaction's only statement (`alone`), job_insert_one, which has no
-    wake-ups of earlier statements to fold its own with. Either returns one row per job, its
-    id, in the order given (see `enqueued`).
+    job, a single-row insert: job_insert_one when it is its transaction's only statement
+    (`alone`), which has no wake-ups of other statements to fold its own with, else
+    job_insert_single, which folds them in a function. Each returns one row per job, its id,
+    in the order given (see `enqueued`).
 
     Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
     larger than max_payload_bytes; nothing is stored.
@@ -81,22 +82,22 @@ def insert(
     for job in jobs:
         if job.atomic and job.options.concurrency_key is not None:
             refuse_keyed_atomic(job.task, job.options.concurrency_key)
-    if alone and len(jobs) == 1:
-        return _insert_one(jobs[0], schema, max_payload_bytes)
+    if len(jobs) == 1:
+        return _insert_one(jobs[0], schema, max_payload_bytes, alone=alone)
     rows = encode_rows([j.as_row() for j in jobs])
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
     return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
 
 
-def _insert_one(job: NewJob, schema: str, max_payload_bytes: int | None) -> Step:
-    """job_insert_one for a single job: typed parameters, no JSON batch to unpack."""
+def _insert_one(job: NewJob, schema: str, max_payload_bytes: int | None, *, alone: bool) -> Step:
+    """A single job's insert: typed parameters, no JSON batch to unpack."""
     params = job.as_row()
     params["args"] = args = encode_args(job)
     if max_payload_bytes is not None and len(args) > max_payload_bytes:
         _refuse_huge([job], max_payload_bytes)
     params["now"] = None
-    return statement("job_insert_one", schema), params
+    return statement("job_insert_one" if alone else "job_insert_single", schema), params
 
 
 def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:

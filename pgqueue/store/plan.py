@@ -39,8 +39,12 @@ def _own_transaction(
 
 def run(conn: SyncConn, plan: Plan[T], *, together: bool = True) -> T:
     """Drive `plan` on `conn`; `together=False` for a plan whose statements each stand alone
-    (then an autocommit connection pays no BEGIN and COMMIT)."""
-    with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
+    (then an autocommit connection pays no BEGIN and COMMIT).
+
+    The cursor is psycopg's own, whatever cursor class the connection makes: a framework's
+    connection (Django's makes client-side binding cursors) then runs pgqueue's statements
+    as pgqueue's own connections do, and prepares them where the connection allows it."""
+    with _own_transaction(conn, together), psycopg.Cursor(conn, row_factory=tuple_row) as cur:
         tolerate(cur)  # a record holding what Python cannot represent still reads
         try:
             step = next(plan)
@@ -53,7 +57,10 @@ def run(conn: SyncConn, plan: Plan[T], *, together: bool = True) -> T:
 
 async def run_async(conn: AsyncConn, plan: Plan[T], *, together: bool = True) -> T:
     """`run` on an async connection."""
-    async with _own_transaction(conn, together), conn.cursor(row_factory=tuple_row) as cur:
+    async with (
+        _own_transaction(conn, together),
+        psycopg.AsyncCursor(conn, row_factory=tuple_row) as cur,
+    ):
         tolerate(cur)
         try:
             step = next(plan)

@@ -87,17 +87,18 @@ def test_enqueue_without_connection_commits_on_its_own(queue: Queue, dsn: str) -
 
 
 def test_enqueue_many_returns_ids_in_order_in_one_statement(
-    queue: Queue, conn: psycopg.Connection[Any]
+    queue: Queue, conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = queue.task(name="t")(lambda i: None)
     executed: list[str] = []
+    execute = psycopg.Cursor.execute
 
-    class Counting(psycopg.Cursor[Any]):
-        def execute(self, *args: Any, **kwargs: Any) -> Any:
-            executed.append("x")
-            return super().execute(*args, **kwargs)
+    def counting(self: psycopg.Cursor[Any], *args: Any, **kwargs: Any) -> Any:
+        executed.append("x")
+        return execute(self, *args, **kwargs)
 
-    conn.cursor_factory = Counting
+    # pgqueue runs its statements on psycopg's own cursor, whatever the connection's factory.
+    monkeypatch.setattr(psycopg.Cursor, "execute", counting)
     n = COPY_MIN_JOBS - 1  # from COPY_MIN_JOBS on, a batch takes COPY (test_bulk.py)
     ids = queue.enqueue_many([t.job(i) for i in range(n)], conn=conn)
     conn.commit()
@@ -139,6 +140,22 @@ def test_enqueue_sends_one_notification_per_transaction_per_queue(queue: Queue, 
     # later statement that goes lower (more urgent) sends one more.
     assert [p.split()[0] for p in payloads] == ["default", "other", "third", "third"]
     assert f"third 0 {first}" in payloads and f"third -1 {urgent}" in payloads
+
+
+def test_a_connection_that_makes_client_side_cursors_still_prepares_where_it_may(
+    queue: Queue, dsn: str
+) -> None:
+    # Django's connection makes client-side binding cursors and, by default, prepares nothing.
+    t = queue.task(name="t")(lambda i: None)
+    prepared = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%wake_once%'"
+    for threshold, expected in ((0, 1), (None, 0)):
+        with psycopg.connect(
+            dsn, cursor_factory=psycopg.ClientCursor, prepare_threshold=threshold
+        ) as conn:
+            ids = [queue.enqueue(t.job(i), conn=conn) for i in range(3)]
+            conn.commit()
+            assert conn.execute(prepared).fetchone() == (expected,), threshold
+            assert [j.id for j in enqueued_jobs(conn, queue)][-3:] == ids
 
 
 def test_enqueue_options_are_stored(queue: Queue, conn: psycopg.Connection[Any]) -> None:
