@@ -171,6 +171,7 @@ class Executor:
                 connection,
                 cancel,
                 progress,
+                job.worker_id,
             )
         if isinstance(job.args, Unreadable):
             raise InvalidArgumentsError(f"its stored arguments cannot be read: {job.args.reason}")
@@ -383,6 +384,8 @@ def _error_record(job: ClaimedJob, exc: BaseException, kind: str = "error") -> d
         "attempt": job.attempt,
         "at": datetime.now(timezone.utc).isoformat(),
         "kind": kind,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "worker": job.worker_id,
         "error": describe(exc),
         "traceback": _traceback(exc),
     }

@@ -470,7 +470,9 @@ class Job(BaseModel):
     finished_at: datetime | None = Field(description="when it succeeded, failed or was cancelled")
     worker_id: int | None = Field(description="the worker running it, or that ran it last")
     errors: list[dict[str, Any]] = Field(
-        description='each failed attempt: {"attempt", "at", "kind", "error", "traceback"}'
+        description='each failed attempt: {"attempt", "at", "kind", "error", "traceback"}, '
+        'and the exception\'s "type" (module.qualname) and the "worker" id when the handler '
+        "raised"
     )
     result: Any = Field(default=None, description="the handler's return value (JSON), if any")
     dedupe_key: str | None = Field(default=None, description="the dedupe key it was enqueued with")

@@ -77,6 +77,8 @@ class JobContext:
     Writes made on it commit together with the job's completion, or not at all."""
     cancel: CancelSignal | None = None
     progress: Progress | None = None
+    worker_id: int | None = None
+    """The worker running this attempt (its row in `pgqueue workers`)."""
 
     def set_progress(self, fraction: float | None = None, message: str = "", **meta: Any) -> None:
         """Report how far the job has come (`fraction`, 0.0 to 1.0), what it is doing, and
@@ -405,6 +407,10 @@ class Registry:
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task[Any]] = {}
+        self.fallback: Callable[[str], Task[Any] | None] | None = None
+        """Asked for a name no task is registered under: how an integration whose tasks are
+        registered elsewhere (pgqueue.contrib.django's django.tasks backend) hands the worker
+        the task, or None. What it returns is kept, so it is asked once per name."""
 
     def add(self, task: Task[Any]) -> None:
         if task.name in self._tasks:
@@ -417,6 +423,10 @@ class Registry:
         try:
             return self._tasks[name]
         except KeyError:
+            found = self.fallback(name) if self.fallback is not None else None
+            if found is not None:
+                self._tasks.setdefault(name, found)
+                return self._tasks[name]
             known = ", ".join(sorted(self._tasks)) or "none"
             raise UnknownTaskError(
                 f"no task is registered under {name!r} (registered: {known})"
