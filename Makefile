@@ -4,12 +4,30 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint check clean
+.PHONY: demo test test-django lint check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,embedded,bench,cli]'
 	touch $@
+
+# django.tasks needs Django 6, which needs Python 3.12 or newer: its tests get a venv of
+# their own, on the newest such Python found (PATH, then pyenv's versions).
+DJANGO_VENV ?= .venv-django
+
+$(DJANGO_VENV)/.installed: pyproject.toml
+	@py=""; for p in python3.14 python3.13 python3.12 $$(ls -d $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+		if $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$p; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then echo "no Python 3.12 or newer: Django 6 cannot be installed"; exit 1; fi; \
+	echo "$(DJANGO_VENV): $$($$py --version)"; \
+	$$py -m venv $(DJANGO_VENV) && \
+	$(DJANGO_VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev,embedded]' 'django>=6'
+	touch $@
+
+# The Django integration's tests on Django 6, the django.tasks backend's among them.
+test-django: $(DJANGO_VENV)/.installed
+	$(DJANGO_VENV)/bin/pytest -q tests/integration/test_django.py tests/integration/test_django_tasks.py
 
 demo: $(VENV)/.installed
 	$(BIN)/pgqueue demo
@@ -25,4 +43,4 @@ test: lint
 check: test
 
 clean:
-	rm -rf $(VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DJANGO_VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache

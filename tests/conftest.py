@@ -83,6 +83,13 @@ def schema(dsn: str) -> Iterator[str]:
 def own_database(dsn: str) -> Iterator[str]:
     """The DSN of a database made for this test alone, for tests that terminate sessions
     (their reach is one database, and the server may be shared with other work)."""
+    with database_of_its_own(dsn) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def database_of_its_own(dsn: str) -> Iterator[str]:
+    """A new database on the server of `dsn`, dropped afterwards; yields its DSN."""
     name = f"pgq_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))

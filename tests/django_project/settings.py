@@ -22,3 +22,8 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PGQUEUE = {"QUEUE": "shop.jobs:queue"}
+# django.tasks (Django 6): two backends, the second retrying once.
+TASKS = {
+    "default": {"BACKEND": "pgqueue.contrib.django.Backend", "QUEUES": ["default", "mail"]},
+    "retrying": {"BACKEND": "pgqueue.contrib.django.Backend", "OPTIONS": {"MAX_ATTEMPTS": 2}},
+}

@@ -5,6 +5,11 @@
     PGQUEUE = {"QUEUE": "shop.jobs:queue"}          # the Queue your tasks are registered on
     # optional: "DATABASE": "default", the alias of a PostgreSQL database on psycopg 3
 
+With Django 6, `pgqueue.contrib.django.Backend` is a `django.tasks` backend
+(pgqueue/contrib/django/tasks.py):
+
+    TASKS = {"default": {"BACKEND": "pgqueue.contrib.django.Backend"}}
+
 `manage.py migrate` applies pgqueue's migrations (this app's migration runs them), or
 `manage.py pgqueue_migrate` does; `manage.py pgqueue_worker [worker options]` runs
 `pgqueue worker` on the same database. The core never imports Django: this package is
@@ -89,3 +94,12 @@ def dsn() -> str:
     options = params.get("OPTIONS") or {}
     given |= {k: v for k, v in options.items() if isinstance(v, (str, int)) and k != "pool"}
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in given.items() if v})
+
+
+def __getattr__(name: str) -> Any:
+    # The django.tasks backend needs Django 6: imported only when a project names it.
+    if name == "Backend":
+        from pgqueue.contrib.django.tasks import Backend
+
+        return Backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,165 @@
+"""pgqueue.contrib.django.Backend, the django.tasks backend, in a real Django 6 project
+(tests/django_project) with real worker processes: the cases Django's own backend tests
+exercise (results, errors and tracebacks, async tasks, context, priority, run_after, the
+signals), the result API through each status, and the job joining the caller's atomic()
+block. tests/django_project/tasks_scenarios.py drives it; this judges what it saw."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, database_of_its_own, run_python
+
+pytest.importorskip(
+    "django.tasks",
+    reason="django.tasks needs Django 6, which needs Python 3.12: .ci/run runs this file "
+    "in .venv-django (make test-django)",
+)
+
+PROJECT = ROOT / "tests" / "django_project"
+
+
+@pytest.fixture(scope="module")
+def seen(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One run of the scenarios, on a database of their own, judged by each test here."""
+    with database_of_its_own(dsn) as database:
+        env = {
+            "DJANGO_TEST_DSN": database,
+            "PYTHONPATH": f"{ROOT}:{PROJECT}",
+            "SIGNAL_LOG": str(tmp_path_factory.mktemp("signals") / "signals.jsonl"),
+        }
+        migrated = run_python("manage.py", "migrate", "--noinput", cwd=PROJECT, env=env)
+        assert migrated.returncode == 0, migrated.stderr
+        ran = run_python("tasks_scenarios.py", cwd=PROJECT, env=env, timeout=300)
+        assert ran.returncode == 0, ran.stderr
+        yield dict(json.loads(ran.stdout))
+
+
+def test_the_job_is_the_atomic_blocks(seen: dict[str, Any]) -> None:
+    assert seen["inside_block"] == "READY"  # read back on the same connection
+    assert seen["rolled_back_missing"] is True
+    assert seen["savepoint_missing"] is True
+    assert seen["outer_status"] == "READY"
+    # Committed once, run once: only the committed orders were marked.
+    assert seen["after_burst"]["committed"] == "SUCCESSFUL"
+    assert seen["after_burst"]["outer"] == "SUCCESSFUL"
+    assert seen["after_burst"]["orders_sent"] == ["jam", "tea"]
+
+
+def test_bad_input_is_refused_and_nothing_is_stored(seen: dict[str, Any]) -> None:
+    refused = seen["refused"]
+    assert refused["non_json"].startswith("TypeError: Unsupported type")  # Django's own check
+    assert refused["wrong_type"].startswith("InvalidArgumentsError:")  # annotated: int
+    assert "valid integer" in refused["wrong_type"]
+    assert refused["too_many"].startswith("InvalidArgumentsError:")
+    assert "too many positional arguments" in refused["too_many"]
+    assert refused["unknown_queue"] == ("InvalidTask: Queue 'nowhere' is not valid for backend.")
+    assert refused["priority"].startswith("InvalidTask: priority must be a whole number")
+    assert refused["naive_run_after"] == "InvalidTask: run_after must be an aware datetime."
+    assert seen["missing"] == {
+        "not_a_number": True,
+        "no_such_job": True,
+        "a_plain_pgqueue_job": True,
+    }
+    assert seen["result_api_mismatch"].startswith("TaskResultMismatch: Task does not match")
+
+
+def test_a_job_naming_anything_else_fails_and_runs_nothing(seen: dict[str, Any]) -> None:
+    # Outside the installed apps nothing is imported; inside, only a pgqueue-backed @task runs.
+    for name in ("os.system", "shop.models.Order", "shop.tasks.no_such_task"):
+        status, error = seen["strangers"][name]
+        assert status == "failed", name
+        assert error.startswith(f"UnknownTaskError: no task is registered under {name!r}")
+
+
+def test_priority_and_run_after(seen: dict[str, Any]) -> None:
+    assert seen["higher_priority_started_first"] is True
+    meaning = seen["cases"]["meaning"]
+    assert (meaning["queue_name"], meaning["priority"]) == ("mail", 10)
+    # Due in an hour: still waiting when the worker stopped, with its run_after intact.
+    assert seen["deferred"] == {"status": "READY", "run_after_kept": True}
+
+
+def test_the_result_api_reports_each_status(seen: dict[str, Any]) -> None:
+    assert seen["ready_before_worker"] == "READY"
+    assert seen["aget_result"] == "READY"
+    assert seen["running"] == {
+        "status": "RUNNING",
+        "started": True,
+        "attempts": 1,
+        "return_value_error": "Task has not finished yet",
+    }
+    gated = seen["gated"]
+    assert gated["status"] == "SUCCESSFUL"
+    assert gated["return_value"].endswith("/open")
+    assert gated["times_in_order"] is True
+    assert seen["worker_exit"] == 0
+
+
+def test_results_errors_and_tracebacks(seen: dict[str, Any]) -> None:
+    cases = seen["cases"]
+    noop = cases["noop"]
+    assert (noop["status"], noop["args"], noop["kwargs"]) == ("SUCCESSFUL", [1], {"two": 3})
+    assert noop["return_value"] is None and noop["attempts"] == 1 and noop["times_in_order"]
+    assert cases["noop_async"]["status"] == "SUCCESSFUL"
+    assert cases["meaning"]["return_value"] == 42
+    assert seen["task_id_matches"] is True
+    assert cases["context"]["return_value"] == 1
+
+    for name, kind, message in [
+        ("value_error", "builtins.ValueError", "This task failed due to ValueError"),
+        ("system_exit", "builtins.SystemExit", "This task failed due to SystemExit"),
+    ]:
+        case = cases[name]
+        assert case["status"] == "FAILED", name
+        assert case["return_value_error"] == "Task failed"
+        assert case["errors"] == [kind]
+        assert case["tracebacks"][0].endswith(f"{kind.split('.')[1]}: {message}\n")
+        assert case["times_in_order"] is True
+    complex_exception = cases["complex_exception"]
+    assert complex_exception["errors"] == ["builtins.ValueError"]
+    assert 'ValueError(ValueError("This task failed"))' in complex_exception["tracebacks"][0]
+    unstorable = cases["complex_return_value"]
+    assert unstorable["status"] == "FAILED"
+    assert unstorable["errors"] == ["builtins.TypeError"]
+    assert "Unsupported type" in unstorable["tracebacks"][0]
+
+    retried = cases["fails_once"]  # a backend with MAX_ATTEMPTS 2
+    assert retried["status"] == "SUCCESSFUL"
+    assert retried["return_value"] == 2
+    assert retried["attempts"] == 2
+    assert retried["errors"] == ["builtins.RuntimeError"]
+
+
+def test_signals_in_the_enqueuing_process_and_the_worker(seen: dict[str, Any]) -> None:
+    signals = seen["signals"]
+    assert seen["signal_sender"] == ["Backend"]
+    assert signals["meaning"] == [
+        ["task_enqueued", "READY", 0, []],
+        ["task_started", "RUNNING", 1, []],
+        ["task_finished", "SUCCESSFUL", 1, []],
+    ]
+    assert signals["value_error"] == [
+        ["task_enqueued", "READY", 0, []],
+        ["task_started", "RUNNING", 1, []],
+        ["task_finished", "FAILED", 1, ["builtins.ValueError"]],
+    ]
+    # An attempt that will be retried finishes READY; the next one starts afresh.
+    assert signals["fails_once"] == [
+        ["task_enqueued", "READY", 0, []],
+        ["task_started", "RUNNING", 1, []],
+        ["task_finished", "READY", 1, ["builtins.RuntimeError"]],
+        ["task_started", "RUNNING", 2, []],
+        ["task_finished", "SUCCESSFUL", 2, []],
+    ]
+    assert signals["complex_return_value"][-1] == [
+        "task_finished",
+        "FAILED",
+        1,
+        ["builtins.TypeError"],
+    ]
+    assert signals["noop_async"][-1] == ["task_finished", "SUCCESSFUL", 1, []]
