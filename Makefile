@@ -25,16 +25,20 @@ $(DJANGO_VENV)/.installed: pyproject.toml
 	$(DJANGO_VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev,embedded]' 'django>=6'
 	touch $@
 
-# The Django integration's tests on Django 6, the django.tasks backend's among them.
+# The Django integration's tests on Django 6, the django.tasks backend's and its example's
+# among them.
+DJANGO_TESTS := tests/integration/test_django.py tests/integration/test_django_tasks.py \
+	tests/acceptance/test_integration_examples.py
+
 test-django: $(DJANGO_VENV)/.installed
-	$(DJANGO_VENV)/bin/pytest -q tests/integration/test_django.py tests/integration/test_django_tasks.py
+	$(DJANGO_VENV)/bin/pytest -q $(DJANGO_TESTS)
 
 demo: $(VENV)/.installed
 	$(BIN)/pgqueue demo
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check pgqueue tests bench
-	$(BIN)/ruff format --check pgqueue tests bench
+	$(BIN)/ruff check pgqueue tests bench examples
+	$(BIN)/ruff format --check pgqueue tests bench examples
 	$(BIN)/mypy
 
 test: lint

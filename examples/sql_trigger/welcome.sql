@@ -1,0 +1,16 @@
+-- A welcome mail for each new user, enqueued by a trigger in the inserting transaction:
+-- the job commits with the user's row, or goes with its rollback, whatever inserts the row.
+CREATE TABLE IF NOT EXISTS users (id bigserial PRIMARY KEY, email text NOT NULL);
+
+CREATE OR REPLACE FUNCTION enqueue_welcome_mail() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pgqueue.enqueue('app.send_welcome',
+                            jsonb_build_object('user_id', NEW.id, 'email', NEW.email),
+                            queue => 'mail');
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE TRIGGER users_welcome_mail AFTER INSERT ON users
+    FOR EACH ROW EXECUTE FUNCTION enqueue_welcome_mail();

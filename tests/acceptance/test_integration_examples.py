@@ -1,0 +1,71 @@
+"""The examples of each integration (examples/sqlalchemy_orders, examples/sql_trigger,
+examples/django_shop), run as a user runs them: one command, on the embedded PostgreSQL they
+start when no DATABASE_URL is set, each in a copy of its folder so that its data folder is
+the test's. Each spawns a real worker process."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_python
+
+EXAMPLES = ROOT / "examples"
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(EXAMPLES / name, folder, ignore=shutil.ignore_patterns(".pgqueue"))
+    return folder
+
+
+def _run(folder: Path, script: str) -> str:
+    ran = run_python(script, cwd=folder, env={"PYTHONPATH": f"{ROOT}:{folder}"}, timeout=240)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    out: str = ran.stdout
+    return out
+
+
+def test_sqlalchemy_orders_ship_what_committed(tmp_path: Path) -> None:
+    pytest.importorskip("sqlalchemy", reason="pip install 'pgqueue[sqlalchemy]'")
+    out = _run(_copy("sqlalchemy_orders", tmp_path), "orders.py")
+    # cake rolled back with its job; bun's savepoint rolled back inside jam's transaction.
+    assert out.splitlines() == ["order tea: shipped", "order jam: shipped"]
+
+
+def test_the_readme_trigger_enqueues_a_welcome_mail_per_committed_user(tmp_path: Path) -> None:
+    folder = _copy("sql_trigger", tmp_path)
+    out = _run(folder, "welcome.py")
+    lines = out.splitlines()
+    assert [line.split()[2].rstrip(":") for line in lines] == [
+        "ada@example.com",
+        "cy@example.com",
+        "dee@example.com",
+        "eve@example.com",
+    ]
+    assert all(", 'welcome mail to " in line and "succeeded" in line for line in lines), out
+    # The README shows this trigger as it is run here.
+    readme = (ROOT / "README.md").read_text()
+    assert (EXAMPLES / "sql_trigger" / "welcome.sql").read_text().strip() in readme
+
+
+def test_django_signups_get_their_welcome_through_django_tasks(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "django.tasks",
+        reason="django.tasks needs Django 6, which needs Python 3.12: .ci/run runs this "
+        "file in .venv-django (make test-django)",
+    )
+    out = _run(_copy("django_shop", tmp_path), "run.py")
+    assert out.splitlines() == [
+        "before the worker:",
+        "  ada@example.com: READY",
+        "  bob@example.com: no job (rolled back with the signup)",
+        "  cy@example.com: READY",
+        "  dee@example.com: no job (rolled back with the signup)",
+        "after the worker:",
+        "  ada@example.com: SUCCESSFUL, 'welcome mail sent to ada@example.com'",
+        "  cy@example.com: SUCCESSFUL, 'welcome mail sent to cy@example.com'",
+        "welcomed: ada@example.com, cy@example.com",
+    ]
