@@ -27,6 +27,7 @@ SUITES = {
     "memory": ("bench.memory", "a worker's RSS, idle and draining a large backlog"),
     "enqueue-scale": ("bench.enqueue_scale", "enqueue from 1-64 connections against raw INSERT"),
     "partitions": ("bench.partitions", "retention: drop a day of history against DELETE"),
+    "integrations": ("bench.integrations", "enqueue via Django and SQLAlchemy against psycopg"),
 }
 
 
