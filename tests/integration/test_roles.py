@@ -65,10 +65,14 @@ def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
             sql.SQL("SELECT {}.enqueue('t', %s::jsonb)").format(sql.Identifier(schema)),
             ['{"i": 50}'],
         )
+        conn.execute(
+            sql.SQL("SELECT * FROM {}.enqueue_many(%s::jsonb)").format(sql.Identifier(schema)),
+            ['[{"task": "t", "args": {"i": 51}}, {"task": "t", "args": {"i": 52}}]'],
+        )
         conn.commit()
     stats = drain(app, dsn=worker_dsn, concurrency=2)
-    assert stats.claimed == 10 + COPY_MIN_JOBS
-    assert sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7, 50, *bulk]
+    assert stats.claimed == 12 + COPY_MIN_JOBS
+    assert sorted(seen) == [-1, 0, 1, 2, 3, 4, 5, 6, 7, 50, 51, 52, *bulk]
     job = app.get_job(ids[0])  # the app reads history back under its own role
     assert job is not None and job.status == "succeeded" and job.attempt == 2
     app.close()

@@ -163,3 +163,62 @@ def test_two_transactions_enqueueing_one_key_store_one_job(
     assert got == [first]
     with psycopg.connect(dsn) as conn:
         assert count(conn, schema, "jobs") == 1
+
+
+def _enqueue_many(conn: psycopg.Connection[Any], schema: str, jobs: str) -> list[int]:
+    rows = conn.execute(
+        sql.SQL("SELECT * FROM {}.enqueue_many(%s::jsonb)").format(sql.Identifier(schema)), [jobs]
+    ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def test_enqueue_many_stores_each_job_as_enqueue_does_in_the_order_given(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    jobs = """[
+        {"task": "noop"},
+        {"task": "sleepy", "args": {"seconds": 0}, "priority": -5, "max_attempts": 3,
+         "tags": ["from-sql", "bulk"]},
+        {"task": "noop", "queue": "default", "run_at": "2030-01-01T00:00:00Z"},
+        {"task": "noop", "dedupe_key": "k", "dedupe_window": "1 hour"},
+        {"task": "noop", "dedupe_key": "k"}
+    ]"""
+    with psycopg.connect(dsn) as conn:
+        ids = _enqueue_many(conn, schema, jobs)
+        conn.rollback()  # gone with the transaction
+        assert count(conn, schema, "jobs") == 0
+        ids = _enqueue_many(conn, schema, jobs)
+        conn.commit()
+    assert ids[:4] == sorted(ids[:4]) and ids[4] == ids[3]  # the key found its own job
+    sleepy = queue.get_job(ids[1])
+    assert sleepy is not None
+    assert (sleepy.priority, sleepy.max_attempts, sleepy.tags) == (-5, 3, ["from-sql", "bulk"])
+    later = queue.get_job(ids[2])
+    assert later is not None and later.status == "scheduled"
+    drain(apps.queue, dsn=dsn, schema=schema)
+    for done in (ids[0], ids[1], ids[3]):
+        ran = queue.get_job(done)
+        assert ran is not None and ran.status == "succeeded"
+
+
+@pytest.mark.parametrize(
+    ("jobs", "says"),
+    [
+        ('{"task": "noop"}', "jobs is a JSON array of job objects"),
+        ('[{"task": "noop"}, 7]', "job 2 is a JSON number, not an object"),
+        ('[{"task": "noop", "queues": "x"}]', "job 1 has keys enqueue\\(\\) does not take: queues"),
+        ('[{"task": "noop", "priority": "high"}]', "job 1: priority must be a JSON number"),
+        ('[{"task": "noop", "priority": 1.5}]', "job 1: priority must be a whole number"),
+        ('[{"task": "noop", "tags": ["a", 1]}]', "job 1: tags must be JSON strings"),
+        ('[{"task": "noop"}, {"task": "bad name"}]', "task name 'bad name'"),
+        ('[{"task": "noop", "priority": 1000}]', "priority"),
+    ],
+)
+def test_enqueue_many_refuses_bad_input_and_stores_nothing(
+    queue: Queue, dsn: str, schema: str, jobs: str, says: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=says):
+            _enqueue_many(conn, schema, jobs)
+        conn.rollback()
+        assert count(conn, schema, "jobs") == 0
