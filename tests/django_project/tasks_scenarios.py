@@ -131,6 +131,8 @@ seen["refused"] = {
     "non_json": refused(lambda: tasks.noop_task.enqueue(datetime.now())),
     "wrong_type": refused(lambda: tasks.mark_sent.enqueue("five")),
     "too_many": refused(lambda: tasks.mark_sent.enqueue(1, 2)),
+    "nul": refused(lambda: tasks.noop_task.enqueue("a\x00b")),  # JSON, but not for jsonb
+    "nan": refused(lambda: tasks.noop_task.enqueue(float("nan"))),
     "unknown_queue": refused(lambda: tasks.noop_task.using(queue_name="nowhere").enqueue()),
     "priority": refused(lambda: tasks.noop_task.using(priority=101)),
     "naive_run_after": refused(lambda: tasks.noop_task.using(run_after=datetime.now()).enqueue()),

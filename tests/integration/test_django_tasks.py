@@ -57,6 +57,9 @@ def test_bad_input_is_refused_and_nothing_is_stored(seen: dict[str, Any]) -> Non
     assert "valid integer" in refused["wrong_type"]
     assert refused["too_many"].startswith("InvalidArgumentsError:")
     assert "too many positional arguments" in refused["too_many"]
+    assert refused["nul"].startswith("InvalidArgumentsError:")
+    assert "NUL character" in refused["nul"]
+    assert refused["nan"].startswith("InvalidArgumentsError:")
     assert refused["unknown_queue"] == ("InvalidTask: Queue 'nowhere' is not valid for backend.")
     assert refused["priority"].startswith("InvalidTask: priority must be a whole number")
     assert refused["naive_run_after"] == "InvalidTask: run_after must be an aware datetime."

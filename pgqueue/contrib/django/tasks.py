@@ -87,12 +87,15 @@ class Backend(BaseTaskBackend):
 
     def validate_task(self, task: DjangoTask) -> None:
         super().validate_task(task)
+        if task.queue_name in _queue_names:
+            return
         try:
             JobOptions(queue=task.queue_name)
         except (ValidationError, ConfigurationError) as exc:
             raise InvalidTask(
                 f"queue_name {task.queue_name!r} is not a pgqueue queue name: {exc}"
             ) from None
+        _queue_names.add(task.queue_name)
 
     def enqueue(self, task: DjangoTask, args: Any, kwargs: Any) -> TaskResult:
         """Store the job on Django's connection, inside whatever transaction it has open."""
@@ -160,6 +163,9 @@ class Backend(BaseTaskBackend):
         return _result(found, job)
 
 
+_queue_names: set[str] = set()  # those pgqueue accepts, checked once each
+
+
 def install() -> None:
     """Let the project's Queue find django.tasks tasks for its workers (idempotent)."""
     integration.queue().registry.fallback = resolve
@@ -173,6 +179,16 @@ def resolve(name: str) -> Task[Any] | None:
 
 def _allowed(name: str) -> bool:
     """Only modules of installed apps (and OPTIONS["MODULES"]) are imported for a job."""
+    allowed = _allowed_names.get(name)
+    if allowed is None:
+        allowed = _allowed_names.setdefault(name, _in_allowed_modules(name))
+    return allowed
+
+
+_allowed_names: dict[str, bool] = {}
+
+
+def _in_allowed_modules(name: str) -> bool:
     prefixes = [config.name for config in apps.get_app_configs()]
     for alias in task_backends.settings:
         backend = task_backends[alias]
@@ -383,54 +399,57 @@ def _task_error(error: dict[str, Any]) -> TaskError:
     return TaskError(exception_class_path=path, traceback=traceback)
 
 
-_models: dict[str, type[BaseModel] | None] = {}
+@dataclasses.dataclass(frozen=True)
+class _Parameters:
+    """A task function's parameters as enqueue checks them (made once per function)."""
+
+    signature: inspect.Signature  # without the context parameter
+    variadic: frozenset[str]  # *args and **kwargs: Django's JSON check is all they get
+    model: type[BaseModel] | None  # the annotated ones, None when none is
+
+
+_parameters: dict[Any, _Parameters] = {}
 
 
 def _check_annotations(task: DjangoTask, args: list[Any], kwargs: dict[str, Any]) -> None:
     """pgqueue's check beside Django's: the arguments fit the function's parameters, and
     its annotated ones take these JSON values, at enqueue rather than when the job runs."""
-    signature = inspect.signature(task.func)
-    params = list(signature.parameters.values())[1 if task.takes_context else 0 :]
+    found = _parameters.get(task.func)
+    if found is None:
+        found = _parameters.setdefault(task.func, _read_parameters(task))
     try:
-        bound = signature.replace(parameters=params).bind(*args, **kwargs)
+        bound = found.signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise InvalidArgumentsError(f"task {task.module_path!r}: {exc}") from None
-    model = _model(task, params)
-    if model is None:
+    if found.model is None:
         return
-    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    values = {
-        name: value
-        for name, value in bound.arguments.items()
-        if signature.parameters[name].kind not in variadic
-    }
+    values = {k: v for k, v in bound.arguments.items() if k not in found.variadic}
     try:
-        model.model_validate_json(json.dumps(values), strict=True)
+        found.model.model_validate_json(json.dumps(values), strict=True)
     except ValidationError as exc:
         raise InvalidArgumentsError(
             f"task {task.module_path!r}: invalid arguments: {exc}"
         ) from None
 
 
-def _model(task: DjangoTask, params: list[inspect.Parameter]) -> type[BaseModel] | None:
-    """The annotated parameters as a model (made once per function), or None if none is."""
-    name = task.module_path
-    if name in _models:
-        return _models[name]
+def _read_parameters(task: DjangoTask) -> _Parameters:
+    signature = inspect.signature(task.func)
+    params = list(signature.parameters.values())[1 if task.takes_context else 0 :]
     try:
         hints = typing.get_type_hints(task.func)
-    except Exception:
+    except Exception:  # an annotation that does not resolve checks nothing
         hints = {}
-    fields: dict[str, Any] = {}
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        default = ... if param.default is param.empty else param.default
-        fields[param.name] = (hints.get(param.name, Any), default)
+    variadic = frozenset(p.name for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    fields: dict[str, Any] = {
+        p.name: (hints.get(p.name, Any), ... if p.default is p.empty else p.default)
+        for p in params
+        if p.name not in variadic
+    }
     model = None
     if any(p.name in hints for p in params):
         model = create_model(
-            f"{name}:args", __config__=ConfigDict(arbitrary_types_allowed=True), **fields
+            f"{task.module_path}:args",
+            __config__=ConfigDict(arbitrary_types_allowed=True),
+            **fields,
         )
-    _models[name] = model
-    return model
+    return _Parameters(signature.replace(parameters=params), variadic, model)
