@@ -84,24 +84,14 @@ RETURNING j.id,
                THEN {schema}.wake(j.queue, j.priority, j.id) END;
 
 -- name: job_insert_single
--- One job inside a longer transaction: job_insert_one's row, its wake-up folded with those of
--- the transaction's other statements by wake_once() rather than by the statement itself, so
--- that the plan stays as cheap as job_insert_one's on a connection that prepares nothing
--- (Django's default, PgBouncer's usual setting).
-INSERT INTO {schema}.jobs AS j
-    (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags, status)
-VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint,
-        %(max_attempts)s::integer,
-        coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())
-                 + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-        %(atomic)s::boolean, %(concurrency_key)s::text, %(tags)s::text[],
-        CASE WHEN coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())
-                           + make_interval(secs => coalesce(%(delay)s::float8, 0)))
-                  > coalesce(%(now)s::timestamptz, now())
-             THEN 'scheduled' ELSE 'queued' END)
-RETURNING j.id,
-          CASE WHEN j.status = 'queued'
-               THEN {schema}.wake_once(j.queue, j.priority, j.id) END;
+-- One job inside a longer transaction: job_insert_one's row, stored by insert_job(), whose
+-- INSERT keeps its plan for the session even where the connection prepares nothing (Django's
+-- default, PgBouncer's usual setting), and whose wake-up is folded with those of the
+-- transaction's other statements by wake_once().
+SELECT {schema}.insert_job(%(queue)s::text, %(task)s::text, %(args)s::jsonb,
+                           %(priority)s::smallint, %(max_attempts)s::integer,
+                           %(run_at)s::timestamptz, %(delay)s::float8, %(now)s::timestamptz,
+                           %(atomic)s::boolean, %(concurrency_key)s::text, %(tags)s::text[]);
 
 -- name: job_get
 -- One job by id, from the hot table or, once finished, from history.

@@ -147,7 +147,7 @@ def test_a_connection_that_makes_client_side_cursors_still_prepares_where_it_may
 ) -> None:
     # Django's connection makes client-side binding cursors and, by default, prepares nothing.
     t = queue.task(name="t")(lambda i: None)
-    prepared = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%wake_once%'"
+    prepared = "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%insert_job%'"
     for threshold, expected in ((0, 1), (None, 0)):
         with psycopg.connect(
             dsn, cursor_factory=psycopg.ClientCursor, prepare_threshold=threshold
