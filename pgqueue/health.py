@@ -26,9 +26,11 @@ from datetime import datetime, timedelta
 import psycopg
 
 from pgqueue.errors import ConfigurationError, DatabaseError
+from pgqueue.models import OutboxStats
 from pgqueue.store import health as store
+from pgqueue.store import outbox as outbox_store
 from pgqueue.store.health import HorizonHolder, QueueStats, Report, TableHealth
-from pgqueue.store.plan import SyncConn
+from pgqueue.store.plan import SyncConn, run
 
 __all__ = [
     "HorizonHolder",
@@ -54,6 +56,7 @@ class Status(Report):
     queues: list[QueueStats]
     holders: list[HorizonHolder]
     jobs_table: TableHealth
+    outbox: OutboxStats
 
 
 class WatchdogReport(Report):
@@ -112,7 +115,19 @@ def status(conn: SyncConn, schema: str, *, now: datetime | None = None) -> Statu
         queues=queue_stats(conn, schema, now=now),
         holders=horizon_holders(conn, now=now),
         jobs_table=table_health(conn, schema),
+        outbox=outbox_stats(conn, schema),
     )
+
+
+def outbox_stats(conn: SyncConn, schema: str) -> OutboxStats:
+    """Staged messages and dead letters. Raises DatabaseError if `schema` predates the
+    outbox."""
+    try:
+        return run(conn, outbox_store.stats_plan(schema), together=False)
+    except psycopg.errors.UndefinedTable:
+        raise DatabaseError(
+            f"schema {schema!r} has no outbox yet: run `pgqueue migrate --schema {schema}`"
+        ) from None
 
 
 def terminate(

@@ -661,6 +661,50 @@ class QueuePause(BaseModel):
     reason: str
 
 
+DESTINATION = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*:.+$")
+
+
+class Message(BaseModel):
+    """A message for another system, staged with `Queue.stage_many` and published by
+    `pgqueue relay`. `destination` is "sink:target": the relay's sink by that name and
+    where in it (an exchange and routing key, a stream, a subject, a Celery task). Messages
+    with the same `key` are published in the order their transactions committed.
+    `message_id` travels in the broker's own id field, so consumers can drop a duplicate;
+    without one, the message's outbox id does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    destination: str = Field(pattern=DESTINATION.pattern, max_length=500)
+    message: Any
+    key: str | None = Field(default=None, min_length=1, max_length=500)
+    headers: dict[str, str] | None = None
+    message_id: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class OutboxStats(BaseModel):
+    """The outbox as `pgqueue status` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    staged: int
+    oldest_staged_at: datetime | None
+    dead: int
+
+
+class DeadMessage(BaseModel):
+    """A message a broker refused for good, kept with the reason until retried."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    destination: str
+    key: str | None
+    message_id: str | None
+    attempts: int
+    error: str | None
+    dead_at: datetime | None
+
+
 class JobFilter(Settings):
     """Filters of list_jobs; None means any. `concurrency_key` is the tenant (or other key) a
     job was enqueued with; `tag` one of its tags; `workflow` a workflow's id."""

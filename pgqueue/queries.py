@@ -78,6 +78,12 @@ def channel(schema: str) -> str:
     return f"{schema}_jobs"
 
 
+def outbox_channel(schema: str) -> str:
+    """The channel that tells relays a staging transaction committed (payload: its lowest
+    message id)."""
+    return f"{schema}_outbox"
+
+
 def dead_channel(schema: str) -> str:
     """The channel that hears about jobs the rescuer abandoned (payload: JSON id/task/queue)."""
     return f"{schema}_dead"
@@ -89,6 +95,7 @@ def _render(text: str, schema: str) -> sql.Composed:
         schema_name=sql.Literal(schema),
         channel=sql.Identifier(channel(schema)),
         wake_channel=sql.Literal(channel(schema)),
+        outbox_channel=sql.Literal(outbox_channel(schema)),
     )
 
 

@@ -17,9 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from pydantic import ValidationError
 
 from pgqueue import bulk, migrate
-from pgqueue.errors import ConfigurationError, ConnectionLostError, DatabaseError
+from pgqueue.errors import (
+    ConfigurationError,
+    ConnectionLostError,
+    DatabaseError,
+    InvalidArgumentsError,
+)
 from pgqueue.link import redact
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
@@ -27,12 +33,15 @@ from pgqueue.models import (
     QUEUE_NAME,
     TASK_NAME,
     Cancellation,
+    DeadMessage,
     Enqueued,
     EnqueuedWorkflow,
     Job,
     JobFilter,
     JobOptions,
     JobPage,
+    Message,
+    OutboxStats,
     QueuePause,
     QueueSettings,
     RateLimit,
@@ -47,6 +56,7 @@ from pgqueue.registry import NewJob, Registry, Task, derived_name
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
+from pgqueue.store import outbox as outbox_store
 from pgqueue.store import queues as queues_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
@@ -329,6 +339,14 @@ class _Base(abc.ABC):
             raise ConfigurationError("a pause's reason is a string of at most 1000 characters")
         return queues_store.pause_plan(self.schema, _queue_names(queues), reason)
 
+    def _stage_plan(self, messages: Iterable[Message]) -> Plan[list[int]]:
+        batch = list(messages)
+        return outbox_store.insert_plan(self.schema, batch, self.settings.max_payload_bytes)
+
+    def _retry_messages_plan(self, ids: Sequence[int] | None) -> Plan[int]:
+        checked = None if ids is None else [_message_id(i) for i in ids]
+        return outbox_store.retry_plan(self.schema, checked)
+
     def _resume_plan(self, queues: str | Sequence[str]) -> Plan[list[str]]:
         return queues_store.resume_plan(self.schema, _queue_names(queues))
 
@@ -397,6 +415,36 @@ def _job_id(value: object) -> int:
             f"job ids are whole numbers from 1 to 2**63-1 (as enqueue returns them), got {value!r}"
         )
     return value
+
+
+def _message_id(value: object) -> int:
+    """An outbox id as stage returns it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise ConfigurationError(
+            f"message ids are whole numbers from 1 to 2**63-1 (as stage returns them), got "
+            f"{value!r}"
+        )
+    return value
+
+
+def _message(
+    destination: str,
+    message: Any,
+    key: str | None,
+    headers: dict[str, str] | None,
+    message_id: str | None,
+) -> Message:
+    """stage()'s arguments as a Message, or an InvalidArgumentsError that says what is wrong."""
+    try:
+        return Message(
+            destination=destination,
+            message=message,
+            key=key,
+            headers=headers,
+            message_id=message_id,
+        )
+    except ValidationError as exc:
+        raise InvalidArgumentsError(f"a message for {destination!r}: {exc}") from None
 
 
 def _task_name(task: str | Task[Any]) -> str:
@@ -630,6 +678,45 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, plan, together=False)
 
+    def stage(
+        self,
+        destination: str,
+        message: Any,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        message_id: str | None = None,
+        conn: Conn | None = None,
+    ) -> int:
+        """Stage a message for another system, for `pgqueue relay` to publish once this
+        transaction commits (it never commits for you; a rollback drops the message).
+        Returns its outbox id. See `Message` for the parameters."""
+        staged = _message(destination, message, key, headers, message_id)
+        return self.stage_many([staged], conn=conn)[0]
+
+    def stage_many(self, messages: Iterable[Message], *, conn: Conn | None = None) -> list[int]:
+        """Stage several messages in one statement; their ids in the order given."""
+        plan = self._stage_plan(messages)
+        with self._connection(conn) as c:
+            return run(c, plan)
+
+    def outbox_stats(self, *, conn: Conn | None = None) -> OutboxStats:
+        """Staged messages, the oldest one's time, and dead letters."""
+        with self._connection(conn) as c:
+            return run(c, outbox_store.stats_plan(self.schema), together=False)
+
+    def dead_messages(self, *, limit: int = 50, conn: Conn | None = None) -> list[DeadMessage]:
+        """Messages a broker refused for good, newest first, with the reason."""
+        with self._connection(conn) as c:
+            return run(c, outbox_store.dead_plan(self.schema, limit), together=False)
+
+    def retry_messages(self, ids: Sequence[int] | None = None, *, conn: Conn | None = None) -> int:
+        """Stage dead messages again, all or those named; how many. The relay publishes
+        them next, after what it has in hand."""
+        plan = self._retry_messages_plan(ids)
+        with self._connection(conn) as c:
+            return run(c, plan)
+
     def resume_queue(self, queues: str | Sequence[str], *, conn: Conn | None = None) -> list[str]:
         """Resume paused queues; their workers are woken and claim from each one's first
         job. Returns the queues that were paused."""
@@ -837,6 +924,43 @@ class AsyncQueue(_Base):
         async with self._connection(conn) as c:
             return await run_async(c, plan, together=False)
 
+    async def stage(
+        self,
+        destination: str,
+        message: Any,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        message_id: str | None = None,
+        conn: AsyncConn | None = None,
+    ) -> int:
+        staged = _message(destination, message, key, headers, message_id)
+        return (await self.stage_many([staged], conn=conn))[0]
+
+    async def stage_many(
+        self, messages: Iterable[Message], *, conn: AsyncConn | None = None
+    ) -> list[int]:
+        plan = self._stage_plan(messages)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan)
+
+    async def outbox_stats(self, *, conn: AsyncConn | None = None) -> OutboxStats:
+        async with self._connection(conn) as c:
+            return await run_async(c, outbox_store.stats_plan(self.schema), together=False)
+
+    async def dead_messages(
+        self, *, limit: int = 50, conn: AsyncConn | None = None
+    ) -> list[DeadMessage]:
+        async with self._connection(conn) as c:
+            return await run_async(c, outbox_store.dead_plan(self.schema, limit), together=False)
+
+    async def retry_messages(
+        self, ids: Sequence[int] | None = None, *, conn: AsyncConn | None = None
+    ) -> int:
+        plan = self._retry_messages_plan(ids)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan)
+
     async def resume_queue(
         self, queues: str | Sequence[str], *, conn: AsyncConn | None = None
     ) -> list[str]:
@@ -956,7 +1080,12 @@ def _translate(exc: BaseException | None, schema: str) -> None:
     failures and deadlocks pass unchanged: callers retry those by their psycopg class."""
     if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.errors.TransactionRollback):
         return
-    if isinstance(exc, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction)):
+    missing = (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    )
+    if isinstance(exc, missing):
         option = "" if schema == "pgqueue" else f" --schema {schema}"
         raise DatabaseError(
             f"schema {schema!r} lacks pgqueue's tables or functions: run `pgqueue "

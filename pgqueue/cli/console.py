@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from rich import box
 from rich.console import Console
@@ -52,6 +52,14 @@ def print_status(console: Console, report: health.Status) -> None:
         f"{t.schema_name}.{t.table_name}: {t.n_dead_tup:,} dead rows, {t.n_live_tup:,} live; "
         f"last autovacuum {_when(t.last_autovacuum)}, last vacuum {_when(t.last_vacuum)}"
     )
+    box = report.outbox
+    if box.staged or box.dead:
+        since = box.oldest_staged_at
+        oldest = _human(datetime.now(timezone.utc) - since) if since else "-"
+        console.print(
+            f"outbox: {box.staged:,} staged (oldest {oldest}), {box.dead:,} dead "
+            "(pgqueue outbox --dead)"
+        )
     if not any(h.kind == "session" for h in report.holders):
         console.print("no session holds back the xmin horizon")
     for kind, title in (

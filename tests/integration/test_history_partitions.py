@@ -214,7 +214,8 @@ def test_an_upgrade_keeps_every_row_and_moves_the_old_table_aside_in_short_steps
             )
         )
     with psycopg.connect(dsn) as conn:  # migrations only: the worker role keeps partitions
-        assert [m.name for m in apply(conn, schema)] == ["history_partitions"]
+        applied = [m.name for m in apply(conn, schema)]
+        assert applied[0] == "history_partitions"  # and those made since
         assert set(_partitions(conn, schema)) == {"job_history_legacy"}
         conn.commit()
     try:

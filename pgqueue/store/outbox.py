@@ -1,0 +1,130 @@
+"""The outbox: messages for other systems staged in the caller's transaction, read and
+deleted by the relay once published. Runs sql/queries/outbox.sql."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pgqueue.errors import ConfigurationError, InvalidArgumentsError
+from pgqueue.models import DeadMessage, Message, OutboxStats
+from pgqueue.queries import query
+from pgqueue.store.plan import AsyncConn, Plan, fetch, fetch_one
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A staged message as the relay reads it; `message_id` is the caller's, else the
+    row's id."""
+
+    id: int
+    destination: str
+    key: str | None
+    message: object  # the JSON value, decoded
+    headers: dict[str, str] | None
+    message_id: str
+    attempts: int
+
+    @property
+    def sink(self) -> str:
+        return self.destination.partition(":")[0]
+
+    @property
+    def target(self) -> str:
+        return self.destination.partition(":")[2]
+
+
+def insert_plan(
+    schema: str, messages: Sequence[Message], max_payload_bytes: int | None
+) -> Plan[list[int]]:
+    """Stage `messages`; their ids in the order given. Raises InvalidArgumentsError, naming
+    the message, for one that PostgreSQL could not store or that is over the payload limit;
+    nothing is stored then."""
+    encoded = encode(messages, max_payload_bytes)
+    rows = yield query("outbox_insert", schema), {"messages": encoded}
+    return [int(row[0]) for row in rows]
+
+
+def encode(messages: Sequence[Message], max_payload_bytes: int | None) -> str:
+    """The messages as one JSON array for outbox_insert, each checked first."""
+    rows = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise ConfigurationError(
+                f"stage_many takes pgqueue.Message objects; item {index} is a "
+                f"{type(message).__name__}"
+            )
+        where = f"message {index} for {message.destination!r}"
+        try:
+            body = json.dumps(message.message, allow_nan=False, ensure_ascii=False)
+            body.encode("utf-8")
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
+            raise InvalidArgumentsError(
+                f"{where} is not JSON PostgreSQL can store: {exc}"
+            ) from None
+        texts = [message.key, message.message_id, *(message.headers or {}).keys()]
+        texts += (message.headers or {}).values()
+        if "\\u0000" in body or any(t is not None and "\x00" in t for t in texts):
+            raise InvalidArgumentsError(
+                f"{where} contains a NUL character (\\x00), which PostgreSQL cannot store"
+            )
+        if max_payload_bytes is not None and len(body.encode()) > max_payload_bytes:
+            raise InvalidArgumentsError(
+                f"{where} is {len(body.encode()):,} bytes of JSON, over the queue's "
+                f"max_payload_bytes of {max_payload_bytes:,}"
+            )
+        rows.append(message.model_dump())
+    return json.dumps(rows, ensure_ascii=False)
+
+
+def retry_plan(schema: str, ids: Sequence[int] | None) -> Plan[int]:
+    """Stage dead messages again (all, or `ids`); how many."""
+    rows = yield query("outbox_retry", schema), {"ids": None if ids is None else list(ids)}
+    return int(rows[0][0])
+
+
+def stats_plan(schema: str) -> Plan[OutboxStats]:
+    rows = yield query("outbox_stats", schema), {}
+    staged, oldest, dead = rows[0]
+    return OutboxStats(staged=staged, oldest_staged_at=oldest, dead=dead)
+
+
+def dead_plan(schema: str, limit: int) -> Plan[list[DeadMessage]]:
+    rows = yield query("outbox_list_dead", schema), {"limit": limit}
+    return [
+        DeadMessage(
+            id=r[0], destination=r[1], key=r[2], message_id=r[3], attempts=r[4], error=r[5],
+            dead_at=r[6],
+        )
+        for r in rows
+    ]  # fmt: skip
+
+
+class OutboxStore:
+    """What the relay runs, on its one connection (autocommit)."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    async def lead(self, conn: AsyncConn, name: str) -> bool:
+        """Whether this session is now the schema's publishing relay (a session lock)."""
+        row = await fetch_one(conn, query("outbox_lead", self.schema), {"name": name})
+        return bool(row[0])
+
+    async def read(self, conn: AsyncConn, after: int, limit: int) -> list[Staged]:
+        rows = await fetch(
+            conn, query("outbox_read", self.schema), {"after": after, "limit": limit}
+        )
+        return [Staged(*row) for row in rows]
+
+    async def delete(self, conn: AsyncConn, ids: Sequence[int]) -> None:
+        await fetch(conn, query("outbox_delete", self.schema), {"ids": list(ids)})
+
+    async def note_failure(self, conn: AsyncConn, ids: Sequence[int], error: str) -> None:
+        params = {"ids": list(ids), "error": error}
+        await fetch(conn, query("outbox_note_failure", self.schema), params)
+
+    async def kill(self, conn: AsyncConn, refused: dict[int, str]) -> None:
+        params = {"ids": list(refused), "errors": list(refused.values())}
+        await fetch(conn, query("outbox_kill", self.schema), params)
