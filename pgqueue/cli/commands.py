@@ -66,6 +66,14 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
 
 
 def load_app(spec: str) -> Queue | AsyncQueue:
+    app = _load(spec)
+    if not isinstance(app, (Queue, AsyncQueue)):
+        raise UsageError(f"{spec} is a {type(app).__name__}, not a pgqueue Queue or AsyncQueue")
+    return app
+
+
+def _load(spec: str) -> Any:
+    """The object MODULE:ATTR names, imported from the current folder too."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"{spec!r} is not MODULE:ATTR (for example myapp.jobs:queue)")
@@ -76,12 +84,9 @@ def load_app(spec: str) -> Queue | AsyncQueue:
     except Exception as exc:
         raise UsageError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
     try:
-        app = getattr(module, attr)
+        return getattr(module, attr)
     except AttributeError:
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(app, (Queue, AsyncQueue)):
-        raise UsageError(f"{spec} is a {type(app).__name__}, not a pgqueue Queue or AsyncQueue")
-    return app
 
 
 def _schema(args: argparse.Namespace) -> str:
@@ -157,6 +162,61 @@ def worker(args: argparse.Namespace) -> int:
         # designed, hence 0). Waiting for their threads could take forever: leave now.
         logging.shutdown()
         os._exit(0)
+    return 0
+
+
+def relay(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from pgqueue.relay import Relay
+
+    found = _load(args.relay)
+    if not isinstance(found, Relay):
+        raise UsageError(f"{args.relay} is a {type(found).__name__}, not a pgqueue.relay.Relay")
+    if args.schema:
+        found.schema = args.schema
+    if args.batch_size:
+        found.batch_size = args.batch_size
+    if args.publishers:
+        found.publishers = args.publishers
+    dsn = args.dsn or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
+    dsn = resolve_dsn(dsn or found.dsn)
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, found.stop)
+        await found.run(dsn)
+
+    asyncio.run(run())
+    return 0
+
+
+def outbox(args: argparse.Namespace) -> int:
+    from pgqueue.store import outbox as outbox_store
+    from pgqueue.store.plan import run
+
+    schema = _schema(args)
+    with connect(resolve_dsn(args.dsn)) as conn:
+        if args.retry is not None:
+            count = run(conn, outbox_store.retry_plan(schema, args.retry or None))
+            print(f"staged {count} dead message(s) again", file=sys.stderr)
+            return 0
+        if args.dead:
+            dead = run(conn, outbox_store.dead_plan(schema, 100), together=False)
+            if args.json:
+                print(json.dumps([d.model_dump(mode="json") for d in dead], indent=2))
+            else:
+                for d in dead:
+                    print(f"{d.id}\t{d.destination}\t{d.key or '-'}\t{d.attempts}\t{d.error}")
+            return 0
+        stats = run(conn, outbox_store.stats_plan(schema), together=False)
+    if args.json:
+        print(json.dumps(stats.model_dump(mode="json"), indent=2))
+    else:
+        oldest = stats.oldest_staged_at.isoformat() if stats.oldest_staged_at else "-"
+        print(f"staged {stats.staged}, oldest staged at {oldest}, dead {stats.dead}")
     return 0
 
 

@@ -75,6 +75,8 @@ def build() -> argparse.ArgumentParser:
     _migrate(add("migrate", "create or upgrade the pgqueue tables"))
     _worker(add("worker", "run the jobs of the tasks registered on MODULE:ATTR"))
     _workers(add("workers", "list the live workers: host, pid, queues, running jobs"))
+    _relay(add("relay", "publish the messages staged in the outbox (MODULE:ATTR, a Relay)"))
+    _outbox(add("outbox", "staged messages and dead letters; retry dead ones"))
     _status(add("status", "queue counts and what holds back VACUUM"))
     _jobs(add("jobs", "list, show, cancel or retry jobs", description="Job records and actions."))
     _tenants(add("tenants", "per-key concurrency limits (tenants)"))
@@ -122,6 +124,26 @@ def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
 def _migrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sql", action="store_true", help="print the pending SQL, apply nothing")
     p.set_defaults(handler=commands.migrate)
+
+
+def _relay(p: argparse.ArgumentParser) -> None:
+    p.add_argument("relay", metavar="MODULE:ATTR", help="your pgqueue.relay.Relay")
+    p.add_argument("--batch-size", type=argtypes.positive_int, help="messages read at once")
+    p.add_argument("--publishers", type=argtypes.positive_int, help="lanes publishing at once")
+    p.set_defaults(handler=commands.relay)
+
+
+def _outbox(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dead", action="store_true", help="list the dead letters, newest first")
+    p.add_argument(
+        "--retry",
+        nargs="*",
+        type=argtypes.positive_int,
+        metavar="ID",
+        help="stage dead messages again: those named, or all of them",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=commands.outbox)
 
 
 def _seconds(name: str) -> float:
