@@ -28,6 +28,9 @@ SUITES = {
     "enqueue-scale": ("bench.enqueue_scale", "enqueue from 1-64 connections against raw INSERT"),
     "partitions": ("bench.partitions", "retention: drop a day of history against DELETE"),
     "integrations": ("bench.integrations", "enqueue via Django and SQLAlchemy against psycopg"),
+    "relay-throughput": ("bench.relay_throughput", "the relay against each broker's bare client"),
+    "relay-degradation": ("bench.relay_degradation", "the relay's read under a held horizon"),
+    "relay-chaos": ("bench.relay_chaos", "the relay killed and its broker restarted: lost, twice"),
 }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -150,7 +151,8 @@ class Relay:
                 await self._pause(delay)
 
     async def _session(self, dsn: str) -> None:
-        conn = await connect(dsn, name="pgqueue relay")
+        # The pid in the session's name tells an operator which relay process leads.
+        conn = await connect(dsn, name=f"pgqueue relay {os.getpid()}")
         try:
             if not await self._store.lead(conn, f"{self.schema} relay"):
                 log.debug("another relay leads %s; standing by", redact(dsn))
