@@ -2,7 +2,9 @@
 
 The order and its receipt job are written in one transaction: the session dependency
 commits after the handler returns, before the response is sent, and rolls both back if the
-handler raises. Run it with
+handler raises. Try it in one command, `python shop.py`: it serves on 127.0.0.1:8000 with
+the worker in the app's lifespan, on a throwaway embedded PostgreSQL in ./.pgqueue/ when
+SHOP_DSN is not set. In production, run it with
 
     SHOP_DSN=postgresql+psycopg://app@localhost/app uvicorn shop:app
 
@@ -20,8 +22,10 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated
 
+import psycopg
 from fastapi import Depends, FastAPI, HTTPException
 from sqlalchemy import String
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
@@ -29,7 +33,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from pgqueue import AsyncQueue, Worker
 
-DSN = os.environ.get("SHOP_DSN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+def _database_url() -> str:
+    given = os.environ.get("SHOP_DSN")
+    if given:
+        return given
+    from pgqueue import embedded
+
+    dsn = embedded.start(Path(__file__).resolve().parent / ".pgqueue").dsn
+    return dsn.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+DSN = _database_url()
 SCHEMA = os.environ.get("SHOP_SCHEMA", "pgqueue")
 # The tables live in the queue's schema here, to keep the example to one schema.
 engine = create_async_engine(DSN, connect_args={"options": f"-c search_path={SCHEMA}"})
@@ -65,11 +80,14 @@ async def request_session() -> AsyncIterator[AsyncSession]:
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    plain_dsn = DSN.replace("postgresql+psycopg://", "postgresql://", 1)
+    # For a one-command start; a deploy runs `pgqueue migrate` before the app instead.
+    async with await psycopg.AsyncConnection.connect(plain_dsn, autocommit=True) as migrating:
+        await queue.migrate(conn=migrating)
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
     worker, running = None, None
     if os.environ.get("SHOP_WORKER") == "lifespan":
-        plain_dsn = DSN.replace("postgresql+psycopg://", "postgresql://", 1)
         worker = Worker(queue, dsn=plain_dsn, schema=SCHEMA, concurrency=4)
         running = asyncio.create_task(worker.run_async())
     yield
@@ -102,3 +120,10 @@ async def get_order(order_id: int) -> dict[str, object]:
     if order is None:
         raise HTTPException(status_code=404, detail="no such order")
     return {"order": order.id, "item": order.item, "receipt_sent": order.receipt_sent}
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    os.environ.setdefault("SHOP_WORKER", "lifespan")
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("SHOP_PORT", "8000")))

@@ -1,5 +1,5 @@
 """The examples of each integration (examples/sqlalchemy_orders, examples/sql_trigger,
-examples/django_shop), run as a user runs them: one command, on the embedded PostgreSQL they
+examples/django_shop, examples/fastapi_shop), run as a user runs them: one command, on the embedded PostgreSQL they
 start when no DATABASE_URL is set, each in a copy of its folder so that its data folder is
 the test's. Each spawns a real worker process."""
 
@@ -69,3 +69,50 @@ def test_django_signups_get_their_welcome_through_django_tasks(tmp_path: Path) -
         "  cy@example.com: SUCCESSFUL, 'welcome mail sent to cy@example.com'",
         "welcomed: ada@example.com, cy@example.com",
     ]
+
+
+def test_the_fastapi_shop_in_one_command_sends_its_receipt(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi", reason="pip install fastapi uvicorn (the dev extra has them)")
+    import json
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from tests.conftest import env_without_dsn
+
+    folder = _copy("fastapi_shop", tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = env_without_dsn({"PYTHONPATH": f"{ROOT}:{folder}", "SHOP_PORT": str(port)})
+    env.pop("SHOP_DSN", None)
+    log = tmp_path / "shop.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "shop.py"], cwd=folder, env=env, stdout=out, stderr=out
+        )
+    base = f"http://127.0.0.1:{port}"
+
+    def call(method: str, path: str) -> dict[str, object]:
+        request = urllib.request.Request(base + path, method=method)
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer: dict[str, object] = json.loads(response.read())
+            return answer
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until it serves
+            try:
+                placed = call("POST", "/orders?item=tea")
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+        while not call("GET", f"/orders/{placed['order']}")["receipt_sent"]:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        server.terminate()
+        server.wait(60)

@@ -300,3 +300,32 @@ def _ms(n: int) -> Any:
     from datetime import timedelta
 
     return timedelta(milliseconds=n)
+
+
+def test_a_relay_whose_session_is_terminated_reconnects_and_goes_on(
+    queue: Queue, dsn: str, schema: str, tmp_path: Path
+) -> None:
+    """What a relay sees of a PostgreSQL restart: its session gone mid-stream."""
+    out = tmp_path / "out.jsonl"
+    log = tmp_path / "relay.log"
+    proc = relay_process(dsn, schema, log, out)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            queue.stage_many([Message(destination="file:x", message=n) for n in range(100)],
+                             conn=conn)  # fmt: skip
+            wait_until(lambda: out.exists() and len(out.read_text().splitlines()) >= 100)
+            ended = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE application_name LIKE 'pgqueue relay %'"
+            ).fetchone()
+            assert ended == (1,)
+            queue.stage_many(
+                [Message(destination="file:x", message=n) for n in range(100, 200)], conn=conn
+            )
+            wait_until(lambda: len(out.read_text().splitlines()) >= 200, what="the second 100")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    published = sorted(json.loads(line)["message"] for line in out.read_text().splitlines())
+    assert published == list(range(200))
+    assert "reconnecting" in log.read_text()
