@@ -26,9 +26,10 @@ from datetime import datetime, timedelta
 import psycopg
 
 from pgqueue.errors import ConfigurationError, DatabaseError
-from pgqueue.models import OutboxStats
+from pgqueue.models import OutboxStats, RelayState
 from pgqueue.store import health as store
 from pgqueue.store import outbox as outbox_store
+from pgqueue.store import relays as relays_store
 from pgqueue.store.health import HorizonHolder, QueueStats, Report, TableHealth
 from pgqueue.store.plan import SyncConn, run
 
@@ -57,6 +58,7 @@ class Status(Report):
     holders: list[HorizonHolder]
     jobs_table: TableHealth
     outbox: OutboxStats
+    relays: list[RelayState]
 
 
 class WatchdogReport(Report):
@@ -116,7 +118,12 @@ def status(conn: SyncConn, schema: str, *, now: datetime | None = None) -> Statu
         holders=horizon_holders(conn, now=now),
         jobs_table=table_health(conn, schema),
         outbox=outbox_stats(conn, schema),
+        relays=run(conn, relays_store.list_plan(schema, RELAY_SILENCE), together=False),
     )
+
+
+# A relay not heard from for this long (seconds) is presumed gone, and status leaves it out.
+RELAY_SILENCE = 30.0
 
 
 def outbox_stats(conn: SyncConn, schema: str) -> OutboxStats:

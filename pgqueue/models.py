@@ -691,6 +691,25 @@ class OutboxStats(BaseModel):
     dead: int
 
 
+class RelayState(BaseModel):
+    """What a `pgqueue relay` process says of itself: whether it publishes or stands by, and
+    what it has done since it started (`per_second`: published lately)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    hostname: str
+    pid: int
+    leading: bool
+    started_at: datetime
+    heartbeat_at: datetime | None = None
+    published: int = 0
+    refused: int = 0
+    failed: int = 0
+    per_second: float = 0.0
+    last_error: str | None = None
+
+
 class DeadMessage(BaseModel):
     """A message a broker refused for good, kept with the reason until retried."""
 

@@ -26,10 +26,11 @@ import contextlib
 import logging
 import os
 import random
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -37,9 +38,10 @@ from psycopg import sql
 
 from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.link import connect, redact
-from pgqueue.models import SCHEMA_NAME, check_name
+from pgqueue.models import SCHEMA_NAME, RelayState, check_name
 from pgqueue.queries import outbox_channel
 from pgqueue.sinks import Outgoing, Sink
+from pgqueue.store import relays as relays_store
 from pgqueue.store.outbox import OutboxStore, Staged
 from pgqueue.store.plan import AsyncConn
 
@@ -84,6 +86,7 @@ class Relay:
         retry_base: timedelta = timedelta(milliseconds=200),
         retry_cap: timedelta = timedelta(seconds=30),
         standby_interval: timedelta = timedelta(seconds=2),
+        report_interval: timedelta = timedelta(seconds=5),
     ) -> None:
         if not sinks:
             raise ConfigurationError("a Relay needs at least one sink: Relay({'name': sink})")
@@ -102,7 +105,11 @@ class Relay:
         self.retry_base = retry_base.total_seconds()
         self.retry_cap = retry_cap.total_seconds()
         self.standby_interval = standby_interval.total_seconds()
+        self.report_interval = report_interval.total_seconds()
         self.stats = RelayStats()
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self._started_at = datetime.now(timezone.utc)
+        self._reported = (0.0, 0)  # when, and what had been published then
         self._store = OutboxStore(self.schema)
         self._stopping: asyncio.Event | None = None
 
@@ -156,6 +163,7 @@ class Relay:
         try:
             if not await self._store.lead(conn, f"{self.schema} relay"):
                 log.debug("another relay leads %s; standing by", redact(dsn))
+                await self._report(conn)
                 await self._pause(self.standby_interval)
                 return
             channel = sql.Identifier(outbox_channel(self.schema))
@@ -166,6 +174,8 @@ class Relay:
         finally:
             self.stats.leading = False
             with contextlib.suppress(Exception):
+                if self._stopping is not None and self._stopping.is_set():
+                    await relays_store.forget(conn, self.schema, self.name)
                 await conn.close()
 
     async def _lead(self, conn: AsyncConn) -> None:
@@ -173,6 +183,7 @@ class Relay:
         hint, failures = 0, 0
         reset_at = self._next_reset()
         while not self._stopping.is_set():
+            await self._report(conn)
             if time.monotonic() >= reset_at:
                 hint, reset_at = 0, self._next_reset()
             batch = await self._store.read(conn, hint, self.batch_size)
@@ -259,6 +270,34 @@ class Relay:
         async for notice in _notices(conn, 0.0):
             hint = _behind(hint, notice)
         return hint
+
+    async def _report(self, conn: AsyncConn) -> None:
+        """Write this relay's row for `pgqueue status`, every `report_interval`. A failure is
+        logged: reporting never stops the publishing."""
+        now = time.monotonic()
+        since, published = self._reported
+        if since and now - since < self.report_interval:
+            return
+        rate = (self.stats.published - published) / (now - since) if since else 0.0
+        state = RelayState(
+            name=self.name,
+            hostname=self.name.rpartition(":")[0],
+            pid=os.getpid(),
+            leading=self.stats.leading,
+            started_at=self._started_at,
+            published=self.stats.published,
+            refused=self.stats.refused,
+            failed=self.stats.failed_attempts,
+            per_second=round(rate, 1),
+            last_error=self.stats.last_error,
+        )
+        self._reported = (now, self.stats.published)
+        try:
+            await relays_store.report(conn, self.schema, state)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                raise  # the session is gone: reconnect
+            log.warning("relay could not report itself (%s); publishing goes on", exc)
 
     async def _pause(self, seconds: float) -> None:
         assert self._stopping is not None

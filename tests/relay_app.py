@@ -29,4 +29,5 @@ relay = Relay(
     batch_size=int(os.environ.get("RELAY_BATCH", "100")),
     poll_interval=timedelta(milliseconds=200),
     standby_interval=timedelta(milliseconds=200),
+    report_interval=timedelta(milliseconds=200),
 )

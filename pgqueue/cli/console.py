@@ -60,6 +60,14 @@ def print_status(console: Console, report: health.Status) -> None:
             f"outbox: {box.staged:,} staged (oldest {oldest}), {box.dead:,} dead "
             "(pgqueue outbox --dead)"
         )
+    for relay in report.relays:
+        role = "publishing" if relay.leading else "standing by"
+        error = f"; last error: {relay.last_error}" if relay.last_error else ""
+        console.print(
+            f"relay {relay.name} {role}: {relay.per_second:,.1f}/s lately, {relay.published:,} "
+            f"published, {relay.refused:,} refused, {relay.failed:,} failed attempts{error}",
+            markup=False,
+        )
     if not any(h.kind == "session" for h in report.holders):
         console.print("no session holds back the xmin horizon")
     for kind, title in (

@@ -17,7 +17,7 @@ GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
 -- The relay publishes staged messages and deletes them once confirmed.
-GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.outbox TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.outbox, {schema}.relays TO {role};
 -- The history's daily partitions: made ahead and dropped by retention, through two functions
 -- that run as their owner, so the worker needs no DDL right of its own.
 GRANT EXECUTE ON FUNCTION {schema}.history_partitions_step(integer, integer),

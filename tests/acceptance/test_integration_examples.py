@@ -1,7 +1,7 @@
 """The examples of each integration (examples/sqlalchemy_orders, examples/sql_trigger,
-examples/django_shop, examples/fastapi_shop), run as a user runs them: one command, on the embedded PostgreSQL they
-start when no DATABASE_URL is set, each in a copy of its folder so that its data folder is
-the test's. Each spawns a real worker process."""
+examples/django_shop, examples/fastapi_shop), run as a user runs them: one command, on the
+embedded PostgreSQL they start when no DATABASE_URL is set, each in a copy of its folder so
+that its data folder is the test's. Each spawns a real worker process."""
 
 from __future__ import annotations
 

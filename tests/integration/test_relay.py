@@ -329,3 +329,42 @@ def test_a_relay_whose_session_is_terminated_reconnects_and_goes_on(
     published = sorted(json.loads(line)["message"] for line in out.read_text().splitlines())
     assert published == list(range(200))
     assert "reconnecting" in log.read_text()
+
+
+def test_pgqueue_status_shows_the_outbox_and_each_relay(
+    queue: Queue, dsn: str, schema: str, tmp_path: Path
+) -> None:
+    def status() -> dict[str, Any]:
+        shown = subprocess.run(
+            [sys.executable, "-m", "pgqueue", "status", "--json", "--dsn", dsn, "--schema",
+             schema],
+            cwd=ROOT, env=env_without_dsn(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        report: dict[str, Any] = json.loads(shown.stdout)
+        return report
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue.stage_many([Message(destination="file:x", message=n) for n in range(50)], conn=conn)
+        queue.stage("nosink:x", {"n": 1}, conn=conn)
+    out = tmp_path / "out.jsonl"
+    relays = [relay_process(dsn, schema, tmp_path / "first.log", out)]
+    try:
+        wait_until(lambda: staged(dsn, schema) == 0)
+        relays.append(relay_process(dsn, schema, tmp_path / "second.log", out))
+        wait_until(
+            lambda: (
+                [(r["leading"], r["published"]) for r in status()["relays"]]
+                == [(True, 50), (False, 0)]
+            ),
+            what="the leader's count and the standby in status",
+        )
+        report = status()
+        assert (report["outbox"]["staged"], report["outbox"]["dead"]) == (0, 1)
+        assert report["relays"][0]["refused"] == 1
+        assert report["relays"][0]["pid"] == relays[0].pid
+    finally:
+        for proc in relays:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+    assert status()["relays"] == []  # a relay that stops takes its row with it
