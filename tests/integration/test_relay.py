@@ -368,3 +368,62 @@ def test_pgqueue_status_shows_the_outbox_and_each_relay(
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
     assert status()["relays"] == []  # a relay that stops takes its row with it
+
+
+class FakeKafkaProducer:
+    """Stands in for a Kafka client's producer, since no Kafka server runs here: `send`
+    returns a future that the delivery report settles, as kafka-python's and
+    confluent-kafka's do. The first send times out, as a broker leader election would."""
+
+    def __init__(self) -> None:
+        from collections import defaultdict
+
+        self.topics: dict[str, list[tuple[str | None, bytes, dict[str, str]]]] = defaultdict(list)
+        self.timeouts = 1
+
+    def send(self, topic: str, key: str | None, value: bytes, headers: dict[str, str]) -> Any:
+        from concurrent.futures import Future
+
+        delivered: Future[int] = Future()
+        if self.timeouts:
+            self.timeouts -= 1
+            delivered.set_exception(TimeoutError("delivery report timed out"))
+        else:
+            self.topics[topic].append((key, value, headers))
+            delivered.set_result(len(self.topics[topic]) - 1)  # the offset
+        return delivered
+
+
+def test_kafka_through_a_callable_sink_with_its_producer(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    producer = FakeKafkaProducer()
+
+    def to_kafka(message: Outgoing) -> None:
+        value = json.dumps(message.message).encode()
+        headers = {"message-id": message.message_id}
+        producer.send(message.target, message.key, value, headers).result(timeout=10)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue.stage_many(
+            [Message(destination="kafka:orders", message={"n": n}, key=f"c{n % 2}")
+             for n in range(20)],
+            conn=conn,
+        )  # fmt: skip
+    relay = Relay({"kafka": CallableSink(to_kafka)}, dsn=dsn, schema=schema, retry_base=_ms(10))
+
+    async def run() -> None:
+        task = asyncio.create_task(relay.run())
+        while relay.stats.published < 20 and not task.done():
+            await asyncio.sleep(0.05)
+        relay.stop()
+        await task
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    records = producer.topics["orders"]
+    assert sorted(json.loads(value)["n"] for _, value, _ in records) == list(range(20))
+    for key in ("c0", "c1"):  # each customer's records in order on the topic
+        mine = [json.loads(value)["n"] for k, value, _ in records if k == key]
+        assert mine == sorted(mine)
+    assert all(headers["message-id"] for _, _, headers in records)
+    assert relay.stats.failed_attempts == 1 and staged(dsn, schema) == 0
