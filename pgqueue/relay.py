@@ -161,11 +161,13 @@ class Relay:
         # The pid in the session's name tells an operator which relay process leads.
         conn = await connect(dsn, name=f"pgqueue relay {os.getpid()}")
         try:
-            if not await self._store.lead(conn, f"{self.schema} relay"):
+            # A standby keeps its session and asks again, until the leader's session ends.
+            while not await self._store.lead(conn, f"{self.schema} relay"):
                 log.debug("another relay leads %s; standing by", redact(dsn))
                 await self._report(conn)
                 await self._pause(self.standby_interval)
-                return
+                if self._stopping is not None and self._stopping.is_set():
+                    return
             channel = sql.Identifier(outbox_channel(self.schema))
             await conn.execute(sql.SQL("LISTEN {}").format(channel))
             self.stats.leading = True
