@@ -63,9 +63,8 @@ def encode(messages: Sequence[Message], max_payload_bytes: int | None) -> str:
             raise InvalidArgumentsError(
                 f"{where} is not JSON PostgreSQL can store: {exc}"
             ) from None
-        texts = [message.key, message.message_id, *(message.headers or {}).keys()]
-        texts += (message.headers or {}).values()
-        if "\\u0000" in body or any(t is not None and "\x00" in t for t in texts):
+        texts = [message.key, message.message_id, message.headers]
+        if _has_nul(message.message) or _has_nul(texts):
             raise InvalidArgumentsError(
                 f"{where} contains a NUL character (\\x00), which PostgreSQL cannot store"
             )
@@ -76,6 +75,17 @@ def encode(messages: Sequence[Message], max_payload_bytes: int | None) -> str:
             )
         rows.append(message.model_dump())
     return json.dumps(rows, ensure_ascii=False)
+
+
+def _has_nul(value: object) -> bool:
+    """Whether a NUL character is in any string of a JSON value (PostgreSQL stores none)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def retry_plan(schema: str, ids: Sequence[int] | None) -> Plan[int]:
