@@ -320,3 +320,22 @@ def settings_worker_process(
             stderr=subprocess.STDOUT,
             text=True,
         )
+
+
+def relay_until(relay: Any, done: Any, timeout: float = 60) -> None:
+    """Run a pgqueue.relay.Relay in this process until `done()`, then stop it."""
+    import asyncio
+
+    async def run() -> None:
+        task = asyncio.create_task(relay.run())
+        try:
+            await asyncio.wait_for(_until(done, task), timeout)
+        finally:
+            relay.stop()
+            await task
+
+    async def _until(predicate: Any, task: Any) -> None:
+        while not predicate() and not task.done():
+            await asyncio.sleep(0.05)
+
+    asyncio.run(run())

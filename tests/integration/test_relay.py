@@ -24,7 +24,7 @@ import pytest
 from pgqueue import AsyncQueue, InvalidArgumentsError, Message, Queue
 from pgqueue.relay import Relay
 from pgqueue.sinks import CallableSink, Outgoing, Refused
-from tests.conftest import ROOT, count, env_without_dsn, wait_until
+from tests.conftest import ROOT, count, env_without_dsn, relay_until, wait_until
 
 redis = pytest.importorskip("redis", reason="pip install redis (the dev extra has it)")
 REDIS_URL = os.environ.get("PGQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -227,14 +227,7 @@ def test_a_broker_that_fails_for_a_while_is_retried_and_loses_nothing(
         )
     relay = Relay({"flaky": CallableSink(flaky)}, dsn=dsn, schema=schema, retry_base=_ms(10))
 
-    async def run() -> None:
-        task = asyncio.create_task(relay.run())
-        while relay.stats.published < 10 and not task.done():
-            await asyncio.sleep(0.05)
-        relay.stop()
-        await task
-
-    asyncio.run(asyncio.wait_for(run(), 60))
+    relay_until(relay, lambda: relay.stats.published >= 10)
     assert handed == list(range(10))  # in order, each once, after three failed attempts
     assert relay.stats.failed_attempts == 3
     assert staged(dsn, schema) == 0
@@ -259,14 +252,7 @@ def test_a_refusing_callable_and_async_staging(queue: Queue, dsn: str, schema: s
     huge, small = asyncio.run(stage())
     relay = Relay({"picky": CallableSink(picky)}, dsn=dsn, schema=schema)
 
-    async def run() -> None:
-        task = asyncio.create_task(relay.run())
-        while relay.stats.published + relay.stats.refused < 2 and not task.done():
-            await asyncio.sleep(0.05)
-        relay.stop()
-        await task
-
-    asyncio.run(asyncio.wait_for(run(), 60))
+    relay_until(relay, lambda: relay.stats.published + relay.stats.refused >= 2)
     (dead,) = queue.dead_messages()
     assert (dead.id, dead.error) == (huge, "too large for the broker")
     assert relay.stats.published == 1 and small != huge
@@ -412,14 +398,7 @@ def test_kafka_through_a_callable_sink_with_its_producer(
         )  # fmt: skip
     relay = Relay({"kafka": CallableSink(to_kafka)}, dsn=dsn, schema=schema, retry_base=_ms(10))
 
-    async def run() -> None:
-        task = asyncio.create_task(relay.run())
-        while relay.stats.published < 20 and not task.done():
-            await asyncio.sleep(0.05)
-        relay.stop()
-        await task
-
-    asyncio.run(asyncio.wait_for(run(), 60))
+    relay_until(relay, lambda: relay.stats.published >= 20)
     records = producer.topics["orders"]
     assert sorted(json.loads(value)["n"] for _, value, _ in records) == list(range(20))
     for key in ("c0", "c1"):  # each customer's records in order on the topic

@@ -22,27 +22,11 @@ import pytest
 from pgqueue import Message, Queue
 from pgqueue.relay import Relay
 from pgqueue.sinks import Sink
-from tests.conftest import ROOT, count, env_without_dsn, wait_until
+from tests.conftest import ROOT, count, env_without_dsn, relay_until, wait_until
 
 RABBIT_URL = os.environ.get("PGQUEUE_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672/")
 NATS_URL = os.environ.get("PGQUEUE_TEST_NATS", "nats://127.0.0.1:4222")
 REDIS_URL = "redis://127.0.0.1:6379/15"
-
-
-def relay_until(relay: Relay, done: Callable[[], bool], timeout: float = 60) -> None:
-    """Run `relay` in this process until `done()`, then stop it."""
-
-    async def run() -> None:
-        task = asyncio.create_task(relay.run())
-        try:
-            async with asyncio.timeout(timeout):
-                while not done() and not task.done():
-                    await asyncio.sleep(0.05)
-        finally:
-            relay.stop()
-            await task
-
-    asyncio.run(run())
 
 
 def stage(queue: Queue, dsn: str, messages: list[Message]) -> list[int]:
