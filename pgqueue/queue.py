@@ -343,6 +343,11 @@ class _Base(abc.ABC):
         batch = list(messages)
         return outbox_store.insert_plan(self.schema, batch, self.settings.max_payload_bytes)
 
+    def _dead_plan(self, limit: int) -> Plan[list[DeadMessage]]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigurationError(f"limit is a whole number from 1 to 1000, got {limit!r}")
+        return outbox_store.dead_plan(self.schema, limit)
+
     def _retry_messages_plan(self, ids: Sequence[int] | None) -> Plan[int]:
         checked = None if ids is None else [_message_id(i) for i in ids]
         return outbox_store.retry_plan(self.schema, checked)
@@ -708,7 +713,7 @@ class Queue(_Base):
     def dead_messages(self, *, limit: int = 50, conn: Conn | None = None) -> list[DeadMessage]:
         """Messages a broker refused for good, newest first, with the reason."""
         with self._connection(conn) as c:
-            return run(c, outbox_store.dead_plan(self.schema, limit), together=False)
+            return run(c, self._dead_plan(limit), together=False)
 
     def retry_messages(self, ids: Sequence[int] | None = None, *, conn: Conn | None = None) -> int:
         """Stage dead messages again, all or those named; how many. The relay publishes
@@ -952,7 +957,7 @@ class AsyncQueue(_Base):
         self, *, limit: int = 50, conn: AsyncConn | None = None
     ) -> list[DeadMessage]:
         async with self._connection(conn) as c:
-            return await run_async(c, outbox_store.dead_plan(self.schema, limit), together=False)
+            return await run_async(c, self._dead_plan(limit), together=False)
 
     async def retry_messages(
         self, ids: Sequence[int] | None = None, *, conn: AsyncConn | None = None

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgqueue import AsyncQueue, InvalidArgumentsError, Message, Queue
+from pgqueue import AsyncQueue, ConfigurationError, InvalidArgumentsError, Message, Queue
 from pgqueue.relay import Relay
 from pgqueue.sinks import CallableSink, Outgoing, Refused
 from tests.conftest import ROOT, count, env_without_dsn, relay_until, wait_until
@@ -193,6 +193,10 @@ def test_a_refused_message_is_a_dead_letter_with_its_reason_until_retried(
     try:
         wait_until(lambda: queue.outbox_stats().dead == 2)
         dead = {d.id: d for d in queue.dead_messages()}
+        with pytest.raises(ConfigurationError, match="limit is a whole number"):
+            queue.dead_messages(limit=0)
+        with pytest.raises(ConfigurationError, match="message ids are whole numbers"):
+            queue.retry_messages([0])
         assert "WRONGTYPE" in (dead[refused].error or "")
         assert "no sink named 'nosink'" in (dead[nowhere].error or "")
         broker.delete(stream)
