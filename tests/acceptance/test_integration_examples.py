@@ -5,6 +5,7 @@ that its data folder is the test's. Each spawns a real worker process."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -116,3 +117,16 @@ def test_the_fastapi_shop_in_one_command_sends_its_receipt(tmp_path: Path) -> No
     finally:
         server.terminate()
         server.wait(60)
+        _stop_embedded(folder / ".pgqueue")
+
+
+def _stop_embedded(data: Path) -> None:
+    """Stop the example's embedded server if the app's exit left it running (uvicorn's
+    shutdown does): a fast shutdown of its postmaster."""
+    import os
+    import signal
+
+    pid_file = data / "postmaster.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
