@@ -23,7 +23,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import psycopg
 from fastapi import Depends, FastAPI, HTTPException
@@ -34,17 +34,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from pgqueue import AsyncQueue, Worker
 
 
-def _database_url() -> str:
+def _database() -> tuple[str, Any]:
+    """SHOP_DSN, else an embedded server's URL and the server (stopped with the app)."""
     given = os.environ.get("SHOP_DSN")
     if given:
-        return given
+        return given, None
     from pgqueue import embedded
 
-    dsn = embedded.start(Path(__file__).resolve().parent / ".pgqueue").dsn
-    return dsn.replace("postgresql://", "postgresql+psycopg://", 1)
+    server = embedded.start(Path(__file__).resolve().parent / ".pgqueue")
+    return server.dsn.replace("postgresql://", "postgresql+psycopg://", 1), server
 
 
-DSN = _database_url()
+DSN, EMBEDDED = _database()
 SCHEMA = os.environ.get("SHOP_SCHEMA", "pgqueue")
 # The tables live in the queue's schema here, to keep the example to one schema.
 engine = create_async_engine(DSN, connect_args={"options": f"-c search_path={SCHEMA}"})
@@ -95,6 +96,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker.stop()  # running jobs finish first, within the worker's shutdown timeout
         await running
     await engine.dispose()
+    if EMBEDDED is not None:  # uvicorn's exit on a signal skips the embedded server's own
+        EMBEDDED.stop()
 
 
 app = FastAPI(lifespan=lifespan)

@@ -117,16 +117,19 @@ def test_the_fastapi_shop_in_one_command_sends_its_receipt(tmp_path: Path) -> No
     finally:
         server.terminate()
         server.wait(60)
-        _stop_embedded(folder / ".pgqueue")
+        left_running = _stop_embedded(folder / ".pgqueue")
+    assert not left_running, "the app's shutdown left its embedded PostgreSQL running"
 
 
-def _stop_embedded(data: Path) -> None:
-    """Stop the example's embedded server if the app's exit left it running (uvicorn's
-    shutdown does): a fast shutdown of its postmaster."""
+def _stop_embedded(data: Path) -> bool:
+    """Stop an embedded server the app left running (a fast shutdown of its postmaster), so
+    that no test leaves one behind; whether there was one."""
     import os
     import signal
 
     pid_file = data / "postmaster.pid"
-    if pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
+    if not pid_file.exists():
+        return False
+    with contextlib.suppress(ProcessLookupError, ValueError):
+        os.kill(int(pid_file.read_text().split()[0]), signal.SIGINT)
+    return True
