@@ -103,6 +103,9 @@ def _call(method: str, url: str) -> Any:
 
 def _order_and_job_rows(dsn: str, schema: str) -> tuple[int, int]:
     with psycopg.connect(dsn) as conn:
+        # One snapshot for the three counts: a job the worker moves to history between two
+        # READ COMMITTED reads would be counted in both.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         return (
             count(conn, schema, "shop_orders"),
             count(conn, schema, "jobs") + count(conn, schema, "job_history"),

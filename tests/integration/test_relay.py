@@ -202,7 +202,8 @@ def test_a_refused_message_is_a_dead_letter_with_its_reason_until_retried(
         broker.delete(stream)
         assert queue.retry_messages([refused]) == 1
         wait_until(lambda: len(entries(broker, stream)) == 1)
-        assert queue.outbox_stats().dead == 1 and queue.outbox_stats().staged == 0
+        wait_until(lambda: queue.outbox_stats().staged == 0, what="the confirmed one deleted")
+        assert queue.outbox_stats().dead == 1
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, (tmp_path / "relay.log").read_text()
