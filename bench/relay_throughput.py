@@ -18,6 +18,7 @@ Messages per second of each, and relay / bare. Writes results.json to its result
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import json
@@ -66,19 +67,19 @@ async def _lanes(messages: Sequence[int], publish: Callable[[int], Awaitable[Non
     await asyncio.gather(*(lane(messages[i::LANES]) for i in range(LANES)))
 
 
-class Broker:
+class Broker(abc.ABC):
     """One broker: its sink for the relay, and the same publishing with its bare client."""
 
     name: str
 
-    def sink(self) -> Sink:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def sink(self) -> Sink: ...
 
-    async def bare(self, count: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def bare(self, count: int) -> None: ...
 
-    async def received(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def received(self) -> int: ...
 
     async def cleanup(self) -> None:
         return None
