@@ -31,6 +31,7 @@ import psycopg
 from pgqueue.executor import Executor, Outcome
 from pgqueue.link import connect
 from pgqueue.models import ClaimedJob
+from pgqueue.observe import Observers
 from pgqueue.store import plan
 from pgqueue.store.jobs import Finished, claim_atomic_plan, finish_plan
 from pgqueue.store.plan import AsyncConn, SyncConn
@@ -63,7 +64,9 @@ class AtomicLane:
         done: Callable[[], None],
         sync: bool = False,
         prepare: bool = True,
+        observers: Observers | None = None,
     ) -> None:
+        self.observers = observers or Observers()
         self.dsn = dsn
         self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
         self.schema = schema
@@ -147,6 +150,7 @@ class AtomicLane:
             job = await plan.run_async(conn, self._claim(), together=False)
             if job is None:
                 return False
+            self.observers.job_started(job)
             try:
                 async with conn.transaction():  # a savepoint around the handler's writes
                     outcome = await self.executor.run(job, connection=conn)
@@ -155,6 +159,7 @@ class AtomicLane:
             except _RollBack as rollback:
                 outcome = rollback.outcome
             await plan.run_async(conn, self._finish(outcome), together=False)
+        self.observers.job_finished(job, outcome)
         self.ran += 1
         return True
 
@@ -172,6 +177,7 @@ class AtomicLane:
             job = plan.run(conn, self._claim(), together=False)
             if job is None:
                 return False
+            self.observers.job_started(job)
             try:
                 with conn.transaction():  # a savepoint around the handler's writes
                     outcome = self.executor.run_sync(job, conn)
@@ -180,5 +186,6 @@ class AtomicLane:
             except _RollBack as rollback:
                 outcome = rollback.outcome
             plan.run(conn, self._finish(outcome), together=False)
+        self.observers.job_finished(job, outcome)
         self.ran += 1
         return True

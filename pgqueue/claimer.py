@@ -40,6 +40,7 @@ import psycopg
 
 from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, WorkerSettings
+from pgqueue.observe import Observers
 from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
@@ -104,7 +105,9 @@ class Claimer:
         settings: WorkerSettings,
         worker_id: int,
         stats: WorkerStats,
+        observers: Observers | None = None,
     ) -> None:
+        self.observers = observers or Observers()
         self.link = link
         self.schema = schema
         self.settings = settings
@@ -348,11 +351,13 @@ class Claimer:
 
         started = time.perf_counter()
         claimed = await self.link.run(claim)
-        self.stats.recent_claims.append((time.perf_counter() - started, after == FLOOR))
+        seconds = time.perf_counter() - started
+        self.stats.recent_claims.append((seconds, after == FLOOR))
         self.stats.claims += 1
         if after == FLOOR:
             self.stats.unhinted_claims += 1
         jobs = claimed.jobs
+        self.observers.claimed(seconds, len(jobs))
         self.stats.claimed += len(jobs)
         if claimed.walked == 0:
             self.stats.empty_claims += 1

@@ -30,16 +30,18 @@ from pgqueue.models import OutboxStats, RelayState
 from pgqueue.store import health as store
 from pgqueue.store import outbox as outbox_store
 from pgqueue.store import relays as relays_store
-from pgqueue.store.health import HorizonHolder, QueueStats, Report, TableHealth
+from pgqueue.store.health import HorizonHolder, QueueDepth, QueueStats, Report, TableHealth
 from pgqueue.store.plan import SyncConn, run
 
 __all__ = [
     "HorizonHolder",
+    "QueueDepth",
     "QueueStats",
     "Status",
     "TableHealth",
     "WatchdogReport",
     "horizon_holders",
+    "queue_depth",
     "queue_stats",
     "status",
     "table_health",
@@ -81,6 +83,17 @@ def queue_stats(conn: SyncConn, schema: str, *, now: datetime | None = None) -> 
     server's. Raises DatabaseError if `schema` has no pgqueue tables."""
     try:
         return store.queue_stats(conn, schema, now)
+    except psycopg.errors.UndefinedTable:
+        raise DatabaseError(
+            f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate --schema {schema}`"
+        ) from None
+
+
+def queue_depth(conn: SyncConn, schema: str) -> list[QueueDepth]:
+    """Live jobs per queue and status, read from the hot table alone (never history): what a
+    metrics scrape reads. Raises DatabaseError if `schema` has no pgqueue tables."""
+    try:
+        return store.queue_depth(conn, schema)
     except psycopg.errors.UndefinedTable:
         raise DatabaseError(
             f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate --schema {schema}`"

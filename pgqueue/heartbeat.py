@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+from pgqueue.registry import encode_json
 from pgqueue.service import Health
 from pgqueue.store.plan import SyncConn
 from pgqueue.store.workers import WorkersStore
@@ -40,7 +41,9 @@ class Heartbeat:
         *,
         prepare: bool = True,
         on_revived: Callable[[], None] | None = None,
+        report: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self.report = report  # the worker's tally, called from the heartbeat's thread
         self.dsn = dsn
         self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
         self.store = WorkersStore(schema)
@@ -89,7 +92,8 @@ class Heartbeat:
                 application_name="pgqueue:heartbeat",
                 prepare_threshold=5 if self.prepare else None,
             )
-        revived = self.store.heartbeat(self._conn, self.params)
+        stats = encode_json(self.report()) if self.report is not None else None
+        revived = self.store.heartbeat(self._conn, self.params | {"stats": stats})
         self.beats += 1
         if revived:
             log.error(

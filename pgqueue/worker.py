@@ -29,6 +29,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -49,6 +50,7 @@ from pgqueue.models import (
     WorkerSettings,
 )
 from pgqueue.notifier import Notifier
+from pgqueue.observe import JobObserver, Observers, WorkerTally
 from pgqueue.partitions import HistoryPartitions
 from pgqueue.periodic import Scheduler
 from pgqueue.queries import migrations
@@ -93,6 +95,7 @@ class Worker:
         dsn: str,
         settings: WorkerSettings | None = None,
         schema: str | None = None,
+        observers: Sequence[JobObserver] = (),
         **overrides: Any,
     ) -> None:
         if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
@@ -120,6 +123,8 @@ class Worker:
             self.settings = self.settings.model_copy(update={"queues": tuple(known)})
         self.id = 0
         self.stats = WorkerStats()
+        self.tally = WorkerTally()
+        self.observers = Observers([self.tally, *observers])
         self.abandoned_threads = 0
         self._running: dict[asyncio.Task[None], ClaimedJob] = {}
         self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
@@ -235,6 +240,7 @@ class Worker:
                 s.heartbeat_interval,
                 prepare=not s.poll_only,
                 on_revived=self._revived,
+                report=self.tally.report,
             )
         )
         self.completer = Completer(
@@ -247,7 +253,7 @@ class Worker:
             self.registry, s.concurrency + STRAGGLER_THREADS, self.queue_settings.max_payload_bytes
         )
         await services.start(self.executor)
-        self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats)
+        self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats, self.observers)
         if not s.poll_only:
             self.interest = WakeInterest(
                 self._claims, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
@@ -469,6 +475,7 @@ class Worker:
         self._cancels[job.id] = cancel = CancelSignal()
         progress = Progress()
         self._progress[job.id] = (job, progress)
+        self.observers.job_started(job)
         try:
             outcome = await self.executor.run(job, cancel=cancel, progress=progress)
         except asyncio.CancelledError:
@@ -480,6 +487,7 @@ class Worker:
         if progress.version > progress.written:
             outcome.progress = progress.report  # written with the outcome
         self.completer.add(outcome)
+        self.observers.job_finished(job, outcome)
 
     async def _write_progress(self) -> None:
         """Write the progress reports made since the last write, one statement for all."""
@@ -599,6 +607,7 @@ class Worker:
                     done=self._notified,
                     sync=sync,
                     prepare=not self.settings.poll_only,
+                    observers=self.observers,
                 )
                 for _ in range(self.settings.atomic_concurrency if tasks else 0)
             ]

@@ -179,3 +179,9 @@ async def wf_fail(x: int) -> int:
 
     await asyncio.sleep(0.002)
     raise RuntimeError(f"member {x} fails")
+
+
+@queue.task(name="always_fails", max_attempts=2, retry=RetryPolicy(base=0, jitter=0))
+def always_fails(note: str) -> None:
+    """Fails every attempt, naming its argument: one retry, then failed for good."""
+    raise ValueError(f"cannot do {note}")

@@ -322,6 +322,15 @@ def settings_worker_process(
         )
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a server a test starts."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def relay_until(relay: Any, done: Any, timeout: float = 60) -> None:
     """Run a pgqueue.relay.Relay in this process until `done()`, then stop it."""
     import asyncio

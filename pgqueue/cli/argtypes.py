@@ -30,6 +30,13 @@ def positive_int(text: str) -> int:
     return _whole(text, 1)
 
 
+def port(text: str) -> int:
+    value = _whole(text, 1)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1-65535)")
+    return value
+
+
 def role_name(text: str) -> str:
     if not 1 <= len(text) <= 63 or "\x00" in text:
         raise argparse.ArgumentTypeError(f"{text!r} is not a role name (1-63 characters)")

@@ -155,7 +155,12 @@ def worker(args: argparse.Namespace) -> int:
         "periodic": not args.no_periodic,
     }
     settings = WorkerSettings(**options)
-    run = Worker(app, dsn=resolve_dsn(args.dsn, app), settings=settings, schema=args.schema)
+    dsn = resolve_dsn(args.dsn, app)
+    run = Worker(app, dsn=dsn, settings=settings, schema=args.schema, observers=_observers(args))
+    if args.metrics_port is not None:
+        metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
+        metrics.serve(metrics.registry_for_worker(run, dsn), args.metrics_port, args.metrics_host)
+        log.info("metrics at http://%s:%s/metrics", args.metrics_host, args.metrics_port)
     run.run()
     if run.abandoned_threads:
         # Sync handlers cannot be interrupted; their jobs were put back (the stop went as
@@ -163,6 +168,28 @@ def worker(args: argparse.Namespace) -> int:
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _observers(args: argparse.Namespace) -> list[Any]:
+    """What the worker's options ask it to tell of each job."""
+    from pgqueue.observe import JsonFormatter, JsonLog
+
+    observers: list[Any] = []
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
+        observers.append(JsonLog())
+    return observers
+
+
+def _extra(module: str, extra: str, option: str) -> ModuleType:
+    """`module`, or a clear error naming the extra that `option` needs."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(
+            f"{option} needs pgqueue[{extra}]: pip install 'pgqueue[{extra}]' ({exc})"
+        ) from None
 
 
 def relay(args: argparse.Namespace) -> int:

@@ -217,6 +217,21 @@ def _worker(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not schedule the application's recurring jobs on this worker",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=argtypes.port,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue[metrics])",
+    )
+    p.add_argument(
+        "--metrics-host", default="0.0.0.0", metavar="HOST", help="where --metrics-port listens"
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON line per job outcome and per log record, for a log pipeline",
+    )
     p.set_defaults(handler=commands.worker)
 
 

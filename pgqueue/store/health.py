@@ -88,6 +88,22 @@ class TableHealth(Report):
     last_autoanalyze: datetime | None
 
 
+class QueueDepth(Report):
+    """Live jobs of one queue in one status; `oldest_queued_seconds` only for `queued`."""
+
+    queue: str
+    status: str
+    jobs: int
+    oldest_queued_seconds: float | None
+
+
+def queue_depth(conn: SyncConn, schema: str, now: datetime | None = None) -> list[QueueDepth]:
+    """Live jobs per queue and status, from the hot table alone; raises UndefinedTable if
+    never migrated."""
+    with conn.cursor(row_factory=class_row(QueueDepth)) as cur:
+        return cur.execute(query("queue_read_depth", schema), {"now": now}).fetchall()
+
+
 def queue_stats(conn: SyncConn, schema: str, now: datetime | None) -> list[QueueStats]:
     """Per-queue counts, ordered by queue name; raises UndefinedTable if never migrated."""
     with conn.cursor(row_factory=class_row(QueueStats)) as cur:

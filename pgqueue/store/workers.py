@@ -29,6 +29,8 @@ class WorkerRow:
     heartbeat_at: datetime
     silent_for: timedelta  # since its last heartbeat, by the database's clock
     running: int
+    # Its own tally as of its last beat: {"outcomes": {status: count}, "claim_ms_p50"}.
+    stats: dict[str, object] | None = None
 
 
 def bound_idle(schema: str, ms: int) -> Plan[None]:

@@ -120,3 +120,15 @@ SELECT schemaname AS schema_name, relname AS table_name, n_live_tup, n_dead_tup,
        last_vacuum, last_autovacuum, last_autoanalyze
 FROM pg_stat_user_tables
 WHERE schemaname = %(schema)s AND relname = %(table)s;
+
+-- name: queue_read_depth
+-- What a metrics scrape reads of the queues: live jobs per queue and status, and how long the
+-- oldest queued job of each queue has been due. Reads the hot table only, never history, so a
+-- scrape costs the same however much history is kept.
+SELECT queue, status, count(*) AS jobs,
+       extract(epoch FROM coalesce(%(now)s::timestamptz, now())
+                          - min(run_at) FILTER (WHERE status = 'queued'))::float8
+           AS oldest_queued_seconds
+FROM {schema}.jobs
+GROUP BY queue, status
+ORDER BY queue, status;

@@ -11,10 +11,12 @@ RETURNING id;
 -- Proves the worker alive: one row per worker, never one per job. If the rescuer removed the
 -- row (the worker was presumed dead), it is put back under the same id and `revived` is true:
 -- the jobs it held were rescued, and their late outcomes are refused by the completion guard.
-INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency)
+-- `stats` is the worker's own tally (pgqueue/observe.py), replaced at each beat.
+INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency, stats)
 OVERRIDING SYSTEM VALUE
-VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()
+VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
+        %(stats)s::jsonb)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), stats = EXCLUDED.stats
 RETURNING (xmax = 0) AS revived;
 
 -- name: worker_list
@@ -24,7 +26,8 @@ RETURNING (xmax = 0) AS revived;
 SELECT w.id, w.name, w.hostname, w.pid, w.queues, w.concurrency, w.started_at, w.heartbeat_at,
        coalesce(%(now)s::timestamptz, now()) - w.heartbeat_at AS silent_for,
        (SELECT count(*) FROM {schema}.jobs AS j
-        WHERE j.worker_id = w.id AND j.status = 'running') AS running
+        WHERE j.worker_id = w.id AND j.status = 'running') AS running,
+       w.stats
 FROM {schema}.workers AS w
 ORDER BY w.id DESC
 LIMIT %(limit)s;
