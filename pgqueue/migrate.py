@@ -65,7 +65,8 @@ ROLE_KINDS = tuple(GRANTS)
 
 
 def grant_role(conn: SyncConn, schema: str, role: str, kind: str) -> None:
-    """Grant `role` what a worker (`kind="worker"`) or an enqueueing app (`"app"`) needs on
-    `schema`, and nothing else. The role must exist; run after migrating. Commits."""
+    """Grant `role` what a worker (`kind="worker"`), an enqueueing app (`"app"`), a read-only
+    dashboard (`"read"`) or the dashboard's actions (`"operator"`) need on `schema`, and
+    nothing else. The role must exist; run after migrating. Commits."""
     with conn.transaction():
         conn.execute(grant_sql(schema, role, kind))

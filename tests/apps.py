@@ -185,3 +185,9 @@ async def wf_fail(x: int) -> int:
 def always_fails(note: str) -> None:
     """Fails every attempt, naming its argument: one retry, then failed for good."""
     raise ValueError(f"cannot do {note}")
+
+
+@queue.task(name="needs_file", max_attempts=1)
+def needs_file(path: str) -> str:
+    """Fails until the file at `path` exists: a job an operator fixes, then retries."""
+    return Path(path).read_text()

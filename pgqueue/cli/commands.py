@@ -192,6 +192,36 @@ def _extra(module: str, extra: str, option: str) -> ModuleType:
         ) from None
 
 
+def dashboard(args: argparse.Namespace) -> int:
+    app = load_app(args.app) if args.app else None
+    token = os.environ.get("PGQUEUE_DASHBOARD_TOKEN") or None
+    basic_text = os.environ.get("PGQUEUE_DASHBOARD_BASIC_AUTH") or None
+    basic: tuple[str, str] | None = None
+    if basic_text is not None:
+        user, sep, password = basic_text.partition(":")
+        if not sep or not user or not password:
+            raise UsageError("PGQUEUE_DASHBOARD_BASIC_AUTH is user:password")
+        basic = (user, password)
+    web = _extra("pgqueue.dashboard", "dashboard", "pgqueue dashboard")
+    uvicorn = _extra("uvicorn", "dashboard", "pgqueue dashboard")
+    schema = args.schema or (app.schema if app is not None else "pgqueue")
+    site = web.create_app(
+        resolve_dsn(args.dsn, app),
+        schema=schema,
+        allow_actions=args.allow_actions,
+        token=token,
+        basic_auth=basic,
+        actions_dsn=args.actions_dsn,
+        horizon_warning=args.horizon_warning,
+    )
+    log.info("dashboard of schema %s at http://%s:%s/", schema, args.host, args.port)
+    try:
+        uvicorn.run(site, host=args.host, port=args.port, log_level=args.log_level.lower())
+    finally:
+        site.state.dashboard.close()
+    return 0
+
+
 def relay(args: argparse.Namespace) -> int:
     import asyncio
     import signal

@@ -74,6 +74,7 @@ def build() -> argparse.ArgumentParser:
 
     _migrate(add("migrate", "create or upgrade the pgqueue tables"))
     _worker(add("worker", "run the jobs of the tasks registered on MODULE:ATTR"))
+    _dashboard(add("dashboard", "serve the web dashboard (needs pgqueue[dashboard])"))
     _workers(add("workers", "list the live workers: host, pid, queues, running jobs"))
     _relay(add("relay", "publish the messages staged in the outbox (MODULE:ATTR, a Relay)"))
     _outbox(add("outbox", "staged messages and dead letters; retry dead ones"))
@@ -233,6 +234,38 @@ def _worker(p: argparse.ArgumentParser) -> None:
         help="json: one JSON line per job outcome and per log record, for a log pipeline",
     )
     p.set_defaults(handler=commands.worker)
+
+
+def _dashboard(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Serve the dashboard: queues, jobs, workers, tenants, recurring jobs and the "
+        "database's health, with /metrics for Prometheus. Read-only unless --allow-actions, "
+        "which needs a token (PGQUEUE_DASHBOARD_TOKEN) or basic auth "
+        "(PGQUEUE_DASHBOARD_BASIC_AUTH=user:password)."
+    )
+    p.add_argument(
+        "app", nargs="?", metavar="MODULE:ATTR", help="your Queue, for its DSN and schema"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    p.add_argument("--port", type=argtypes.port, default=8080, help="the port to listen on")
+    p.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="allow retry, cancel, pause and tenant limits (needs a token or basic auth)",
+    )
+    p.add_argument(
+        "--actions-dsn",
+        metavar="DSN",
+        help="run actions as another role (one granted --kind operator); default: --dsn",
+    )
+    p.add_argument(
+        "--horizon-warning",
+        type=argtypes.duration,
+        default="5m",
+        metavar="AGE",
+        help="the health page warns of a transaction holding the horizon for longer",
+    )
+    p.set_defaults(handler=commands.dashboard)
 
 
 def _workers(p: argparse.ArgumentParser) -> None:
@@ -412,7 +445,11 @@ def _watchdog(p: argparse.ArgumentParser) -> None:
 def _grant(p: argparse.ArgumentParser) -> None:
     p.add_argument("role", type=argtypes.role_name, help="an existing role")
     p.add_argument(
-        "--kind", choices=["worker", "app"], required=True, help="what the role will run"
+        "--kind",
+        choices=["worker", "app", "read", "operator"],
+        required=True,
+        help="what the role will run: a worker, an enqueueing app, a read-only dashboard or "
+        "scrape, or the dashboard's actions",
     )
     p.add_argument("--sql", action="store_true", help="print the GRANT statements only")
     p.set_defaults(handler=commands.grant)

@@ -11,7 +11,12 @@ from pgqueue.errors import ConfigurationError, MigrationError
 from pgqueue.queries import Migration, grant, migrations, query
 from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one
 
-GRANTS = {"worker": "grant_worker", "app": "grant_app"}
+GRANTS = {
+    "worker": "grant_worker",
+    "app": "grant_app",
+    "read": "grant_read",
+    "operator": "grant_operator",
+}
 
 
 def pending(conn: SyncConn, schema: str) -> list[Migration]:
@@ -57,7 +62,7 @@ def apply_plan(schema: str) -> Plan[list[Migration]]:
 
 
 def grant_sql(schema: str, role: str, kind: str) -> sql.Composed:
-    """What a worker (`kind="worker"`) or an enqueueing app (`"app"`) needs on `schema`."""
+    """What a role of `kind` (worker, app, read, operator) needs on `schema`."""
     if kind not in GRANTS:
         raise ConfigurationError(f"role kind must be one of {', '.join(GRANTS)}, not {kind!r}")
     return grant(GRANTS[kind], schema, role)

@@ -11,7 +11,7 @@ from psycopg.rows import class_row
 
 from pgqueue.queries import query
 from pgqueue.registry import encode_json
-from pgqueue.store.plan import AsyncConn, fetch
+from pgqueue.store.plan import AsyncConn, SyncConn, fetch
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,24 @@ class TickJob:
     name: str
     tick: datetime
     job_id: int
+
+
+@dataclass(frozen=True)
+class StoredPeriodic:
+    """A recurring job as workers last stored it, and the latest tick that became a job."""
+
+    name: str
+    definition: dict[str, object]
+    last_tick: datetime  # dealt with up to here, enqueued or skipped
+    updated_at: datetime
+    last_enqueued_tick: datetime | None
+    last_job_id: int | None
+
+
+def list_periodic(conn: SyncConn, schema: str) -> list[StoredPeriodic]:
+    """Every stored definition, by name."""
+    with conn.cursor(row_factory=class_row(StoredPeriodic)) as cur:
+        return cur.execute(query("periodic_list", schema)).fetchall()
 
 
 class PeriodicStore:

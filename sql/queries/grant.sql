@@ -36,3 +36,21 @@ GRANT UPDATE (workflow_id) ON {schema}.jobs TO {role};
 GRANT SELECT ON {schema}.wake_listeners TO {role};
 -- Messages for other systems, staged in the application's transactions.
 GRANT SELECT, INSERT ON {schema}.outbox TO {role};
+
+-- name: grant_read
+-- What the dashboard and a metrics scrape need to show everything and change nothing. The
+-- horizon's holders show their query text only to a role with pg_read_all_stats (or to the
+-- holder's own role): grant it separately if the dashboard should name them.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+
+-- name: grant_operator
+-- What the dashboard's actions need besides reading: retry and cancel jobs (as a worker moves
+-- them), pause and resume queues, and set tenants' limits. Nothing a worker does on its own
+-- needs the last two, so the worker role does not have them.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+GRANT INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history TO {role};
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+GRANT INSERT, UPDATE, DELETE ON {schema}.queue_pauses, {schema}.concurrency_limits,
+    {schema}.concurrency_slots, {schema}.job_deps, {schema}.job_waits TO {role};

@@ -47,3 +47,18 @@ SET definition = s.definition,
     updated_at = coalesce(%(now)s::timestamptz, now())
 FROM jsonb_to_recordset(%(states)s::jsonb) AS s(name text, definition jsonb, last_tick timestamptz)
 WHERE p.name = s.name;
+
+-- name: periodic_list
+-- Every recurring job as workers last stored it, with the latest tick that became a job and
+-- that job's id: one backward step in periodic_ticks' primary key per definition.
+SELECT p.name, p.definition, p.last_tick, p.updated_at,
+       t.tick AS last_enqueued_tick, t.job_id AS last_job_id
+FROM {schema}.periodic AS p
+LEFT JOIN LATERAL (
+    SELECT pt.tick, pt.job_id
+    FROM {schema}.periodic_ticks AS pt
+    WHERE pt.name = p.name
+    ORDER BY pt.tick DESC
+    LIMIT 1
+) AS t ON true
+ORDER BY p.name;
