@@ -1098,6 +1098,11 @@ def _translate(exc: BaseException | None, schema: str) -> None:
         ) from exc
     if _connection_lost(exc):
         raise ConnectionLostError(f"the connection was closed or lost: {exc}".strip()) from exc
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        raise DatabaseError(
+            f"{exc.diag.message_primary or exc}: this role lacks a grant this call needs; "
+            "`pgqueue grant ROLE --kind worker|app|read|operator` grants what each needs"
+        ) from exc
     if isinstance(exc, psycopg.errors.InFailedSqlTransaction):
         raise DatabaseError(
             "the transaction was aborted by an earlier error: roll it back first"

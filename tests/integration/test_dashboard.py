@@ -1,0 +1,272 @@
+"""The dashboard over real HTTP (uvicorn) on real PostgreSQL: least-privilege roles, a mount
+inside a host application with its own auth, bulk actions, the CSRF guard and /metrics.
+The browser's view of it is tests/acceptance/test_dashboard_browser.py."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import re
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import Queue
+from pgqueue.migrate import grant_role
+from pgqueue.testing import drain
+from tests.apps import always_fails, noop
+from tests.apps import queue as app_queue
+from tests.conftest import count, free_port, wait_until
+
+pytest.importorskip("starlette", reason="the dashboard needs pgqueue[dashboard]")
+uvicorn = pytest.importorskip("uvicorn", reason="the dashboard needs pgqueue[dashboard]")
+from starlette.applications import Starlette  # noqa: E402
+from starlette.routing import Mount  # noqa: E402
+
+from pgqueue.dashboard import create_app  # noqa: E402
+
+TOKEN = "a-token-of-the-integration-tests"
+
+
+class Served:
+    """An ASGI app served by uvicorn in a thread, and a client with its own cookie jar."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, what="uvicorn started")
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        )
+
+    def request(
+        self, path: str, form: dict[str, str] | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, str, str]:
+        """(status, body, final URL), following redirects."""
+        data = urllib.parse.urlencode(form).encode() if form is not None else None
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", data=data, headers=headers or {}
+        )
+        try:
+            with self.opener.open(req, timeout=30) as reply:
+                return reply.status, reply.read().decode(), reply.url
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(), exc.url
+
+    def csrf(self, page: str, headers: dict[str, str] | None = None) -> str:
+        """The CSRF token of `page`'s forms (its cookie is in the jar from then on)."""
+        status, body, _ = self.request(page, headers=headers)
+        assert status == 200, body
+        found = re.search(r'name="csrf" value="([^"]+)"', body)
+        assert found, body
+        return found.group(1)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        board = getattr(self.app.state, "dashboard", None)
+        if board is not None:
+            board.close()
+
+
+def note_of(body: str) -> str:
+    found = re.search(r'data-testid="note">([^<]*)<', body)
+    return found.group(1) if found else ""
+
+
+@pytest.fixture
+def roles(dsn: str, schema: str) -> Iterator[tuple[str, str]]:
+    """DSNs of a role granted `read` and one granted `operator`."""
+    names = [f"pgq_r_{uuid.uuid4().hex[:8]}", f"pgq_o_{uuid.uuid4().hex[:8]}"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for role in names:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        grant_role(conn, schema, names[0], "read")
+        grant_role(conn, schema, names[1], "operator")
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    yield tuple(psycopg.conninfo.make_conninfo("", **(info | {"user": r})) for r in names)  # type: ignore[misc]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for role in names:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def failed_jobs(queue: Queue, dsn: str, n: int) -> list[int]:
+    ids = [int(i) for i in queue.enqueue_many([always_fails.job(note=f"n{i}") for i in range(n)])]
+    drain(app_queue, dsn=dsn, schema=queue.schema)
+    return ids
+
+
+def test_pages_read_with_the_read_role_and_actions_run_with_the_operator_role(
+    dsn: str, schema: str, roles: tuple[str, str]
+) -> None:
+    read_dsn, operator_dsn = roles
+    queue = Queue(dsn, schema=schema)
+    [failed] = failed_jobs(queue, dsn, 1)
+    queue.enqueue(noop.with_options(queue="later").job())
+    site = Served(
+        create_app(
+            read_dsn, schema=schema, allow_actions=True, token=TOKEN, actions_dsn=operator_dsn
+        )
+    )
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        for page in ("/", "/jobs", f"/jobs/{failed}", "/workers", "/tenants", "/recurring",
+                     "/health", "/api/series", "/metrics"):  # fmt: skip
+            status, body, _ = site.request(page, headers=auth)
+            assert status == 200, (page, body[:2000])
+        csrf = site.csrf("/", headers=auth)
+
+        def act(path: str, **form: str) -> str:
+            status, body, _ = site.request(path, {"csrf": csrf, **form}, headers=auth)
+            assert status == 200, body[:2000]
+            return note_of(body)
+
+        assert "retried as job" in act(f"/jobs/{failed}/retry", back="/")
+        assert "paused" in act("/queues/later/pause", back="/")
+        assert queue.paused_queues()[0].queue == "later"
+        assert "resumed" in act("/queues/later/resume", back="/")
+        assert "at most 2 running" in act("/tenants", key="tenant-9", max_running="2")
+        limits = {limit.key: limit.max_running for limit in queue.concurrency_limits()}
+        assert limits["tenant-9"] == 2
+        [later] = queue.list_jobs(queue="later").jobs
+        assert "cancelled" in act(f"/jobs/{later.id}/cancel", back="/")
+    finally:
+        site.stop()
+    # Actions with the read role are refused by the database, and the page says what to grant.
+    readonly = Served(create_app(read_dsn, schema=schema, allow_actions=True, token=TOKEN))
+    try:
+        csrf = readonly.csrf("/", headers=auth)
+        status, body, _ = readonly.request(
+            "/queues/later/pause", {"csrf": csrf, "back": "/"}, headers=auth
+        )
+        assert status == 200
+        assert "--kind operator" in note_of(body) and "permission denied" in note_of(body)
+        assert queue.paused_queues() == []
+    finally:
+        readonly.stop()
+    queue.close()
+
+
+def test_mounted_in_a_host_application_it_keeps_its_prefix_and_uses_the_hosts_auth(
+    dsn: str, schema: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    [failed] = failed_jobs(queue, dsn, 1)
+    dashboard = create_app(
+        dsn,
+        schema=schema,
+        allow_actions=True,
+        authorize=lambda request: request.headers.get("x-user") == "ops",
+    )
+    host = Starlette(routes=[Mount("/ops/queue", app=dashboard)])
+    site = Served(host)
+    ops = {"x-user": "ops"}
+    try:
+        status, body, _ = site.request("/ops/queue/jobs", headers=ops)
+        assert status == 200
+        assert f'href="http://127.0.0.1:{site.port}/ops/queue/jobs/{failed}"' in body
+        assert site.request("/ops/queue/static/dashboard.js")[0] == 200
+        assert site.request("/ops/queue/jobs", headers={"x-user": "someone"})[0] == 401
+        csrf = site.csrf(f"/ops/queue/jobs/{failed}", headers=ops)
+        status, body, url = site.request(
+            f"/ops/queue/jobs/{failed}/retry",
+            {"csrf": csrf, "back": f"/ops/queue/jobs/{failed}"},
+            headers=ops,
+        )
+        assert "retried as job" in note_of(body)
+        assert urllib.parse.urlsplit(url).path == f"/ops/queue/jobs/{failed}"
+        # A redirect elsewhere is not followed: the action lands on the dashboard's front.
+        csrf = site.csrf("/ops/queue/", headers=ops)
+        status, body, url = site.request(
+            "/ops/queue/queues/x/pause", {"csrf": csrf, "back": "//evil.example/"}, headers=ops
+        )
+        assert urllib.parse.urlsplit(url).netloc == f"127.0.0.1:{site.port}"
+    finally:
+        site.stop()
+        dashboard.state.dashboard.close()
+    queue.close()
+
+
+def test_a_bulk_retry_retries_only_what_the_filter_selects(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    failed = failed_jobs(queue, dsn, 5)
+    queue.enqueue_many([noop.with_options(queue="idle").job() for _ in range(3)])
+    site = Served(create_app(dsn, schema=schema, allow_actions=True, token=TOKEN))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        csrf = site.csrf("/jobs", headers=auth)
+        _, body, _ = site.request(
+            "/jobs/bulk",
+            {"csrf": csrf, "action": "retry", "task": "always_fails", "back": "/jobs"},
+            headers=auth,
+        )
+        assert note_of(body) == "retry: 5 jobs, 0 refused"
+        retried = queue.list_jobs(task="always_fails", status="queued").jobs
+        assert sorted(j.retry_of for j in retried) == failed
+        assert count_queued(queue, "idle") == 3  # untouched: not selected
+        _, body, _ = site.request(
+            "/jobs/bulk",
+            {"csrf": csrf, "action": "cancel", "queue": "idle", "back": "/jobs"},
+            headers=auth,
+        )
+        assert note_of(body) == "cancel: 3 jobs, 0 refused"
+        assert count_queued(queue, "idle") == 0
+        assert len(queue.list_jobs(task="always_fails", status="queued").jobs) == 5
+    finally:
+        site.stop()
+    queue.close()
+
+
+def count_queued(queue: Queue, name: str) -> int:
+    return len(queue.list_jobs(queue=name, status="queued").jobs)
+
+
+def test_an_action_without_its_pages_csrf_token_changes_nothing(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    [failed] = failed_jobs(queue, dsn, 1)
+    site = Served(create_app(dsn, schema=schema, allow_actions=True, token=TOKEN))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        site.csrf("/", headers=auth)  # the browser has a CSRF cookie ...
+        status, body, _ = site.request(f"/jobs/{failed}/retry", {"csrf": "forged"}, headers=auth)
+        assert status == 403 and "another site" in body  # ... but the form is not the page's
+        csrf = site.csrf("/", headers=auth)
+        other_site = auth | {"origin": "http://evil.example"}
+        status, body, _ = site.request(f"/jobs/{failed}/retry", {"csrf": csrf}, headers=other_site)
+        assert status == 403
+        assert site.request(f"/jobs/{failed}/retry", {"csrf": csrf})[0] == 401  # no token
+    finally:
+        site.stop()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert count(conn, schema, "jobs") == 0
+    queue.close()
+
+
+def test_metrics_of_the_dashboard_read_the_queues_at_scrape_time(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    queue.enqueue_many([noop.with_options(queue="mail").job() for _ in range(4)])
+    failed_jobs(queue, dsn, 2)
+    site = Served(create_app(dsn, schema=schema, token=TOKEN))
+    try:
+        assert site.request("/metrics")[0] == 401
+        status, body, _ = site.request("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+    finally:
+        site.stop()
+    assert status == 200
+    assert 'pgqueue_queue_jobs{queue="mail",status="queued"} 4.0' in body
+    assert "pgqueue_database_up 1.0" in body
+    assert re.search(r'pgqueue_queue_oldest_job_age_seconds\{queue="mail"\} [0-9.]+', body)
+    queue.close()
