@@ -87,9 +87,12 @@ class Batch:
             encoded.append(args.replace("\\", "\\\\"))
         return cls(encoded, fields, lowest)
 
-    def copy_text(self, ids: Sequence[int]) -> str:
+    def copy_text(self, ids: Sequence[int], trace_context: str | None = None) -> str:
+        """The lines of job_copy, or with `trace_context` (JSON text) those of
+        job_copy_traced, the same on every line."""
         rows = zip(ids, self.fields, self.args, strict=True)
-        return "".join(f"{i}\t{head}\t{args}\t{tail}\n" for i, (head, tail), args in rows)
+        end = "\n" if trace_context is None else f"\t{trace_context.translate(_ESCAPES)}\n"
+        return "".join(f"{i}\t{head}\t{args}\t{tail}{end}" for i, (head, tail), args in rows)
 
     def wake_params(self, ids: Sequence[int]) -> dict[str, list[object]]:
         """job_wake's parameters: each queue's lowest (priority, id)."""

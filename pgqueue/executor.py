@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import threading
@@ -108,7 +109,9 @@ class Executor:
                     _interrupt_on_request(cancel)
                 value = await _call(task.fn(*args, **kwargs), task.policy.timeout)
             else:
-                call = functools.partial(task.fn, *args, **kwargs)
+                # In a copy of this task's context, as asyncio.to_thread does: what the worker
+                # set for the job (its trace span) holds in the handler's thread too.
+                call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
                 value = await _within(self._thread(call), task.policy.timeout)
         except asyncio.CancelledError:
             if cancel is not None and cancel.requested and not _stopping():

@@ -442,6 +442,9 @@ class ClaimedJob:
     max_attempts: int
     queue: str
     worker_id: int
+    # The enqueuer's trace context (pgqueue/tracing.py), when tracing was on where it was
+    # enqueued; None otherwise, and for jobs a rescuer holds.
+    trace_context: dict[str, Any] | None = None
 
 
 class Job(BaseModel):

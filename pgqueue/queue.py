@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
@@ -62,6 +63,10 @@ from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
 from pgqueue.workflow import Flow, OnFailure, build
+
+# Set by pgqueue.tracing.instrument(): wraps each enqueue call in a span whose context the
+# jobs' rows carry, and is given their ids. None, the default: an enqueue pays one read.
+enqueue_tracer: Callable[[Sequence[NewJob]], AbstractContextManager[list[int]]] | None = None
 
 R = TypeVar("R")
 
@@ -565,6 +570,13 @@ class Queue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
+        if enqueue_tracer is not None:
+            with enqueue_tracer(batch) as traced:
+                traced.extend(ids := self._store(batch, conn))
+                return ids
+        return self._store(batch, conn)
+
+    def _store(self, batch: Sequence[NewJob], conn: Conn | None) -> list[Enqueued]:
         with self._connection(conn) as c:
             if jobs_store.keyed(batch):
                 return run(c, self._enqueue_plan(batch))
@@ -837,6 +849,13 @@ class AsyncQueue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
+        if enqueue_tracer is not None:
+            with enqueue_tracer(batch) as traced:
+                traced.extend(ids := await self._store(batch, conn))
+                return ids
+        return await self._store(batch, conn)
+
+    async def _store(self, batch: Sequence[NewJob], conn: AsyncConn | None) -> list[Enqueued]:
         async with self._connection(conn) as c:
             if jobs_store.keyed(batch):
                 return await run_async(c, self._enqueue_plan(batch))

@@ -191,3 +191,21 @@ def always_fails(note: str) -> None:
 def needs_file(path: str) -> str:
     """Fails until the file at `path` exists: a job an operator fixes, then retries."""
     return Path(path).read_text()
+
+
+@queue.task(name="traced_step")
+async def traced_step(n: int) -> int:
+    """Makes a span of its own, which should be a child of the job's (when tracing is on)."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span(f"inner {n}"):
+        return n
+
+
+@queue.task(name="traced_sync_step")
+def traced_sync_step(n: int) -> int:
+    """traced_step in a worker thread: the job's span is current there too."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span(f"inner sync {n}"):
+        return n

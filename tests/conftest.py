@@ -271,9 +271,15 @@ def clean_exit_logs(procs: list[Any], logs: list[Path]) -> list[str]:
 
 
 def worker_process(
-    dsn: str, schema: str, *args: str, log: Path, env: dict[str, str] | None = None
+    dsn: str,
+    schema: str,
+    *args: str,
+    log: Path,
+    env: dict[str, str] | None = None,
+    app: str = "tests.apps:queue",
 ) -> Any:
-    """`python -m pgqueue worker tests.apps:queue` as a real process, its output in `log`.
+    """`python -m pgqueue worker tests.apps:queue` (or `app`) as a real process, its output
+    in `log`.
 
     Output goes to a file, not a pipe: a pipe nobody reads fills up and blocks the worker.
     """
@@ -288,7 +294,7 @@ def worker_process(
                 "-m",
                 "pgqueue",
                 "worker",
-                "tests.apps:queue",
+                app,
                 "--dsn",
                 dsn,
                 "--schema",

@@ -179,6 +179,8 @@ def _observers(args: argparse.Namespace) -> list[Any]:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())
         observers.append(JsonLog())
+    if args.trace:
+        observers.append(_extra("pgqueue.tracing", "otel", "--trace").JobTracer())
     return observers
 
 

@@ -228,6 +228,11 @@ def _worker(p: argparse.ArgumentParser) -> None:
         "--metrics-host", default="0.0.0.0", metavar="HOST", help="where --metrics-port listens"
     )
     p.add_argument(
+        "--trace",
+        action="store_true",
+        help="an OpenTelemetry span per job, linked to its enqueue's (needs pgqueue[otel])",
+    )
+    p.add_argument(
         "--log-format",
         choices=("text", "json"),
         default="text",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -53,6 +54,10 @@ from pgqueue.wakeup import Position
 # A concurrent enqueue that commits the same key while ours waits is invisible to our
 # statement's snapshot; each further round takes a new one. Two rounds settle any race that
 # does not keep recurring; the bound only stops a pathological loop.
+# The trace context the enqueue statements store in each job's row (JSON text): set by
+# pgqueue/tracing.py around an enqueue while tracing is on, None otherwise.
+trace_context: ContextVar[str | None] = ContextVar("pgqueue_trace_context", default=None)
+
 DEDUPE_ROUNDS = 20
 # Rounds of job_cancel while the row is locked by a claim or completion in flight (those take
 # milliseconds), a short pause apart: about a second in all before giving up.
@@ -87,7 +92,8 @@ def insert(
     rows = encode_rows([j.as_row() for j in jobs])
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
-    return statement("job_insert", schema), {"jobs": rows, "now": None, "channel": channel(schema)}
+    params = {"jobs": rows, "now": None, "channel": channel(schema)}
+    return statement("job_insert", schema), params | {"trace_context": trace_context.get()}
 
 
 def _insert_one(job: NewJob, schema: str, max_payload_bytes: int | None, *, alone: bool) -> Step:
@@ -97,6 +103,7 @@ def _insert_one(job: NewJob, schema: str, max_payload_bytes: int | None, *, alon
     if max_payload_bytes is not None and len(args) > max_payload_bytes:
         _refuse_huge([job], max_payload_bytes)
     params["now"] = None
+    params["trace_context"] = trace_context.get()
     return statement("job_insert_one" if alone else "job_insert_single", schema), params
 
 
@@ -136,8 +143,9 @@ def copy_in(
             cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
             batch = Batch.of(jobs, limit)
             ids = _copy_ids(cur.fetchall())
-        with cur.copy(query("job_copy", schema)) as copy:
-            copy.write(batch.copy_text(ids))
+        traced = trace_context.get()
+        with cur.copy(query("job_copy_traced" if traced else "job_copy", schema)) as copy:
+            copy.write(batch.copy_text(ids, traced))
         cur.execute(statement("job_wake", schema), batch.wake_params(ids))
     return [Enqueued(i) for i in ids]
 
@@ -151,8 +159,9 @@ async def copy_in_async(
             await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
             batch = Batch.of(jobs, limit)
             ids = _copy_ids(await cur.fetchall())
-        async with cur.copy(query("job_copy", schema)) as copy:
-            await copy.write(batch.copy_text(ids))
+        traced = trace_context.get()
+        async with cur.copy(query("job_copy_traced" if traced else "job_copy", schema)) as copy:
+            await copy.write(batch.copy_text(ids, traced))
         await cur.execute(statement("job_wake", schema), batch.wake_params(ids))
     return [Enqueued(i) for i in ids]
 
@@ -201,6 +210,7 @@ def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enq
             {
                 "jobs": encode_rows([job.as_row() | {"ord": i} for i, job in pending.items()]),
                 "now": None,
+                "trace_context": trace_context.get(),
             },
         )
         got = {int(ord_): (job_id, bool(created)) for ord_, job_id, created in rows}
@@ -367,6 +377,14 @@ def claim_atomic_plan(schema: str, params: Params, backstop_ms: int) -> Plan[Cla
     return ClaimedJob(*rows[0]) if rows else None
 
 
+def _claimed(row: Sequence[Any], trace_at: int) -> ClaimedJob:
+    """A claimed job from a claim's first eight columns and its trace context's column."""
+    job_id, task, args, priority, attempt, max_attempts, queue, worker_id = row[:8]
+    return ClaimedJob(
+        job_id, task, args, priority, attempt, max_attempts, queue, worker_id, row[trace_at]
+    )
+
+
 def finish_plan(schema: str, outcomes: Sequence[OutcomeRow], keep_history: bool) -> Plan[Finished]:
     """job_finish_many as a plan, for an atomic job's own transaction."""
     rows = yield statement("job_finish_many", schema), finish_params(outcomes, keep_history)
@@ -444,7 +462,7 @@ class JobsStore:
         rows = await fetch(conn, statement("job_claim_unkeyed", self.schema), params)
         if rows and rows[0][8] is None:
             return None
-        return Claimed([ClaimedJob(*row[:8]) for row in rows], [])
+        return Claimed([_claimed(row, 9) for row in rows], [])
 
     async def claim_keyed(self, conn: AsyncConn, params: Params) -> Claimed:
         """job_claim: jobs that fit their key's limit are claimed, the others parked."""
@@ -453,7 +471,7 @@ class JobsStore:
             if row[8]:
                 claimed.parked.append((row[3], row[0]))
             else:
-                claimed.jobs.append(ClaimedJob(*row[:8]))
+                claimed.jobs.append(_claimed(row, 9))
         return claimed
 
     async def claim_rated(
@@ -472,7 +490,7 @@ class JobsStore:
             elif row[8]:
                 claimed.parked.append((row[3], row[0]))
             else:
-                claimed.jobs.append(ClaimedJob(*row[:8]))
+                claimed.jobs.append(_claimed(row, 11))
         return claimed, room_in, back_in
 
     async def promote_due(

@@ -14,7 +14,7 @@ from pgqueue.errors import JobNotFoundError, JobStateError
 from pgqueue.models import EnqueuedWorkflow, Workflow, WorkflowJob
 from pgqueue.queries import query
 from pgqueue.registry import encode_args, encode_json, encode_rows, too_large
-from pgqueue.store.jobs import reserve_ids_plan
+from pgqueue.store.jobs import reserve_ids_plan, trace_context
 from pgqueue.store.plan import AsyncConn, Plan, fetch
 from pgqueue.tenants import refuse_keyed_atomic
 from pgqueue.workflow import Node
@@ -84,7 +84,10 @@ def enqueue_plan(
             }
         )
     params = {"jobs": encode_rows(jobs), "edges": encode_json(edges), "workflow": workflow}
-    yield query("workflow_insert", schema), params | {"now": None}
+    yield (
+        query("workflow_insert", schema),
+        params | {"now": None, "trace_context": trace_context.get()},
+    )
     return EnqueuedWorkflow(id=workflow, job_ids=ids)
 
 

@@ -5,7 +5,8 @@
 
 -- name: job_insert
 -- Inserts a batch of jobs in one statement and wakes the workers of their queues at commit.
--- Rows arrive in input order, so ids come back in that order. A job whose run_at is in the
+-- trace_context, NULL unless tracing is on, is the enqueue span's (one per call), for every
+-- job of the batch; the enqueues below take it too. Rows arrive in input order, so ids come back in that order. A job whose run_at is in the
 -- future is 'scheduled' and stays out of the claim index until it is promoted.
 -- Wake-up: one wake() per queue that got queued rows, naming the lowest (priority, id) this
 -- transaction made claimable there. A worker whose claim hint has passed that position (the
@@ -26,8 +27,9 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
-         status)
+         trace_context, status)
     SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
+           %(trace_context)s::jsonb,
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input
@@ -69,12 +71,14 @@ ORDER BY i.id;
 -- (bench enqueue-scale). The wake-up names this job's (priority, id). Scheduled jobs wake
 -- nobody: promotion does.
 INSERT INTO {schema}.jobs AS j
-    (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags, status)
+    (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
+     trace_context, status)
 VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint,
         %(max_attempts)s::integer,
         coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())
                  + make_interval(secs => coalesce(%(delay)s::float8, 0))),
         %(atomic)s::boolean, %(concurrency_key)s::text, %(tags)s::text[],
+        %(trace_context)s::jsonb,
         CASE WHEN coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())
                            + make_interval(secs => coalesce(%(delay)s::float8, 0)))
                   > coalesce(%(now)s::timestamptz, now())
@@ -91,7 +95,8 @@ RETURNING j.id,
 SELECT {schema}.insert_job(%(queue)s::text, %(task)s::text, %(args)s::jsonb,
                            %(priority)s::smallint, %(max_attempts)s::integer,
                            %(run_at)s::timestamptz, %(delay)s::float8, %(now)s::timestamptz,
-                           %(atomic)s::boolean, %(concurrency_key)s::text, %(tags)s::text[]);
+                           %(atomic)s::boolean, %(concurrency_key)s::text, %(tags)s::text[],
+                           %(trace_context)s::jsonb);
 
 -- name: job_get
 -- One job by id, from the hot table or, once finished, from history.
@@ -131,6 +136,12 @@ FROM s, generate_series(1, %(n)s::integer);
 -- Bulk enqueue: rows of queued jobs with their reserved ids; every other column takes its
 -- default (status 'queued', run_at and created_at now). Its wake-up is job_wake.
 COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, atomic, concurrency_key)
+FROM STDIN;
+
+-- name: job_copy_traced
+-- job_copy with the enqueue span's trace context on every row (tracing on).
+COPY {schema}.jobs (id, queue, task, args, priority, max_attempts, atomic, concurrency_key,
+                    trace_context)
 FROM STDIN;
 
 -- name: job_wake
@@ -182,11 +193,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key,
-         concurrency_key, tags)
+         concurrency_key, tags, trace_context)
     SELECT f.queue, f.task, f.args, f.priority, f.max_attempts, f.run_at, f.atomic,
            CASE WHEN f.run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END,
-           f.dedupe_key, f.concurrency_key, f.tags
+           f.dedupe_key, f.concurrency_key, f.tags, %(trace_context)s::jsonb
     FROM (
         SELECT DISTINCT ON (i.dedupe_key) i.*
         FROM input AS i
@@ -446,12 +457,14 @@ WITH picked AS (
     -- a join with picked (estimated at a tenth of the queue) became a sequential scan of jobs.
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE key IS NULL
                            UNION ALL SELECT id FROM ranked WHERE fits))
-    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
+              j.trace_context
 )
-SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked
+SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
+       trace_context
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true
+SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL
 FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where it is read
 
@@ -544,7 +557,7 @@ WITH allowance AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM entering WHERE key IS NULL
                            UNION ALL SELECT id FROM ranked WHERE fits))
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
-              j.concurrency_key
+              j.concurrency_key, j.trace_context
 ), recorded AS (
     -- The claimed jobs' starts, at their started_at; in how many seconds there is room again.
     SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
@@ -556,19 +569,20 @@ WITH allowance AS (
                 ELSE 0 END AS jobs_recorded
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       NULL::float8 AS room_in, NULL::float8 AS back_in
+       NULL::float8 AS room_in, NULL::float8 AS back_in, trace_context
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL
+SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL
 FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL  -- a plain CTE runs only where it is read
 UNION ALL
-SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL
+SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL
 FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NOT NULL
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, room_in,
        (SELECT extract(epoch FROM min(back_at) - coalesce(%(now)s::timestamptz, now()))::float8
-        FROM admitted)
+        FROM admitted),
+       NULL
 FROM recorded
 WHERE jobs_recorded IS NOT NULL;
 
@@ -600,12 +614,14 @@ WITH picked AS (
         started_at = coalesce(%(now)s::timestamptz, now()),
         worker_id = %(worker_id)s
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND NOT (SELECT found FROM keyed)
-    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
+              j.trace_context
 )
-SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked
+SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
+       trace_context
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE (SELECT found FROM keyed);
 
 -- name: job_promote_due
@@ -818,7 +834,8 @@ SET status = 'running',
     worker_id = %(worker_id)s
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id;
+RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
+          j.trace_context;
 
 -- name: job_release_orphans
 -- After the claim connection broke, puts back running jobs this worker holds but never

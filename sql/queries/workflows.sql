@@ -36,9 +36,9 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (id, queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
-         workflow_id, status)
+         workflow_id, trace_context, status)
     SELECT id, queue, task, args, priority, max_attempts, due, coalesce(atomic, false),
-           concurrency_key, tags, %(workflow)s::bigint,
+           concurrency_key, tags, %(workflow)s::bigint, %(trace_context)s::jsonb,
            CASE WHEN remaining > 0 THEN 'blocked'
                 WHEN due > coalesce(%(now)s::timestamptz, now()) THEN 'scheduled'
                 ELSE 'queued' END

@@ -256,6 +256,7 @@ def test_key_lookups_probe_the_key_indexes(
     params = {
         "jobs": json.dumps([job.as_row() | {"ord": n} for n, job in enumerate(jobs)]),
         "now": None,
+        "trace_context": None,
     }
     statement = query("job_insert_unique", schema)
     rows = conn.execute(sql.SQL("EXPLAIN (COSTS OFF) ") + statement, params).fetchall()

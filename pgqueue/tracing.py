@@ -1,0 +1,136 @@
+"""OpenTelemetry traces: a span for each enqueue, and one for each job's execution, linked
+to the enqueue that made it.
+
+Owns: `instrument()`, which turns on the enqueue spans in this process, and JobTracer, the
+worker's observer behind `pgqueue worker --trace`. The enqueuer's context travels in the
+job's row (its trace_context column, W3C trace context as OTel's propagator writes it), so
+the link holds across processes and machines. Attributes follow OpenTelemetry's messaging
+conventions: messaging.system "pgqueue", the queue as messaging.destination.name, the job's
+id as messaging.message.id.
+
+Invariants: with tracing off (the default) nothing here is imported: an enqueue reads one
+module global, and a worker has no observer. The job's span is current while its handler
+runs, in an `async def` handler and in a sync handler's thread alike, so spans the handler
+makes are its children. A job put back when its worker stops ends its span unfinished.
+
+Needs the `otel` extra (opentelemetry-api); which SDK and exporter export the spans is the
+application's choice, configured as OpenTelemetry documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context, propagate, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from pgqueue import queue as queue_module
+from pgqueue.models import ClaimedJob
+from pgqueue.observe import outcome_name
+from pgqueue.registry import NewJob
+from pgqueue.store.jobs import trace_context
+
+if TYPE_CHECKING:
+    from pgqueue.executor import Outcome
+
+SYSTEM = "pgqueue"
+
+
+def _tracer(provider: trace.TracerProvider | None) -> trace.Tracer:
+    return trace.get_tracer("pgqueue", tracer_provider=provider)
+
+
+def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
+    """Trace every enqueue in this process from now on: one span per enqueue call, whose
+    context the jobs' rows carry to the workers. Uses the global tracer provider unless
+    given one."""
+    tracer = _tracer(tracer_provider)
+
+    @contextmanager
+    def enqueue_span(batch: Sequence[NewJob]) -> Iterator[list[int]]:
+        queues = sorted({job.options.queue for job in batch})
+        destination = queues[0] if len(queues) == 1 else "(several)"
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "enqueue",
+            "messaging.destination.name": destination,
+        }
+        if len(batch) > 1:
+            attributes["messaging.batch.message_count"] = len(batch)
+        else:
+            attributes["pgqueue.task"] = batch[0].task
+        with tracer.start_as_current_span(
+            f"enqueue {destination}", kind=SpanKind.PRODUCER, attributes=attributes
+        ) as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            token = trace_context.set(json.dumps(carrier))
+            ids: list[int] = []
+            try:
+                yield ids
+            finally:
+                trace_context.reset(token)
+            if len(ids) == 1:
+                span.set_attribute("messaging.message.id", str(ids[0]))
+
+    queue_module.enqueue_tracer = enqueue_span
+
+
+def uninstrument() -> None:
+    """Stop tracing enqueues in this process."""
+    queue_module.enqueue_tracer = None
+
+
+class JobTracer:
+    """A worker's observer: a CONSUMER span per job attempt, child of and linked to its
+    enqueue's span when the job carries one."""
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+        self.tracer = _tracer(tracer_provider)
+        self._open: dict[int, tuple[trace.Span, object]] = {}
+
+    def job_started(self, job: ClaimedJob) -> None:
+        parent = propagate.extract(job.trace_context) if job.trace_context else None
+        links = []
+        if parent is not None:
+            origin = trace.get_current_span(parent).get_span_context()
+            if origin.is_valid:
+                links.append(Link(origin))
+        span = self.tracer.start_span(
+            f"process {job.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            links=links,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "run",
+                "messaging.destination.name": job.queue,
+                "messaging.message.id": str(job.id),
+                "pgqueue.task": job.task,
+                "pgqueue.attempt": job.attempt,
+                "pgqueue.worker_id": job.worker_id,
+            },
+        )
+        token = context.attach(trace.set_span_in_context(span))
+        self._open[job.id] = (span, token)
+
+    def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
+        opened = self._open.pop(job.id, None)
+        if opened is None:
+            return
+        span, token = opened
+        name = outcome_name(outcome)
+        span.set_attribute("pgqueue.outcome", name)
+        if outcome.error is not None:
+            span.set_attribute("error.type", str(outcome.error.get("type") or "error"))
+            span.set_status(Status(StatusCode.ERROR, str(outcome.error.get("error", ""))[:1000]))
+        span.end()
+        context.detach(token)  # type: ignore[arg-type]
+
+    def claimed(self, seconds: float, jobs: int) -> None:
+        pass
