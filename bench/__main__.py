@@ -31,6 +31,7 @@ SUITES = {
     "relay-throughput": ("bench.relay_throughput", "the relay against each broker's bare client"),
     "relay-degradation": ("bench.relay_degradation", "the relay's read under a held horizon"),
     "relay-chaos": ("bench.relay_chaos", "the relay killed and its broker restarted: lost, twice"),
+    "dashboard": ("bench.dashboard", "dashboard pages and /metrics at 1M history; observed drain"),
 }
 
 

@@ -85,17 +85,28 @@ class WorkerMetrics:
         )
         self._claims_with_jobs = self.claims.labels("jobs")
         self._claims_empty = self.claims.labels("empty")
+        # Each series' child, looked up once: labels() takes a lock and builds a key.
+        self._children: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
 
     def job_started(self, job: ClaimedJob) -> None:
         pass
 
     def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
         name = outcome_name(outcome)
-        self.finished.labels(job.queue, job.task, name).inc()
+        key = (job.queue, job.task, name)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.finished.labels(*key),
+                self.run_seconds.labels(job.queue, job.task),
+                self.retries.labels(job.queue, job.task),
+            )
+        finished, run_seconds, retries = children
+        finished.inc()
         if outcome.duration is not None:
-            self.run_seconds.labels(job.queue, job.task).observe(outcome.duration)
+            run_seconds.observe(outcome.duration)
         if name == "retried":
-            self.retries.labels(job.queue, job.task).inc()
+            retries.inc()
 
     def claimed(self, seconds: float, jobs: int) -> None:
         self.claim_seconds.observe(seconds)

@@ -1,5 +1,5 @@
-"""OpenTelemetry traces: a span for each enqueue, and one for each job's execution, linked
-to the enqueue that made it.
+"""OpenTelemetry traces: a span for each enqueue, and one for each job's execution, the child
+of the enqueue that made it.
 
 Owns: `instrument()`, which turns on the enqueue spans in this process, and JobTracer, the
 worker's observer behind `pgqueue worker --trace`. The enqueuer's context travels in the
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context, propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from pgqueue import queue as queue_module
 from pgqueue.models import ClaimedJob
@@ -86,34 +86,37 @@ def uninstrument() -> None:
 
 
 class JobTracer:
-    """A worker's observer: a CONSUMER span per job attempt, child of and linked to its
-    enqueue's span when the job carries one."""
+    """A worker's observer: a CONSUMER span per job attempt, the child of its enqueue's span
+    (in the same trace) when the job carries one. A parent rather than a span link: trace
+    viewers draw it, and a link on every job cost the worker a third more per job."""
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = _tracer(tracer_provider)
         self._open: dict[int, tuple[trace.Span, object]] = {}
+        self._last: tuple[str, context.Context] | None = None
+
+    def _enqueued(self, carrier: dict[str, Any] | None) -> context.Context | None:
+        """The enqueue span's context from a job's carrier. The jobs of one enqueue call share
+        one carrier, so the last one read is kept: a batch's jobs are read once."""
+        if not carrier:
+            return None
+        key = str(carrier.get("traceparent"))
+        if self._last is None or self._last[0] != key:
+            self._last = (key, propagate.extract(carrier))
+        return self._last[1]
 
     def job_started(self, job: ClaimedJob) -> None:
-        parent = propagate.extract(job.trace_context) if job.trace_context else None
-        links = []
-        if parent is not None:
-            origin = trace.get_current_span(parent).get_span_context()
-            if origin.is_valid:
-                links.append(Link(origin))
         span = self.tracer.start_span(
             f"process {job.queue}",
-            context=parent,
+            context=self._enqueued(job.trace_context),
             kind=SpanKind.CONSUMER,
-            links=links,
             attributes={
                 "messaging.system": SYSTEM,
                 "messaging.operation.type": "process",
-                "messaging.operation.name": "run",
                 "messaging.destination.name": job.queue,
                 "messaging.message.id": str(job.id),
                 "pgqueue.task": job.task,
                 "pgqueue.attempt": job.attempt,
-                "pgqueue.worker_id": job.worker_id,
             },
         )
         token = context.attach(trace.set_span_in_context(span))

@@ -1,0 +1,245 @@
+"""What watching the queue costs: the dashboard's pages and /metrics with a large history, and
+a worker's drain with metrics and tracing on against one with both off.
+
+    python -m bench dashboard [--dsn DSN] [--history 1000000] [--repeat 20] [--jobs 20000]
+                              [--rounds 3] [--out DIR]
+
+Fills a fresh schema's history as `bench records` does (--history finished jobs over 30
+days, 10 queues, 50 tasks, one of them rare) plus 1,000 live jobs, with one idle worker
+process registered. Serves the dashboard with uvicorn in this process and loads each page
+--repeat times over HTTP, reporting the median and worst of its server time (the
+Server-Timing header: the dashboard's own time, database included) and of the round trip.
+Then the same for a /metrics scrape.
+
+Then --rounds pairs of drains of --jobs no-op jobs by one worker process (concurrency 10),
+plain and with `--metrics-port` and `--trace` (OpenTelemetry's SDK with a batch processor,
+bench/dashboard_app.py), alternating; a drain's rate is jobs over the span from its first
+start to its last finish, from history. Reports the median rate of each and their ratio.
+
+Goals: each page at most 100 ms of server time, a scrape at most 50 ms, and the observed
+worker at least 0.97 of the plain one. Writes results.json to its results folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench import options
+from bench.records import fill
+from bench.report import Run, guarded
+from bench.server import database, scratch_schema
+from pgqueue import Queue
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "bench-dashboard-token-0123456789"
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = options.parser("dashboard", __doc__.split("\n\n")[0])
+    parser.add_argument("--history", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.history < 10_000 or args.repeat < 1 or args.jobs < 1000 or args.rounds < 1:
+        parser.error("--history >= 10000, --repeat >= 1, --jobs >= 1000, --rounds >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    return guarded("dashboard", lambda: bench(Run("dashboard", argv, args.out), args))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def worker(dsn: str, schema: str, *extra: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgqueue", "worker", "bench.dashboard_app:queue", "--dsn", dsn,
+         "--schema", schema, "--log-level", "warning", *extra],
+        cwd=ROOT, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+class Site:
+    """The dashboard under uvicorn in a thread of this process."""
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        import uvicorn
+
+        from pgqueue.dashboard import create_app
+
+        self.app = create_app(dsn, schema=schema, token=TOKEN)
+        self.port = free_port()
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.05)
+
+    def get(self, path: str) -> tuple[float, float]:
+        """(server ms, round-trip ms) of one GET."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", headers={"authorization": f"Bearer {TOKEN}"}
+        )
+        started = time.perf_counter()
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            reply.read()
+            timing = reply.headers["server-timing"]
+        total = (time.perf_counter() - started) * 1000
+        return float(timing.split("dur=")[1]), total
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.app.state.dashboard.close()
+
+
+def pages(conn: psycopg.Connection[Any], schema: str, rows: int) -> dict[str, str]:
+    live = conn.execute(sql.SQL("SELECT min(id) FROM {}").format(sql.Identifier(schema, "jobs")))
+    live_id = live.fetchone()[0]  # type: ignore[index]
+    return {
+        "queues": "/",
+        "jobs, newest": "/jobs",
+        "jobs, common task": "/jobs?task=t7",
+        "jobs, rare task": "/jobs?task=rare",
+        "jobs, failed": "/jobs?status=failed",
+        "jobs, queue + failed + 7d": "/jobs?queue=q3&status=failed&since=7d",
+        "jobs, tenant": "/jobs?tenant=nobody",
+        "jobs, deep page": f"/jobs?before_id={rows // 2}",
+        "job, finished": f"/jobs/{rows // 3}",
+        "job, live": f"/jobs/{live_id}",
+        "workers": "/workers",
+        "tenants": "/tenants",
+        "recurring": "/recurring",
+        "health": "/health",
+        "charts' JSON": "/api/series",
+        "metrics scrape": "/metrics",
+    }
+
+
+def timed_pages(site: Site, paths: dict[str, str], repeat: int) -> dict[str, dict[str, float]]:
+    found = {}
+    for name, path in paths.items():
+        site.get(path)  # warm: the pool's connection, the templates
+        server, total = zip(*(site.get(path) for _ in range(repeat)), strict=True)
+        found[name] = {
+            "server_median_ms": round(statistics.median(server), 2),
+            "server_max_ms": round(max(server), 2),
+            "round_trip_median_ms": round(statistics.median(total), 2),
+        }
+    return found
+
+
+def drain_rate(dsn: str, schema: str, jobs: int, observed: bool) -> float:
+    """Jobs per second of one worker process draining `jobs` no-op jobs."""
+    from bench.dashboard_app import bench_noop
+    from pgqueue import tracing
+
+    queue = Queue(dsn, schema=schema)
+    if observed:
+        tracing.instrument()  # the jobs carry an enqueue span's context, as traced apps' do
+    try:
+        queue.enqueue_many([bench_noop.job(n) for n in range(jobs)])
+    finally:
+        tracing.uninstrument()
+    queue.close()
+    extra: list[str] = ["--burst", "--concurrency", "10"]
+    env = {}
+    if observed:
+        extra += ["--metrics-port", str(free_port()), "--trace"]
+        env["PGQUEUE_BENCH_TRACE"] = "1"
+    proc = worker(dsn, schema, *extra, env=env)
+    assert proc.wait(600) == 0, "the drain's worker failed"
+    with psycopg.connect(dsn) as conn:
+        span = conn.execute(
+            sql.SQL(
+                "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM {}"
+                " WHERE task = 'bench_noop'"
+            ).format(sql.Identifier(schema, "job_history"))
+        ).fetchone()
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE task = 'bench_noop'").format(
+                sql.Identifier(schema, "job_history")
+            )
+        )
+    assert span is not None and span[0] == jobs, f"drained {span}"
+    return float(jobs / float(span[1]))
+
+
+def bench(run: Run, args: argparse.Namespace) -> int:
+    with database(options.dsn(args.dsn)) as server:
+        out = run.folder(server)
+        with scratch_schema(server.dsn, "bench_dashboard") as schema:
+            queue = Queue(schema=schema)
+            with psycopg.connect(server.dsn, application_name="bench:dashboard") as conn:
+                fill(conn, schema, args.history, queue)
+                paths = pages(conn, schema, args.history)
+            idle = worker(server.dsn, schema, "--queues", "idle")
+            site = Site(server.dsn, schema)
+            try:
+                time.sleep(2)  # the idle worker registers and beats
+                results = timed_pages(site, paths, args.repeat)
+            finally:
+                site.close()
+                idle.terminate()
+                idle.wait(60)
+            with scratch_schema(server.dsn, "bench_dashboard_drain") as drained:
+                rates: dict[str, list[float]] = {"plain": [], "observed": []}
+                for _ in range(args.rounds):
+                    for name in ("plain", "observed"):
+                        observe = name == "observed"
+                        rate = drain_rate(server.dsn, drained, args.jobs, observe)
+                        rates[name].append(rate)
+        plain, observed = (statistics.median(rates[n]) for n in ("plain", "observed"))
+        figures = {
+            "history_rows": args.history,
+            "repeat": args.repeat,
+            "pages": results,
+            "drain": {
+                "jobs": args.jobs,
+                "rounds": args.rounds,
+                "plain_jobs_per_second": [round(r) for r in rates["plain"]],
+                "observed_jobs_per_second": [round(r) for r in rates["observed"]],
+                "ratio": round(observed / plain, 3),
+            },
+        }
+        run.write(out, "results.json", server, figures)
+    print(f"PostgreSQL {server.version}, {args.history:,} finished jobs in history")
+    print(f"{'page':<28}{'server ms':>10}{'worst':>8}{'round trip':>12}")
+    for name, row in results.items():
+        print(
+            f"{name:<28}{row['server_median_ms']:>10.2f}{row['server_max_ms']:>8.2f}"
+            f"{row['round_trip_median_ms']:>12.2f}"
+        )
+    print(
+        f"drain of {args.jobs:,} jobs: plain {plain:,.0f}/s, with metrics and tracing "
+        f"{observed:,.0f}/s: {observed / plain:.3f}"
+    )
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,40 @@
+"""The application bench/dashboard.py's workers run: one no-op task. With
+PGQUEUE_BENCH_TRACE set, the process exports its spans through OpenTelemetry's SDK with a
+batch processor, as a traced application would, to an exporter that only counts them: the
+cost measured is the spans', not a network's."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from pgqueue import Queue
+
+queue = Queue()
+
+
+@queue.task(name="bench_noop")
+def bench_noop(n: int) -> None:
+    pass
+
+
+if os.environ.get("PGQUEUE_BENCH_TRACE"):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Counted(SpanExporter):
+        def __init__(self) -> None:
+            self.spans = 0
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            self.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Counted()))
+    trace.set_tracer_provider(provider)
