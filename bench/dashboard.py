@@ -11,10 +11,12 @@ process registered. Serves the dashboard with uvicorn in this process and loads 
 Server-Timing header: the dashboard's own time, database included) and of the round trip.
 Then the same for a /metrics scrape.
 
-Then --rounds pairs of drains of --jobs no-op jobs by one worker process (concurrency 10),
-plain and with `--metrics-port` and `--trace` (OpenTelemetry's SDK with a batch processor,
-bench/dashboard_app.py), alternating; a drain's rate is jobs over the span from its first
-start to its last finish, from history. Reports the median rate of each and their ratio.
+Then --rounds rounds of drains of --jobs jobs by one worker process (concurrency 10): no-op
+jobs plain, with `--metrics-port`, and with `--metrics-port --trace` (OpenTelemetry's SDK
+recording every span through a batch processor, bench/dashboard_app.py, the jobs enqueued
+under `pgqueue.tracing.instrument()`); and jobs that wait a millisecond, plain and with both.
+Interleaved; a drain's rate is its jobs over the span from the first start to the last
+finish, from history. Reports each median and its ratio to the plain drain of the same jobs.
 
 Goals: each page at most 100 ms of server time, a scrape at most 50 ms, and the observed
 worker at least 0.97 of the plain one. Writes results.json to its results folder.
@@ -128,6 +130,7 @@ def pages(conn: psycopg.Connection[Any], schema: str, rows: int) -> dict[str, st
         "jobs, queue + failed + 7d": "/jobs?queue=q3&status=failed&since=7d",
         "jobs, tenant": "/jobs?tenant=nobody",
         "jobs, deep page": f"/jobs?before_id={rows // 2}",
+        "jobs, rare task, deep": f"/jobs?task=rare&before_id={rows // 2}",
         "job, finished": f"/jobs/{rows // 3}",
         "job, live": f"/jobs/{live_id}",
         "workers": "/workers",
@@ -152,40 +155,60 @@ def timed_pages(site: Site, paths: dict[str, str], repeat: int) -> dict[str, dic
     return found
 
 
-def drain_rate(dsn: str, schema: str, jobs: int, observed: bool) -> float:
-    """Jobs per second of one worker process draining `jobs` no-op jobs."""
-    from bench.dashboard_app import bench_noop
+# What a drain's worker is told to do besides running jobs.
+MODES = {
+    "plain": [],
+    "metrics": ["--metrics-port", "{port}"],
+    "metrics+trace": ["--metrics-port", "{port}", "--trace"],
+}
+# (job, modes compared): no-op jobs, where the worker's own cost is all there is, and jobs
+# that wait a millisecond, as most real jobs wait at least that long on something.
+DRAINS = (
+    ("bench_noop", ("plain", "metrics", "metrics+trace")),
+    ("bench_io", ("plain", "metrics+trace")),
+)
+
+
+def drain_rate(dsn: str, schema: str, jobs: int, task: str, mode: str) -> float:
+    """Jobs per second of one worker process draining `jobs` jobs of `task` in `mode`."""
+    from bench import dashboard_app
     from pgqueue import tracing
 
+    traced = "trace" in mode
+    made = getattr(dashboard_app, task)
     queue = Queue(dsn, schema=schema)
-    if observed:
+    if traced:
         tracing.instrument()  # the jobs carry an enqueue span's context, as traced apps' do
     try:
-        queue.enqueue_many([bench_noop.job(n) for n in range(jobs)])
+        queue.enqueue_many([made.job(n) for n in range(jobs)])
     finally:
         tracing.uninstrument()
     queue.close()
-    extra: list[str] = ["--burst", "--concurrency", "10"]
-    env = {}
-    if observed:
-        extra += ["--metrics-port", str(free_port()), "--trace"]
-        env["PGQUEUE_BENCH_TRACE"] = "1"
-    proc = worker(dsn, schema, *extra, env=env)
+    extra = ["--burst", "--concurrency", "10"]
+    extra += [a.format(port=free_port()) for a in MODES[mode]]
+    proc = worker(dsn, schema, *extra, env={"PGQUEUE_BENCH_TRACE": "1"} if traced else {})
     assert proc.wait(600) == 0, "the drain's worker failed"
+    history = sql.Identifier(schema, "job_history")
     with psycopg.connect(dsn) as conn:
         span = conn.execute(
             sql.SQL(
                 "SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at)) FROM {}"
-                " WHERE task = 'bench_noop'"
-            ).format(sql.Identifier(schema, "job_history"))
+            ).format(history)
         ).fetchone()
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE task = 'bench_noop'").format(
-                sql.Identifier(schema, "job_history")
-            )
-        )
+        conn.execute(sql.SQL("DELETE FROM {}").format(history))
     assert span is not None and span[0] == jobs, f"drained {span}"
     return float(jobs / float(span[1]))
+
+
+def drains(dsn: str, jobs: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Each job's modes, `rounds` times, interleaved so that drift hits them alike."""
+    rates: dict[str, dict[str, list[float]]] = {t: {m: [] for m in ms} for t, ms in DRAINS}
+    with scratch_schema(dsn, "bench_dashboard_drain") as schema:
+        for _ in range(rounds):
+            for task, modes in DRAINS:
+                for mode in modes:
+                    rates[task][mode].append(drain_rate(dsn, schema, jobs, task, mode))
+    return rates
 
 
 def bench(run: Run, args: argparse.Namespace) -> int:
@@ -205,14 +228,8 @@ def bench(run: Run, args: argparse.Namespace) -> int:
                 site.close()
                 idle.terminate()
                 idle.wait(60)
-            with scratch_schema(server.dsn, "bench_dashboard_drain") as drained:
-                rates: dict[str, list[float]] = {"plain": [], "observed": []}
-                for _ in range(args.rounds):
-                    for name in ("plain", "observed"):
-                        observe = name == "observed"
-                        rate = drain_rate(server.dsn, drained, args.jobs, observe)
-                        rates[name].append(rate)
-        plain, observed = (statistics.median(rates[n]) for n in ("plain", "observed"))
+            rates = drains(server.dsn, args.jobs, args.rounds)
+        medians = {t: {m: statistics.median(r) for m, r in ms.items()} for t, ms in rates.items()}
         figures = {
             "history_rows": args.history,
             "repeat": args.repeat,
@@ -220,9 +237,15 @@ def bench(run: Run, args: argparse.Namespace) -> int:
             "drain": {
                 "jobs": args.jobs,
                 "rounds": args.rounds,
-                "plain_jobs_per_second": [round(r) for r in rates["plain"]],
-                "observed_jobs_per_second": [round(r) for r in rates["observed"]],
-                "ratio": round(observed / plain, 3),
+                "concurrency": 10,
+                "jobs_per_second": {
+                    t: {m: [round(r) for r in rs] for m, rs in ms.items()}
+                    for t, ms in rates.items()
+                },
+                "ratio_to_plain": {
+                    t: {m: round(v / ms["plain"], 3) for m, v in ms.items() if m != "plain"}
+                    for t, ms in medians.items()
+                },
             },
         }
         run.write(out, "results.json", server, figures)
@@ -233,10 +256,12 @@ def bench(run: Run, args: argparse.Namespace) -> int:
             f"{name:<28}{row['server_median_ms']:>10.2f}{row['server_max_ms']:>8.2f}"
             f"{row['round_trip_median_ms']:>12.2f}"
         )
-    print(
-        f"drain of {args.jobs:,} jobs: plain {plain:,.0f}/s, with metrics and tracing "
-        f"{observed:,.0f}/s: {observed / plain:.3f}"
-    )
+    for task, modes in medians.items():
+        line = ", ".join(
+            f"{m} {v:,.0f}/s" + ("" if m == "plain" else f" ({v / modes['plain']:.3f})")
+            for m, v in modes.items()
+        )
+        print(f"drain of {args.jobs:,} {task} jobs: {line}")
     print(f"written to {out}")
     return 0
 

@@ -1,10 +1,12 @@
-"""The application bench/dashboard.py's workers run: one no-op task. With
+"""The application bench/dashboard.py's workers run: a no-op task and one that waits a
+millisecond. With
 PGQUEUE_BENCH_TRACE set, the process exports its spans through OpenTelemetry's SDK with a
 batch processor, as a traced application would, to an exporter that only counts them: the
 cost measured is the spans', not a network's."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 
@@ -16,6 +18,12 @@ queue = Queue()
 @queue.task(name="bench_noop")
 def bench_noop(n: int) -> None:
     pass
+
+
+@queue.task(name="bench_io")
+async def bench_io(n: int) -> None:
+    """A job that waits a millisecond on I/O, as a call to another service would."""
+    await asyncio.sleep(0.001)
 
 
 if os.environ.get("PGQUEUE_BENCH_TRACE"):

@@ -62,6 +62,13 @@ class WorkerMetrics:
             buckets=RUN_BUCKETS,
             registry=registry,
         )
+        self.wait_seconds = Histogram(
+            "pgqueue_job_wait_seconds",
+            "Time from when a job was due to its attempt's start: its wait in the queue.",
+            ["queue"],
+            buckets=RUN_BUCKETS,
+            registry=registry,
+        )
         self.retries = Counter(
             "pgqueue_job_retries",
             "Failed attempts that will be retried.",
@@ -87,9 +94,14 @@ class WorkerMetrics:
         self._claims_empty = self.claims.labels("empty")
         # Each series' child, looked up once: labels() takes a lock and builds a key.
         self._children: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
+        self._waits: dict[str, Any] = {}
 
     def job_started(self, job: ClaimedJob) -> None:
-        pass
+        if job.waited is not None:
+            waits = self._waits.get(job.queue)
+            if waits is None:
+                waits = self._waits[job.queue] = self.wait_seconds.labels(job.queue)
+            waits.observe(max(job.waited, 0.0))
 
     def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
         name = outcome_name(outcome)

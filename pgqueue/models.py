@@ -445,6 +445,8 @@ class ClaimedJob:
     # The enqueuer's trace context (pgqueue/tracing.py), when tracing was on where it was
     # enqueued; None otherwise, and for jobs a rescuer holds.
     trace_context: dict[str, Any] | None = None
+    # Seconds from when it was due (run_at) to this attempt's start: its wait in the queue.
+    waited: float | None = None
 
 
 class Job(BaseModel):
@@ -740,6 +742,7 @@ class JobFilter(Settings):
     created_after: datetime | None = None
     created_before: datetime | None = None
     before_id: int | None = Field(default=None, ge=1)
+    after_id: int | None = Field(default=None, ge=0)
     limit: int = Field(default=50, ge=1, le=1000)
 
     @field_validator("status", mode="before")

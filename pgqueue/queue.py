@@ -591,7 +591,8 @@ class Queue(_Base):
         """A page of job records, newest first, live and finished. Filters: queue, task,
         concurrency_key (the tenant), status (one or several), created_after, created_before;
         before_id and limit (1-1000, default 50) page through: pass the page's
-        `next_before_id` as `before_id`."""
+        `next_before_id` as `before_id`. after_id bounds how far back it looks: only ids
+        above it, so a filter that matches rarely reads no more than that range."""
         with self._connection(conn) as c:
             return run(c, self._list_plan(filters), together=False)
 

@@ -18,14 +18,18 @@ from typing import Any
 
 from pgqueue import health
 from pgqueue.errors import ConfigurationError, PgQueueError
-from pgqueue.models import Job, JobPage, JobStatus
+from pgqueue.models import Job, JobStatus
 from pgqueue.queue import Queue
 from pgqueue.schedule import Periodic
+from pgqueue.store.jobs import newest_id_plan
 from pgqueue.store.periodic import list_periodic
-from pgqueue.store.plan import SyncConn
+from pgqueue.store.plan import SyncConn, run
 from pgqueue.store.workers import WorkersStore
 
 PAGE_SIZE = 50
+# Job ids one page of the jobs list looks through at most: it bounds what a rare filter reads
+# of history, and the page offers to look further back.
+SEARCH_WINDOW = 100_000
 HORIZON_WARNING = timedelta(minutes=5)
 
 
@@ -90,11 +94,39 @@ def _moment(name: str, text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def jobs(conn: SyncConn, queue: Queue, form: JobFilterForm) -> JobPage:
+@dataclass(frozen=True)
+class JobsPage:
+    """A page of the jobs list: its jobs, the ids it looked through (above `floor`, below
+    `top`), and where the next page starts (None: nothing older)."""
+
+    jobs: list[Job]
+    top: int
+    floor: int
+    next_before_id: int | None
+    window_ran_out: bool  # the page is short because the search window ended, not history
+
+
+def jobs(conn: SyncConn, queue: Queue, form: JobFilterForm) -> JobsPage:
+    """At most PAGE_SIZE jobs, looking through at most SEARCH_WINDOW ids: a filter that
+    matches rarely costs a bounded walk, and the page offers to look further back."""
+    filters = form.filters()
+    newest = run(conn, newest_id_plan(queue.schema), together=False)
+    top = filters.pop("before_id", None) or (newest or 0) + 1
+    floor = max(top - 1 - SEARCH_WINDOW, 0)
     try:
-        return queue.list_jobs(conn=conn, limit=PAGE_SIZE, **form.filters())
+        found = queue.list_jobs(
+            conn=conn, limit=PAGE_SIZE, before_id=top, after_id=floor or None, **filters
+        )
     except ConfigurationError as exc:
         raise FilterError(str(exc)) from None
+    ran_out = found.next_before_id is None and floor > 0
+    return JobsPage(
+        jobs=found.jobs,
+        top=top,
+        floor=floor,
+        next_before_id=found.next_before_id or (floor + 1 if ran_out else None),
+        window_ran_out=ran_out,
+    )
 
 
 def job(conn: SyncConn, queue: Queue, job_id: int) -> Job | None:

@@ -296,6 +296,12 @@ def list_plan(where: JobFilter, schema: str) -> Plan[JobPage]:
     return JobPage(jobs=jobs, next_before_id=jobs[-1].id if full else None)
 
 
+def newest_id_plan(schema: str) -> Plan[int | None]:
+    """The newest job id, live or finished; None when there is no job."""
+    rows = yield query("job_read_newest_id", schema), {}
+    return None if rows[0][0] is None else int(rows[0][0])
+
+
 def get_plan(job_id: int, schema: str) -> Plan[Job | None]:
     rows = yield query("job_get", schema), {"id": job_id}
     return job_from_row(rows[0]) if rows else None
@@ -378,10 +384,20 @@ def claim_atomic_plan(schema: str, params: Params, backstop_ms: int) -> Plan[Cla
 
 
 def _claimed(row: Sequence[Any], trace_at: int) -> ClaimedJob:
-    """A claimed job from a claim's first eight columns and its trace context's column."""
+    """A claimed job from a claim's first eight columns and, from `trace_at` on, its trace
+    context's and its wait's."""
     job_id, task, args, priority, attempt, max_attempts, queue, worker_id = row[:8]
     return ClaimedJob(
-        job_id, task, args, priority, attempt, max_attempts, queue, worker_id, row[trace_at]
+        job_id,
+        task,
+        args,
+        priority,
+        attempt,
+        max_attempts,
+        queue,
+        worker_id,
+        row[trace_at],
+        row[trace_at + 1],
     )
 
 

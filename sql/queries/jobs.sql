@@ -267,6 +267,8 @@ RELEASE SAVEPOINT pgqueue_dedupe;
 -- One page of job records, newest first, from the hot table and history, with optional filters
 -- (NULL means any) and keyset pagination: pass the last id of a page as before_id. A branch
 -- whose statuses cannot match is cut at plan time, so a live-only listing never reads history.
+-- after_id bounds the walk from below: a filter that matches rarely reads at most the ids
+-- between after_id and before_id, however long history is (the dashboard's search window).
 -- Time filters apply to created_at. A new filter is one parameter and one line per branch.
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
@@ -274,6 +276,7 @@ RELEASE SAVEPOINT pgqueue_dedupe;
         progress, tags
  FROM {schema}.jobs
  WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+   AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(task)s::text IS NULL OR task = %(task)s::text)
    AND (%(concurrency_key)s::text IS NULL OR concurrency_key = %(concurrency_key)s::text)
@@ -293,6 +296,7 @@ UNION ALL
  WHERE (%(statuses)s::text[] IS NULL
         OR %(statuses)s::text[] && ARRAY['succeeded', 'failed', 'cancelled'])
    AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+   AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
    AND (%(task)s::text IS NULL OR task = %(task)s::text)
    AND (%(concurrency_key)s::text IS NULL OR concurrency_key = %(concurrency_key)s::text)
@@ -305,6 +309,11 @@ UNION ALL
  LIMIT %(limit)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: job_read_newest_id
+-- The newest job id, live or finished: one step down each primary key (history's partitions
+-- are merged by their own). NULL when there is no job at all.
+SELECT greatest((SELECT max(id) FROM {schema}.jobs), (SELECT max(id) FROM {schema}.job_history));
 
 -- name: job_cancel
 -- Cancels one job. A queued, scheduled or blocked job moves to history as cancelled at once,
@@ -458,13 +467,13 @@ WITH picked AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE key IS NULL
                            UNION ALL SELECT id FROM ranked WHERE fits))
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
-              j.trace_context
+              j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       trace_context
+       trace_context, waited
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL
+SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL
 FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where it is read
 
@@ -557,7 +566,7 @@ WITH allowance AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM entering WHERE key IS NULL
                            UNION ALL SELECT id FROM ranked WHERE fits))
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
-              j.concurrency_key, j.trace_context
+              j.concurrency_key, j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 ), recorded AS (
     -- The claimed jobs' starts, at their started_at; in how many seconds there is room again.
     SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
@@ -569,20 +578,20 @@ WITH allowance AS (
                 ELSE 0 END AS jobs_recorded
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       NULL::float8 AS room_in, NULL::float8 AS back_in, trace_context
+       NULL::float8 AS room_in, NULL::float8 AS back_in, trace_context, waited
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL
+SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
 FROM parked
 WHERE (SELECT n FROM parked_rest) IS NOT NULL  -- a plain CTE runs only where it is read
 UNION ALL
-SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL
+SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
 FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NOT NULL
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, room_in,
        (SELECT extract(epoch FROM min(back_at) - coalesce(%(now)s::timestamptz, now()))::float8
         FROM admitted),
-       NULL
+       NULL, NULL
 FROM recorded
 WHERE jobs_recorded IS NOT NULL;
 
@@ -615,13 +624,13 @@ WITH picked AS (
         worker_id = %(worker_id)s
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND NOT (SELECT found FROM keyed)
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
-              j.trace_context
+              j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       trace_context
+       trace_context, waited
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE (SELECT found FROM keyed);
 
 -- name: job_promote_due
@@ -835,7 +844,7 @@ SET status = 'running',
 FROM picked
 WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
-          j.trace_context;
+          j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited;
 
 -- name: job_release_orphans
 -- After the claim connection broke, puts back running jobs this worker holds but never

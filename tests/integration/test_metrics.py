@@ -72,6 +72,8 @@ def test_a_scrape_after_a_drain_counts_the_jobs_the_worker_ran(
     runs = samples[("pgqueue_job_run_seconds_count", (("queue", "default"), ("task", "noop")))]
     assert runs == 30
     assert samples[("pgqueue_jobs_claimed_total", ())] == 40  # 30 + 5 attempts twice
+    assert samples[("pgqueue_job_wait_seconds_count", (("queue", "default"),))] == 40
+    assert samples[("pgqueue_job_wait_seconds_sum", (("queue", "default"),))] > 0
     claims = samples[("pgqueue_claims_total", (("result", "jobs"),))]
     assert claims >= 1 and samples[("pgqueue_claim_seconds_count", ())] >= claims
     # The database's gauges, read at the scrape: the job nobody serves waits in its queue.
