@@ -270,3 +270,32 @@ def test_metrics_of_the_dashboard_read_the_queues_at_scrape_time(dsn: str, schem
     assert "pgqueue_database_up 1.0" in body
     assert re.search(r'pgqueue_queue_oldest_job_age_seconds\{queue="mail"\} [0-9.]+', body)
     queue.close()
+
+
+def test_a_rare_filter_looks_through_a_window_of_ids_and_offers_to_look_further(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgqueue.dashboard import pages
+
+    monkeypatch.setattr(pages, "SEARCH_WINDOW", 20)
+    queue = Queue(dsn, schema=schema)
+    [old] = failed_jobs(queue, dsn, 1)
+    queue.enqueue_many([noop.job() for _ in range(40)])  # newer jobs, none of them failed
+    site = Served(create_app(dsn, schema=schema, token=TOKEN))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        _, body, _ = site.request("/jobs?status=failed", headers=auth)
+        assert f"/jobs/{old}" not in body
+        assert "No more matches among jobs 22 to 41." in body
+        found = re.search(r'data-testid="next-page" href="[^"?]*\?([^"]+)"', body)
+        assert found is not None
+        _, body, _ = site.request("/jobs?" + found.group(1).replace("&amp;", "&"), headers=auth)
+        assert "No more matches among jobs 2 to 21." in body
+        found = re.search(r'data-testid="next-page" href="[^"?]*\?([^"]+)"', body)
+        assert found is not None
+        _, body, _ = site.request("/jobs?" + found.group(1).replace("&amp;", "&"), headers=auth)
+        assert f'href="http://127.0.0.1:{site.port}/jobs/{old}"' in body
+        assert 'data-testid="next-page"' not in body  # the first id: nothing older
+    finally:
+        site.stop()
+    queue.close()

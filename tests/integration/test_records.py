@@ -111,6 +111,7 @@ def test_pages_walk_every_job_once_newest_first(queue: Queue, mixed: dict[str, l
 def test_a_live_only_listing_never_reads_history(queue: Queue, dsn: str, schema: str) -> None:
     params = {
         "before_id": None,
+        "after_id": None,
         "queue": None,
         "task": None,
         "concurrency_key": None,
