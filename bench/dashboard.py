@@ -13,8 +13,9 @@ Then the same for a /metrics scrape.
 
 Then --rounds rounds of drains of --jobs jobs by one worker process (concurrency 10): no-op
 jobs plain, with `--metrics-port`, and with `--metrics-port --trace` (OpenTelemetry's SDK
-recording every span through a batch processor, bench/dashboard_app.py, the jobs enqueued
-under `pgqueue.tracing.instrument()`); and jobs that wait a millisecond, plain and with both.
+exporting through a batch processor, bench/dashboard_app.py, the jobs enqueued under
+`pgqueue.tracing.instrument()`), every trace kept or one in ten (a ratio sampler); and jobs
+that wait a millisecond, plain and with both.
 Interleaved; a drain's rate is its jobs over the span from the first start to the last
 finish, from history. Reports each median and its ratio to the plain drain of the same jobs.
 
@@ -157,15 +158,18 @@ def timed_pages(site: Site, paths: dict[str, str], repeat: int) -> dict[str, dic
 
 # What a drain's worker is told to do besides running jobs.
 MODES = {
-    "plain": [],
-    "metrics": ["--metrics-port", "{port}"],
-    "metrics+trace": ["--metrics-port", "{port}", "--trace"],
+    "plain": ([], None),
+    "metrics": (["--metrics-port", "{port}"], None),
+    "metrics+trace": (["--metrics-port", "{port}", "--trace"], 1.0),
+    "metrics+trace 1/10": (["--metrics-port", "{port}", "--trace"], 0.1),
 }
 # (job, modes compared): no-op jobs, where the worker's own cost is all there is, and jobs
-# that wait a millisecond, as most real jobs wait at least that long on something.
+# that wait a millisecond, as most real jobs wait at least that long on something. Traces
+# are kept whole ("metrics+trace": every job's span recorded and exported) or one in ten, as
+# OpenTelemetry's ratio sampler keeps them.
 DRAINS = (
-    ("bench_noop", ("plain", "metrics", "metrics+trace")),
-    ("bench_io", ("plain", "metrics+trace")),
+    ("bench_noop", ("plain", "metrics", "metrics+trace", "metrics+trace 1/10")),
+    ("bench_io", ("plain", "metrics+trace", "metrics+trace 1/10")),
 )
 
 
@@ -174,19 +178,24 @@ def drain_rate(dsn: str, schema: str, jobs: int, task: str, mode: str) -> float:
     from bench import dashboard_app
     from pgqueue import tracing
 
-    traced = "trace" in mode
+    flags, ratio = MODES[mode]
     made = getattr(dashboard_app, task)
     queue = Queue(dsn, schema=schema)
-    if traced:
-        tracing.instrument()  # the jobs carry an enqueue span's context, as traced apps' do
+    if ratio is not None:
+        # The jobs carry their enqueue span's context and sampling decision, as a traced
+        # application's do.
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        tracing.instrument(TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio))))
     try:
         queue.enqueue_many([made.job(n) for n in range(jobs)])
     finally:
         tracing.uninstrument()
     queue.close()
     extra = ["--burst", "--concurrency", "10"]
-    extra += [a.format(port=free_port()) for a in MODES[mode]]
-    proc = worker(dsn, schema, *extra, env={"PGQUEUE_BENCH_TRACE": "1"} if traced else {})
+    extra += [a.format(port=free_port()) for a in flags]
+    proc = worker(dsn, schema, *extra, env={"PGQUEUE_BENCH_TRACE": str(ratio)} if ratio else {})
     assert proc.wait(600) == 0, "the drain's worker failed"
     history = sql.Identifier(schema, "job_history")
     with psycopg.connect(dsn) as conn:

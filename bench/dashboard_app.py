@@ -1,8 +1,8 @@
 """The application bench/dashboard.py's workers run: a no-op task and one that waits a
 millisecond. With
-PGQUEUE_BENCH_TRACE set, the process exports its spans through OpenTelemetry's SDK with a
-batch processor, as a traced application would, to an exporter that only counts them: the
-cost measured is the spans', not a network's."""
+PGQUEUE_BENCH_TRACE set (the ratio of traces kept, 1 for all), the process exports its spans
+through OpenTelemetry's SDK with a batch processor, as a traced application would, to an
+exporter that only counts them: the cost measured is the spans', not a network's."""
 
 from __future__ import annotations
 
@@ -43,6 +43,11 @@ if os.environ.get("PGQUEUE_BENCH_TRACE"):
             self.spans += len(spans)
             return SpanExportResult.SUCCESS
 
-    provider = TracerProvider()
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    # As OTEL_TRACES_SAMPLER=parentbased_traceidratio would: a job follows its enqueue's
+    # decision, which PGQUEUE_BENCH_TRACE gives as the ratio of traces kept.
+    sampler = ParentBased(TraceIdRatioBased(float(os.environ["PGQUEUE_BENCH_TRACE"])))
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(Counted()))
     trace.set_tracer_provider(provider)

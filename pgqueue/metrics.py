@@ -1,10 +1,11 @@
 """Prometheus metrics: a worker's own counters and histograms, and the database's gauges.
 
 Owns: the metric names (the README lists each), WorkerMetrics (an observer a worker tells of
-each job and claim), and the collectors read at scrape time: WorkerCollector (running jobs,
-free slots and rescues of one worker) and DatabaseCollector (queue depth, oldest queued job,
-the horizon's age, workers and outbox), which `pgqueue worker --metrics-port` and the
-dashboard's /metrics both serve.
+each job and claim, which counts in plain Python and builds its series only when scraped:
+prometheus_client's own counters cost a job several times more), and the collectors read at
+scrape time: WorkerCollector (running jobs, free slots and rescues of one worker) and
+DatabaseCollector (queue depth, oldest queued job, the horizon's age, workers and outbox),
+which `pgqueue worker --metrics-port` and the dashboard's /metrics both serve.
 
 Invariants: the gauges are read when Prometheus scrapes, from the hot jobs table and the
 server's activity view, never from history, so a scrape costs the same however much history
@@ -19,12 +20,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from pgqueue import health
@@ -44,89 +51,124 @@ RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
-class WorkerMetrics:
-    """The counters and histograms of one worker's jobs and claims, in `registry`."""
+class _Histogram:
+    """Observations in fixed buckets: an index found by bisection and two additions, where
+    prometheus_client's Histogram walks its buckets and takes a lock for each count."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.finished = Counter(
-            "pgqueue_jobs_finished",
-            "Job attempts ended by this worker, by outcome: succeeded, failed, retried, "
-            "snoozed or cancelled.",
-            ["queue", "task", "outcome"],
-            registry=registry,
-        )
-        self.run_seconds = Histogram(
-            "pgqueue_job_run_seconds",
-            "Time an attempt's handler ran.",
-            ["queue", "task"],
-            buckets=RUN_BUCKETS,
-            registry=registry,
-        )
-        self.wait_seconds = Histogram(
-            "pgqueue_job_wait_seconds",
-            "Time from when a job was due to its attempt's start: its wait in the queue.",
-            ["queue"],
-            buckets=RUN_BUCKETS,
-            registry=registry,
-        )
-        self.retries = Counter(
-            "pgqueue_job_retries",
-            "Failed attempts that will be retried.",
-            ["queue", "task"],
-            registry=registry,
-        )
-        self.claims = Counter(
-            "pgqueue_claims",
-            "Claim statements run, by whether they returned jobs.",
-            ["result"],
-            registry=registry,
-        )
-        self.jobs_claimed = Counter(
-            "pgqueue_jobs_claimed", "Jobs claimed by this worker.", registry=registry
-        )
-        self.claim_seconds = Histogram(
-            "pgqueue_claim_seconds",
-            "Time a claim statement took, round trip.",
-            buckets=CLAIM_BUCKETS,
-            registry=registry,
-        )
-        self._claims_with_jobs = self.claims.labels("jobs")
-        self._claims_empty = self.claims.labels("empty")
-        # Each series' child, looked up once: labels() takes a lock and builds a key.
-        self._children: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
-        self._waits: dict[str, Any] = {}
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        found: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
+            running += count
+            found.append((bound, running))
+        return found
+
+
+class WorkerMetrics(Collector):
+    """The counters and histograms of one worker's jobs and claims: an observer of the
+    worker, and a collector Prometheus reads. Counting costs a job a lock and a few
+    additions; the series are built only when scraped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.finished: dict[tuple[str, str, str], int] = {}
+        self.retries: dict[tuple[str, str], int] = {}
+        self.run_seconds: dict[tuple[str, str], _Histogram] = {}
+        self.wait_seconds: dict[str, _Histogram] = {}
+        self.claims = {"jobs": 0, "empty": 0}
+        self.jobs_claimed = 0
+        self.claim_seconds = _Histogram(CLAIM_BUCKETS)
 
     def job_started(self, job: ClaimedJob) -> None:
-        if job.waited is not None:
-            waits = self._waits.get(job.queue)
+        if job.waited is None:
+            return
+        with self._lock:
+            waits = self.wait_seconds.get(job.queue)
             if waits is None:
-                waits = self._waits[job.queue] = self.wait_seconds.labels(job.queue)
+                waits = self.wait_seconds[job.queue] = _Histogram(RUN_BUCKETS)
             waits.observe(max(job.waited, 0.0))
 
     def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
         name = outcome_name(outcome)
-        key = (job.queue, job.task, name)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (
-                self.finished.labels(*key),
-                self.run_seconds.labels(job.queue, job.task),
-                self.retries.labels(job.queue, job.task),
-            )
-        finished, run_seconds, retries = children
-        finished.inc()
-        if outcome.duration is not None:
-            run_seconds.observe(outcome.duration)
-        if name == "retried":
-            retries.inc()
+        task = (job.queue, job.task)
+        with self._lock:
+            key = (job.queue, job.task, name)
+            self.finished[key] = self.finished.get(key, 0) + 1
+            if outcome.duration is not None:
+                runs = self.run_seconds.get(task)
+                if runs is None:
+                    runs = self.run_seconds[task] = _Histogram(RUN_BUCKETS)
+                runs.observe(outcome.duration)
+            if name == "retried":
+                self.retries[task] = self.retries.get(task, 0) + 1
 
     def claimed(self, seconds: float, jobs: int) -> None:
-        self.claim_seconds.observe(seconds)
-        if jobs:
-            self._claims_with_jobs.inc()
-            self.jobs_claimed.inc(jobs)
-        else:
-            self._claims_empty.inc()
+        with self._lock:
+            self.claim_seconds.observe(seconds)
+            self.claims["jobs" if jobs else "empty"] += 1
+            self.jobs_claimed += jobs
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            finished, retries = dict(self.finished), dict(self.retries)
+            runs = {k: (h.cumulative(), h.total) for k, h in self.run_seconds.items()}
+            waits = {k: (h.cumulative(), h.total) for k, h in self.wait_seconds.items()}
+            claims, claimed = dict(self.claims), self.jobs_claimed
+            claim_times = (self.claim_seconds.cumulative(), self.claim_seconds.total)
+        family = CounterMetricFamily(
+            "pgqueue_jobs_finished",
+            "Job attempts ended by this worker, by outcome: succeeded, failed, retried, "
+            "snoozed or cancelled.",
+            labels=["queue", "task", "outcome"],
+        )
+        for labels, count in finished.items():
+            family.add_metric(list(labels), count)
+        yield family
+        retry_family = CounterMetricFamily(
+            "pgqueue_job_retries", "Failed attempts that will be retried.", labels=["queue", "task"]
+        )
+        for pair, count in retries.items():
+            retry_family.add_metric(list(pair), count)
+        yield retry_family
+        histogram = HistogramMetricFamily(
+            "pgqueue_job_run_seconds", "Time an attempt's handler ran.", labels=["queue", "task"]
+        )
+        for pair, (buckets, total) in runs.items():
+            histogram.add_metric(list(pair), buckets, total)
+        yield histogram
+        histogram = HistogramMetricFamily(
+            "pgqueue_job_wait_seconds",
+            "Time from when a job was due to its attempt's start: its wait in the queue.",
+            labels=["queue"],
+        )
+        for queue, (buckets, total) in waits.items():
+            histogram.add_metric([queue], buckets, total)
+        yield histogram
+        family = CounterMetricFamily(
+            "pgqueue_claims",
+            "Claim statements run, by whether they returned jobs.",
+            labels=["result"],
+        )
+        for result, count in claims.items():
+            family.add_metric([result], count)
+        yield family
+        yield CounterMetricFamily("pgqueue_jobs_claimed", "Jobs claimed by this worker.", claimed)
+        histogram = HistogramMetricFamily(
+            "pgqueue_claim_seconds", "Time a claim statement took, round trip."
+        )
+        histogram.add_metric([], *claim_times)
+        yield histogram
 
 
 class WorkerCollector(Collector):
@@ -235,7 +277,9 @@ def registry_for_worker(worker: Worker, dsn: str) -> CollectorRegistry:
     """A registry with `worker`'s metrics, its collector and the database's, and the worker
     told of its jobs."""
     registry = CollectorRegistry()
-    worker.observers.all.append(WorkerMetrics(registry))
+    metrics = WorkerMetrics()
+    worker.observers.all.append(metrics)
+    registry.register(metrics)
     registry.register(WorkerCollector(worker))
     registry.register(DatabaseCollector(dsn, worker.schema))
     return registry

@@ -159,7 +159,14 @@ def worker(args: argparse.Namespace) -> int:
     run = Worker(app, dsn=dsn, settings=settings, schema=args.schema, observers=_observers(args))
     if args.metrics_port is not None:
         metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
-        metrics.serve(metrics.registry_for_worker(run, dsn), args.metrics_port, args.metrics_host)
+        registry = metrics.registry_for_worker(run, dsn)
+        try:
+            metrics.serve(registry, args.metrics_port, args.metrics_host)
+        except OSError as exc:
+            raise UsageError(
+                f"--metrics-port {args.metrics_port}: cannot listen on "
+                f"{args.metrics_host}:{args.metrics_port} ({exc.strerror or exc})"
+            ) from None
         log.info("metrics at http://%s:%s/metrics", args.metrics_host, args.metrics_port)
     run.run()
     if run.abandoned_threads:

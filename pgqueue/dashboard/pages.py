@@ -29,7 +29,7 @@ from pgqueue.store.workers import WorkersStore
 PAGE_SIZE = 50
 # Job ids one page of the jobs list looks through at most: it bounds what a rare filter reads
 # of history, and the page offers to look further back.
-SEARCH_WINDOW = 100_000
+SEARCH_WINDOW = 50_000
 HORIZON_WARNING = timedelta(minutes=5)
 
 

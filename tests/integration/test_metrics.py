@@ -120,3 +120,22 @@ def test_json_logs_give_one_line_per_job_outcome_with_its_ids(
     assert failed["attempt"] == 2 and failed["task"] == "always_fails"
     # The worker's other records are JSON too: its start and stop.
     assert any(e.get("logger") == "pgqueue.worker" and "started" in e["message"] for e in lines)
+
+
+def test_a_metrics_port_in_use_is_a_clear_error_not_a_traceback(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        log = tmp_path / "worker.log"
+        proc = worker_process(
+            dsn, schema, "--metrics-port", str(port), "--metrics-host", "127.0.0.1", log=log
+        )
+        assert proc.wait(60) == 2
+    output = log.read_text()
+    assert f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}" in output
+    assert "Traceback" not in output
