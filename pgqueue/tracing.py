@@ -110,15 +110,19 @@ class JobTracer:
             f"process {job.queue}",
             context=self._enqueued(job.trace_context),
             kind=SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": SYSTEM,
-                "messaging.operation.type": "process",
-                "messaging.destination.name": job.queue,
-                "messaging.message.id": str(job.id),
-                "pgqueue.task": job.task,
-                "pgqueue.attempt": job.attempt,
-            },
+            # What a sampler may decide on; the rest only on spans that are kept, since
+            # setting attributes is most of what a span costs.
+            attributes={"messaging.system": SYSTEM, "messaging.destination.name": job.queue},
         )
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "messaging.operation.type": "process",
+                    "messaging.message.id": str(job.id),
+                    "pgqueue.task": job.task,
+                    "pgqueue.attempt": job.attempt,
+                }
+            )
         token = context.attach(trace.set_span_in_context(span))
         self._open[job.id] = (span, token)
 
@@ -127,13 +131,17 @@ class JobTracer:
         if opened is None:
             return
         span, token = opened
-        name = outcome_name(outcome)
-        span.set_attribute("pgqueue.outcome", name)
+        if span.is_recording():
+            self._outcome(span, outcome)
+        span.end()
+        context.detach(token)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _outcome(span: trace.Span, outcome: Outcome) -> None:
+        span.set_attribute("pgqueue.outcome", outcome_name(outcome))
         if outcome.error is not None:
             span.set_attribute("error.type", str(outcome.error.get("type") or "error"))
             span.set_status(Status(StatusCode.ERROR, str(outcome.error.get("error", ""))[:1000]))
-        span.end()
-        context.detach(token)  # type: ignore[arg-type]
 
     def claimed(self, seconds: float, jobs: int) -> None:
         pass
