@@ -7,7 +7,8 @@ json`. Metrics (pgqueue/metrics.py) and traces (pgqueue/tracing.py) are observer
 Invariants: the worker calls job_started and job_finished for one job in the same asyncio task
 (or the same thread, for a sync atomic job), so an observer may keep per-job context in a
 context variable between the two. An observer that raises is logged and the job goes on: no
-observer can fail a job or stop the worker. With no observer, the worker pays one empty loop.
+observer can fail a job or stop the worker. The worker's own tally is always there; each
+other observer costs what it does, and none is there unless asked for.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import logging
 import statistics
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -84,12 +86,15 @@ class WorkerTally:
     def __init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
         self._claims: list[float] = []
+        self._lock = threading.Lock()  # sync atomic lanes count from their threads
 
     def job_started(self, job: ClaimedJob) -> None:
         pass
 
     def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
-        self.outcomes[outcome_name(outcome)] += 1
+        name = outcome_name(outcome)
+        with self._lock:
+            self.outcomes[name] += 1
 
     def claimed(self, seconds: float, jobs: int) -> None:
         self._claims.append(seconds)
@@ -100,8 +105,10 @@ class WorkerTally:
         """A JSON object; read from the heartbeat's thread while the loop adds to it, so it
         copies before it reads."""
         recent = self._claims[-self.RECENT :]
+        with self._lock:
+            outcomes = dict(self.outcomes)
         return {
-            "outcomes": dict(self.outcomes.copy()),
+            "outcomes": outcomes,
             "claim_ms_p50": round(statistics.median(recent) * 1000, 3) if recent else None,
         }
 

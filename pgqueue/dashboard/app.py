@@ -195,7 +195,12 @@ class _Guard(BaseHTTPMiddleware):
         new = request.scope.get(NEW_CSRF)
         if new is not None:
             response.set_cookie(
-                CSRF_COOKIE, new, httponly=True, samesite="strict", path=root(request)
+                CSRF_COOKIE,
+                new,
+                httponly=True,
+                samesite="strict",
+                secure=request.url.scheme == "https",
+                path=root(request),
             )
         return response
 

@@ -60,9 +60,12 @@ class Access:
             return True
         if self.authorize is not None and self.authorize(request):
             return True
-        if self.token is not None and _same(_presented_token(request), self.token):
+        if self.token_matches(_presented_token(request)):
             return True
         return self.basic is not None and _basic_matches(request, self.basic)
+
+    def token_matches(self, given: str | None) -> bool:
+        return self.token is not None and _same(given, self.token)
 
     def may_act(self, request: Request) -> bool:
         return self.allow_actions and self.guarded and self.allows(request)

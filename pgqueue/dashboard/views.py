@@ -133,9 +133,22 @@ class Views:
         if not csrf_valid(request, form.get(CSRF_FIELD)):
             return self.render(request, "error.html", 403, problem="the form expired: reload")
         given = str(form.get("token", ""))
+        if not access.token_matches(given):
+            return self.render(
+                request,
+                "login.html",
+                401,
+                token_login=True,
+                problem="that token is not this dashboard's",
+            )
         response = RedirectResponse(str(request.url_for("queues")), status_code=303)
         response.set_cookie(
-            TOKEN_COOKIE, given, httponly=True, samesite="strict", path=root(request)
+            TOKEN_COOKIE,
+            given,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=root(request),
         )
         return response
 

@@ -299,3 +299,19 @@ def test_a_rare_filter_looks_through_a_window_of_ids_and_offers_to_look_further(
     finally:
         site.stop()
     queue.close()
+
+
+def test_a_wrong_token_at_sign_in_is_refused_and_grants_nothing(dsn: str, schema: str) -> None:
+    site = Served(create_app(dsn, schema=schema, token=TOKEN))
+    browser = {"accept": "text/html"}
+    try:
+        csrf = site.csrf("/login")
+        status, body, _ = site.request("/login", {"csrf": csrf, "token": "not-the-token"})
+        assert status == 401 and "that token is not this dashboard&#39;s" in body
+        _, _, url = site.request("/", headers=browser)
+        assert urllib.parse.urlsplit(url).path == "/login"  # still signed out
+        status, _, url = site.request("/login", {"csrf": csrf, "token": TOKEN})
+        assert status == 200 and urllib.parse.urlsplit(url).path == "/"
+        assert site.request("/workers", headers=browser)[0] == 200  # the cookie signs in
+    finally:
+        site.stop()
