@@ -92,23 +92,34 @@ class JobTracer:
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
         self.tracer = _tracer(tracer_provider)
-        self._open: dict[int, tuple[trace.Span, object]] = {}
-        self._last: tuple[str, context.Context] | None = None
+        self._open: dict[int, tuple[trace.Span | None, object]] = {}
+        self._last: tuple[str, context.Context, bool] | None = None
 
-    def _enqueued(self, carrier: dict[str, Any] | None) -> context.Context | None:
-        """The enqueue span's context from a job's carrier. The jobs of one enqueue call share
-        one carrier, so the last one read is kept: a batch's jobs are read once."""
+    def _enqueued(self, carrier: dict[str, Any] | None) -> tuple[context.Context | None, bool]:
+        """The enqueue span's context from a job's carrier, and whether its trace was
+        dropped by the enqueuer's sampler. The jobs of one enqueue call share one carrier,
+        so the last one read is kept: a batch's jobs are read once."""
         if not carrier:
-            return None
+            return None, False
         key = str(carrier.get("traceparent"))
         if self._last is None or self._last[0] != key:
-            self._last = (key, propagate.extract(carrier))
-        return self._last[1]
+            found = propagate.extract(carrier)
+            origin = trace.get_current_span(found).get_span_context()
+            self._last = (key, found, origin.is_valid and not origin.trace_flags.sampled)
+        return self._last[1], self._last[2]
 
     def job_started(self, job: ClaimedJob) -> None:
+        parent, dropped = self._enqueued(job.trace_context)
+        if dropped:
+            # The enqueue's trace was not kept, and a parent-based sampler (OpenTelemetry's
+            # default) drops its children too: the enqueue's context is made current instead
+            # of a span that would be dropped, so the handler's own spans follow the same
+            # decision, and a job of an unkept trace costs next to nothing.
+            self._open[job.id] = (None, context.attach(parent))  # type: ignore[arg-type]
+            return
         span = self.tracer.start_span(
             f"process {job.queue}",
-            context=self._enqueued(job.trace_context),
+            context=parent,
             kind=SpanKind.CONSUMER,
             # What a sampler may decide on; the rest only on spans that are kept, since
             # setting attributes is most of what a span costs.
@@ -131,9 +142,10 @@ class JobTracer:
         if opened is None:
             return
         span, token = opened
-        if span.is_recording():
-            self._outcome(span, outcome)
-        span.end()
+        if span is not None:
+            if span.is_recording():
+                self._outcome(span, outcome)
+            span.end()
         context.detach(token)  # type: ignore[arg-type]
 
     @staticmethod

@@ -102,3 +102,36 @@ def test_without_instrumenting_no_trace_context_is_stored(dsn: str, schema: str)
     queue.enqueue(noop.job())
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert count(conn, schema, "jobs", "trace_context IS NULL") == 1
+
+
+def test_a_job_of_a_trace_the_enqueuer_dropped_records_no_span_nor_its_handlers(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    spans_file = tmp_path / "spans.jsonl"
+    tracing.instrument(sdk.TracerProvider(sampler=ALWAYS_OFF))
+    try:
+        queue = Queue(dsn, schema=schema)
+        dropped = queue.enqueue(traced_step.job(7))
+    finally:
+        tracing.uninstrument()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        [(carried,)] = conn.execute(
+            f'SELECT trace_context FROM "{schema}".jobs WHERE id = %s', [int(dropped)]
+        ).fetchall()
+        assert int(carried["traceparent"][-2:], 16) & 1 == 0  # its flags say: not sampled
+        kept = queue.enqueue(traced_step.job(8))  # not instrumented: a root span of its own
+        proc = worker_process(
+            dsn, schema, "--trace", log=tmp_path / "worker.log", app="tests.traced_app:queue",
+            env={"PGQUEUE_TEST_SPANS": str(spans_file)},
+        )  # fmt: skip
+        try:
+            wait_until(lambda: count(conn, schema, "job_history") == 2, what="both jobs run")
+            wait_until(lambda: any(s["name"] == "inner 8" for s in spans_of(spans_file)))
+        finally:
+            stop_worker_processes([proc])
+    names = [s["name"] for s in spans_of(spans_file)]
+    ids = [s["attributes"].get("messaging.message.id") for s in spans_of(spans_file)]
+    assert "inner 7" not in names and str(int(dropped)) not in ids
+    assert "inner 8" in names and str(int(kept)) in ids
