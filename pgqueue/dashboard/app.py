@@ -36,7 +36,7 @@ from pgqueue.dashboard.security import (
     NEW_CSRF,
     Access,
 )
-from pgqueue.dashboard.views import root
+from pgqueue.dashboard.views import set_cookie
 from pgqueue.queue import Queue
 
 HERE = Path(__file__).parent
@@ -194,14 +194,7 @@ class _Guard(BaseHTTPMiddleware):
             response.headers.setdefault(name, value)
         new = request.scope.get(NEW_CSRF)
         if new is not None:
-            response.set_cookie(
-                CSRF_COOKIE,
-                new,
-                httponly=True,
-                samesite="strict",
-                secure=request.url.scheme == "https",
-                path=root(request),
-            )
+            set_cookie(response, request, CSRF_COOKIE, new)
         return response
 
 

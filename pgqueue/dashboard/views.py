@@ -35,6 +35,19 @@ def root(request: Request) -> str:
     return str(request.scope.get("root_path") or "") + "/"
 
 
+def set_cookie(response: Response, request: Request, name: str, value: str) -> None:
+    """One of the dashboard's cookies: for its own path, out of scripts' reach, never sent
+    by another site's request, and only over HTTPS when served over HTTPS."""
+    response.set_cookie(
+        name,
+        value,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path=root(request),
+    )
+
+
 class Views:
     def __init__(self, board: Dashboard) -> None:
         self.board = board
@@ -142,14 +155,7 @@ class Views:
                 problem="that token is not this dashboard's",
             )
         response = RedirectResponse(str(request.url_for("queues")), status_code=303)
-        response.set_cookie(
-            TOKEN_COOKIE,
-            given,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            path=root(request),
-        )
+        set_cookie(response, request, TOKEN_COOKIE, given)
         return response
 
 
