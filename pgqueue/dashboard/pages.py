@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
+
 from pgqueue import health
-from pgqueue.errors import ConfigurationError, PgQueueError
+from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError
 from pgqueue.models import Job, JobStatus
 from pgqueue.queue import Queue
 from pgqueue.schedule import Periodic
@@ -110,7 +112,13 @@ def jobs(conn: SyncConn, queue: Queue, form: JobFilterForm) -> JobsPage:
     """At most PAGE_SIZE jobs, looking through at most SEARCH_WINDOW ids: a filter that
     matches rarely costs a bounded walk, and the page offers to look further back."""
     filters = form.filters()
-    newest = run(conn, newest_id_plan(queue.schema), together=False)
+    try:
+        newest = run(conn, newest_id_plan(queue.schema), together=False)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        raise DatabaseError(
+            f"schema {queue.schema!r} has no pgqueue tables: run "
+            f"`pgqueue migrate --schema {queue.schema}`"
+        ) from None
     top = filters.pop("before_id", None) or (newest or 0) + 1
     floor = max(top - 1 - SEARCH_WINDOW, 0)
     try:

@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     from pgqueue.dashboard.app import Dashboard
 
 TEMPLATES = Path(__file__).parent / "templates"
+# What a schema not migrated (or migrated by an older pgqueue) answers.
+MISSING = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.InvalidSchemaName,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedColumn,
+)
 
 
 def root(request: Request) -> str:
@@ -91,6 +98,16 @@ class Views:
             return self.render(request, "error.html", 400, problem=str(exc))
         except PgQueueError as exc:
             return self.render(request, "error.html", 500, problem=str(exc))
+        except MISSING as exc:
+            schema = self.board.schema
+            problem = (
+                f"schema {schema!r} lacks pgqueue's tables ({exc.diag.message_primary}): run "
+                f"`pgqueue migrate --schema {schema}`"
+            )
+            return self.render(request, "error.html", 500, problem=problem)
+        except psycopg.Error as exc:
+            problem = f"database error: {type(exc).__name__}: {exc}".strip()
+            return self.render(request, "error.html", 500, problem=problem)
         if data is None and missing is not None:
             return self.render(request, "error.html", 404, problem=missing)
         return self.render(request, template, data=data, **context)
@@ -131,7 +148,10 @@ class Views:
         )
 
     async def api_series(self, request: Request) -> Response:
-        samples = await run_in_threadpool(self.board.read, self.board.series.read)
+        try:
+            samples = await run_in_threadpool(self.board.read, self.board.series.read)
+        except (psycopg.OperationalError, PoolTimeout, PgQueueError) as exc:
+            return JSONResponse({"error": f"cannot read the database: {exc}"}, status_code=503)
         return JSONResponse(series.as_json(samples))
 
     async def metrics(self, request: Request) -> Response:

@@ -315,3 +315,19 @@ def test_a_wrong_token_at_sign_in_is_refused_and_grants_nothing(dsn: str, schema
         assert site.request("/workers", headers=browser)[0] == 200  # the cookie signs in
     finally:
         site.stop()
+
+
+def test_a_schema_never_migrated_gets_pages_that_say_so_not_tracebacks(dsn: str) -> None:
+    site = Served(create_app(dsn, schema="never_migrated_here"))
+    try:
+        status, body, _ = site.request("/")
+        assert status == 500 and "pgqueue migrate" in body and "Traceback" not in body
+        for page in ("/jobs", "/jobs/1", "/workers", "/tenants", "/recurring", "/health"):
+            status, body, _ = site.request(page)
+            assert status == 500 and "pgqueue migrate" in body, (page, body[-500:])
+        status, body, _ = site.request("/api/series")
+        assert status == 503 and "pgqueue migrate" in body
+        status, body, _ = site.request("/metrics")
+        assert status == 200 and "pgqueue_database_up 0.0" in body
+    finally:
+        site.stop()
