@@ -61,8 +61,8 @@ class Dashboard:
         actions_dsn: str | None = None,
         horizon_warning: timedelta = pages.HORIZON_WARNING,
     ) -> None:
-        self.schema = Queue(schema=schema).schema
-        self.queue = Queue(schema=schema)
+        self.queue = Queue(schema=schema)  # its calls take the pools' connections
+        self.schema = self.queue.schema
         self.access = access or Access()
         self.horizon_warning = horizon_warning
         self.series = series.Series(self.schema)
