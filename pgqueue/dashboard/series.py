@@ -16,7 +16,6 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from pgqueue import health
@@ -105,5 +104,4 @@ def as_json(samples: list[Sample]) -> dict[str, Any]:
         "failed_per_second": [round(s.failed_per_second, 2) for s in samples],
         "claim_ms_p50": [s.claim_ms_p50 for s in samples],
         "depth": {status: [s.depth.get(status, 0) for s in samples] for status in statuses},
-        "now": datetime.now().astimezone().isoformat(),
     }

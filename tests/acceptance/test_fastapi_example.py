@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.conftest import ROOT, count, wait_until
+from tests.conftest import ROOT, count, free_port, wait_until
 
 pytest.importorskip("fastapi", reason="pip install fastapi uvicorn (the dev extra has them)")
 pytest.importorskip("uvicorn", reason="pip install fastapi uvicorn (the dev extra has them)")
@@ -36,13 +35,6 @@ def _sqlalchemy_url(dsn: str) -> str:
     raise AssertionError  # not reached: skip raises
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _env(dsn: str, schema: str, **extra: str) -> dict[str, str]:
     path = os.pathsep.join([str(ROOT), str(EXAMPLE)])
     return (
@@ -55,7 +47,7 @@ def _env(dsn: str, schema: str, **extra: str) -> dict[str, str]:
 
 @contextmanager
 def _serving(dsn: str, schema: str, **extra: str) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
