@@ -14,8 +14,9 @@ Then the same for a /metrics scrape.
 Then --rounds rounds of drains of --jobs jobs by one worker process (concurrency 10): no-op
 jobs plain, with `--metrics-port`, and with `--metrics-port --trace` (OpenTelemetry's SDK
 exporting through a batch processor, bench/dashboard_app.py, the jobs enqueued under
-`pgqueue.tracing.instrument()`), every trace kept or one in ten (a ratio sampler); and jobs
-that wait a millisecond, plain and with both.
+`pgqueue.tracing.instrument()` one enqueue call each, so each has a trace of its own), every
+trace kept, one in ten or one in a hundred (a ratio sampler); and jobs that wait a
+millisecond, plain and with both.
 Interleaved; a drain's rate is its jobs over the span from the first start to the last
 finish, from history. Reports each median and its ratio to the plain drain of the same jobs.
 
@@ -162,13 +163,17 @@ MODES = {
     "metrics": (["--metrics-port", "{port}"], None),
     "metrics+trace": (["--metrics-port", "{port}", "--trace"], 1.0),
     "metrics+trace 1/10": (["--metrics-port", "{port}", "--trace"], 0.1),
+    "metrics+trace 1/100": (["--metrics-port", "{port}", "--trace"], 0.01),
 }
 # (job, modes compared): no-op jobs, where the worker's own cost is all there is, and jobs
 # that wait a millisecond, as most real jobs wait at least that long on something. Traces
-# are kept whole ("metrics+trace": every job's span recorded and exported) or one in ten, as
-# OpenTelemetry's ratio sampler keeps them.
+# are kept whole ("metrics+trace": every job's span recorded and exported), one in ten or one
+# in a hundred, as OpenTelemetry's ratio sampler keeps them.
 DRAINS = (
-    ("bench_noop", ("plain", "metrics", "metrics+trace", "metrics+trace 1/10")),
+    (
+        "bench_noop",
+        ("plain", "metrics", "metrics+trace", "metrics+trace 1/10", "metrics+trace 1/100"),
+    ),
     ("bench_io", ("plain", "metrics+trace", "metrics+trace 1/10")),
 )
 
@@ -189,7 +194,15 @@ def drain_rate(dsn: str, schema: str, jobs: int, task: str, mode: str) -> float:
 
         tracing.instrument(TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio))))
     try:
-        queue.enqueue_many([made.job(n) for n in range(jobs)])
+        if ratio is None:
+            queue.enqueue_many([made.job(n) for n in range(jobs)])
+        else:
+            # One enqueue call a job, as requests enqueue, so that each job has a trace of
+            # its own and the sampler decides for each; one call for the batch would make
+            # one trace whose single decision every job follows.
+            with psycopg.connect(dsn) as conn:
+                for n in range(jobs):
+                    queue.enqueue(made.job(n), conn=conn)
     finally:
         tracing.uninstrument()
     queue.close()
