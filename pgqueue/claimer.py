@@ -7,14 +7,14 @@ Invariants:
   last position claimed, an index start bound, so dead entries below it are never walked.
 - A job that becomes claimable below the hint is announced by its wake-up (wakeup.py), which
   moves the hint back, or opens a range at its more urgent priority. With no listener
-  (poll_only) a short hinted claim is retried from the floor at once.
+  (poll_only without a listen DSN) a short hinted claim is retried from the floor at once.
 - The only unhinted claim is the safety net, after a jittered hint_reset_interval, for a job no
   wake-up named. test_hint.py pins each case.
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
-  reconnects, and then every poll interval when polling only (a notice could be missed only
-  then), else every hint_reset_interval as a safety net. The claim statements never read it.
+  reconnects, and then every poll interval when nothing listens (a notice could be missed
+  only then), else every hint_reset_interval as a safety net. The claim statements never read it.
 - A queue with a rate limit (learnt the same way) is claimed with job_claim_rated, which
   claims only what the limit has room for. One that got fewer jobs than it asked for because
   the limit was full is left out until the statement said it has room again, and its hint
@@ -106,6 +106,8 @@ class Claimer:
         worker_id: int,
         stats: WorkerStats,
         observers: Observers | None = None,
+        *,
+        listening: bool = True,
     ) -> None:
         self.observers = observers or Observers()
         self.link = link
@@ -119,7 +121,7 @@ class Claimer:
         # others with job_claim_unkeyed, which costs what claims cost before keys existed.
         self._keyed: set[str] = set()
         # Wake-ups say where jobs appear only when a listener runs.
-        self._announced = not settings.poll_only
+        self._announced = listening
         self._rng = random.Random()
         self._next_promote = 0.0
         self._next_due: float | None = None
@@ -175,7 +177,7 @@ class Claimer:
                 del self._room_at[queue]
                 self.announce(queue, None)
         s = self.settings
-        every = s.poll_interval if s.poll_only else s.hint_reset_interval
+        every = s.hint_reset_interval if self._announced else s.poll_interval
         self._controls_due = time.monotonic() + every.total_seconds()
 
     def room_due(self, now: float) -> bool:

@@ -6,7 +6,8 @@ of its services (pgqueue/service.py), started in this order and stopped in rever
 and completion connections, the worker's registration, the heartbeat, the completer, the
 executor, the rescuer, the cancel watch, the horizon watch, the periodic scheduler, the
 history partitions' upkeep and the history pruner (each only when there is something for it
-to do, never in burst mode), and the notifier (unless poll-only). Claims go through the
+to do, never in burst mode), and the notifier (unless poll-only without a listen DSN).
+Claims go through the
 Claimer (claimer.py); atomic jobs through lanes of their own (atomic.py). Observers
 (observe.py: the worker's own tally, metrics, traces, JSON logs) hear of each job's start and
 outcome and of each claim.
@@ -98,6 +99,7 @@ class Worker:
         settings: WorkerSettings | None = None,
         schema: str | None = None,
         observers: Sequence[JobObserver] = (),
+        listen_dsn: str | None = None,
         **overrides: Any,
     ) -> None:
         if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
@@ -120,6 +122,11 @@ class Worker:
         self.jobs = JobsStore(self.schema)
         self.dsn = dsn
         self.settings = settings or WorkerSettings(**overrides)
+        # Wake-ups come over a session of their own, on `listen_dsn` when given: a direct
+        # connection to PostgreSQL beside claims through PgBouncer's transaction pooling
+        # (poll_only), where a LISTEN would hear nothing once its transaction ends.
+        self.listen_dsn = listen_dsn or dsn
+        self.listening = not self.settings.poll_only or listen_dsn is not None
         if self.settings.queues == (ALL_QUEUES,):
             known = sorted({"default", *(task.options.queue for task in self.registry)})
             self.settings = self.settings.model_copy(update={"queues": tuple(known)})
@@ -196,7 +203,7 @@ class Worker:
                 ",".join(s.queues),
                 s.concurrency,
                 self.schema,
-                " (poll only)" if s.poll_only else "",
+                self._mode(),
             )
             self._warn_unserved()
             await self._warn_paused(finish_link)
@@ -255,8 +262,16 @@ class Worker:
             self.registry, s.concurrency + STRAGGLER_THREADS, self.queue_settings.max_payload_bytes
         )
         await services.start(self.executor)
-        self.claimer = Claimer(self._claims, self.schema, s, self.id, self.stats, self.observers)
-        if not s.poll_only:
+        self.claimer = Claimer(
+            self._claims,
+            self.schema,
+            s,
+            self.id,
+            self.stats,
+            self.observers,
+            listening=self.listening,
+        )
+        if self.listening:
             self.interest = WakeInterest(
                 self._claims, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
             )
@@ -277,10 +292,10 @@ class Worker:
         await services.start(self.horizon)
         for service in self._maintenance():
             await services.start(service)
-        if not s.poll_only:
+        if self.listening:
             await services.start(
                 Notifier(
-                    self.dsn,
+                    self.listen_dsn,
                     self.schema,
                     set(s.queues),
                     self._announced,
@@ -295,6 +310,11 @@ class Worker:
             asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
             for n, lane in enumerate(self.lanes)
         ]
+
+    def _mode(self) -> str:
+        if not self.settings.poll_only:
+            return ""
+        return " (poll only, listening apart)" if self.listening else " (poll only)"
 
     def _warn_unserved(self) -> None:
         """Say which of the application's tasks this worker will never run: a task on a queue

@@ -58,6 +58,16 @@ def resolve_dsn(given: str | None, app: Queue | AsyncQueue | None = None) -> str
     return embedded.start(EMBEDDED_DIR).dsn
 
 
+def _listen_dsn(given: str | None) -> str | None:
+    if not given:
+        return None
+    try:
+        psycopg.conninfo.conninfo_to_dict(given)
+    except psycopg.ProgrammingError as exc:
+        raise UsageError(f"invalid --listen-dsn: {exc}".strip()) from None
+    return given
+
+
 def connect(dsn: str) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(dsn, autocommit=True)
@@ -156,7 +166,15 @@ def worker(args: argparse.Namespace) -> int:
     }
     settings = WorkerSettings(**options)
     dsn = resolve_dsn(args.dsn, app)
-    run = Worker(app, dsn=dsn, settings=settings, schema=args.schema, observers=_observers(args))
+    listen_dsn = _listen_dsn(args.listen_dsn or os.environ.get("PGQUEUE_LISTEN_DSN"))
+    run = Worker(
+        app,
+        dsn=dsn,
+        settings=settings,
+        schema=args.schema,
+        observers=_observers(args),
+        listen_dsn=listen_dsn,
+    )
     if args.metrics_port is not None:
         metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
         registry = metrics.registry_for_worker(run, dsn)

@@ -184,7 +184,15 @@ def _worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--poll-only",
         action="store_true",
-        help="no LISTEN and no prepared statements (PgBouncer transaction mode)",
+        help="no prepared statements or session settings, and no LISTEN unless --listen-dsn"
+        " (PgBouncer transaction mode)",
+    )
+    p.add_argument(
+        "--listen-dsn",
+        metavar="DSN",
+        help="LISTEN for wake-ups on this database connection instead of --dsn: a direct one"
+        " to PostgreSQL while --dsn goes through PgBouncer with --poll-only"
+        " (default: PGQUEUE_LISTEN_DSN)",
     )
     for flag, name, help_text in (
         ("--poll-interval", "poll_interval", "how often to look for jobs without a wake-up"),

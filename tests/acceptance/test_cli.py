@@ -54,6 +54,13 @@ def test_migrate_rejects_malformed_dsn_with_exit_2() -> None:
     assert_usage_error(result, "pgqueue: error: invalid DSN")
 
 
+def test_worker_rejects_malformed_listen_dsn_with_exit_2(dsn: str) -> None:
+    result = run_pgqueue(
+        "worker", "tests.apps:queue", "--dsn", dsn, "--poll-only", "--listen-dsn", "not a dsn=="
+    )
+    assert_usage_error(result, "pgqueue: error: invalid --listen-dsn")
+
+
 def test_migrate_on_unreachable_server_exits_1_saying_cannot_connect_without_traceback() -> None:
     result = run_pgqueue("migrate", "--dsn", UNREACHABLE_DSN)
     assert result.returncode == 1, result.stderr

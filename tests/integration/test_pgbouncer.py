@@ -1,11 +1,13 @@
 """Behind a real PgBouncer in transaction pooling mode: applications enqueue through it (the
 queue's own pool and their own connections, sync and async), and `--poll-only` workers claim
-and finish through it, each job once. Server connections are shared between clients from
+and finish through it, each job once, listening for wake-ups on a direct connection if told
+to. Server connections are shared between clients from
 one transaction to the next there, so nothing may rely on session state."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +106,49 @@ def test_poll_only_workers_run_every_job_once_through_pgbouncer(
         for c in clients:
             c.close()
     assert seen == {("on", "on")}
+
+
+def test_a_poll_only_worker_listening_directly_starts_jobs_at_once_through_pgbouncer(
+    dsn: str, schema: str, bouncer: str, tmp_path: Path
+) -> None:
+    """Claims through PgBouncer, LISTEN on a direct connection: a job starts on its wake-up,
+    long before the worker's next poll."""
+    log = tmp_path / "worker.log"
+    args = ("--poll-only", "--listen-dsn", dsn, "--poll-interval", "60", "--concurrency", "4")
+    proc = worker_process(bouncer, schema, *args, log=log)
+    queue = Queue(bouncer, schema=schema, prepare=False)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+
+            def listening() -> bool:
+                found = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = 'pgqueue:listen' AND query LIKE 'LISTEN %%'"
+                ).fetchone()
+                return found is not None and found[0] == 1
+
+            wait_until(listening, what="the worker listening on its direct connection")
+            # Its rows in wake_listeners, written through PgBouncer, ask for every wake-up.
+            wait_until(lambda: count(conn, schema, "wake_listeners") == 1, what="its row")
+            ids = []
+            for _ in range(5):
+                ids.append(queue.enqueue(apps.noop.job()).id)
+                time.sleep(0.3)
+
+            def finished() -> int:
+                return count(conn, schema, "job_history")
+
+            wait_until(lambda: finished() == 5, timeout=20, what="5 jobs, each on its wake-up")
+            waits = conn.execute(
+                f"SELECT max(extract(epoch FROM started_at - created_at)), max(attempt)"
+                f' FROM "{schema}".job_history WHERE id = ANY(%s)',
+                [ids],
+            ).fetchone()
+    finally:
+        stop_worker_processes([proc])
+        queue.close()
+    clean_exit_logs([proc], [log])
+    assert waits is not None
+    assert waits[0] < 5.0, f"a job waited {waits[0]:.1f} s: it started on a poll, not a wake-up"
+    assert waits[1] == 1
+    assert "poll only, listening apart" in log.read_text()
