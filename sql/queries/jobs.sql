@@ -69,7 +69,11 @@ ORDER BY i.id;
 -- transaction's earlier statements, since there are none, which brings a lone enqueue close
 -- to a bare INSERT: a single-row VALUES, which costs the server less than a SELECT from one
 -- (bench enqueue-scale). The wake-up names this job's (priority, id). Scheduled jobs wake
--- nobody: promotion does.
+-- nobody: promotion does. Whether a worker wants the wake-up is asked inside wake(), not
+-- here, though a check in this statement would cost the server less: wake()'s query takes
+-- its snapshot after this row's insert gave the transaction its id, and the workers'
+-- widening relies on that (sql/migrations/0015_quiet_wake.sql); this statement's snapshot
+-- is taken before.
 INSERT INTO {schema}.jobs AS j
     (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
      trace_context, status)
