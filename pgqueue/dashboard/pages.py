@@ -23,6 +23,7 @@ from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError
 from pgqueue.models import Job, JobStatus
 from pgqueue.queue import Queue
 from pgqueue.schedule import Periodic
+from pgqueue.store.health import QueueActivity, queue_activity
 from pgqueue.store.jobs import newest_id_plan
 from pgqueue.store.periodic import list_periodic
 from pgqueue.store.plan import SyncConn, run
@@ -146,8 +147,10 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def queues(conn: SyncConn, schema: str) -> list[health.QueueStats]:
-    return health.queue_stats(conn, schema)
+def queues(conn: SyncConn, schema: str) -> list[QueueActivity]:
+    """Read from the hot table, and from history only by index over short ranges: the page
+    costs the same however busy the queues are."""
+    return queue_activity(conn, schema)
 
 
 def workers(conn: SyncConn, schema: str) -> list[Any]:

@@ -88,6 +88,30 @@ class TableHealth(Report):
     last_autoanalyze: datetime | None
 
 
+class QueueActivity(Report):
+    """One queue as the dashboard shows it: live jobs now, and what history's index finds
+    in short ranges (successes in the last minute, failures in the last hour)."""
+
+    queue: str
+    queued: int
+    scheduled: int
+    running: int
+    waiting: int
+    blocked: int
+    succeeded_last_minute: int
+    failed_last_hour: int
+    oldest_queued_age: timedelta | None
+    paused: bool
+
+
+def queue_activity(conn: SyncConn, schema: str, now: datetime | None = None) -> list[QueueActivity]:
+    """Each queue with live jobs, a worker or a pause; raises UndefinedTable if never
+    migrated. Read with JIT off for its transaction (health.sql, transaction_without_jit)."""
+    with conn.transaction(), conn.cursor(row_factory=class_row(QueueActivity)) as cur:
+        cur.execute(query("transaction_without_jit", schema))
+        return cur.execute(query("queue_read_activity", schema), {"now": now}).fetchall()
+
+
 class QueueDepth(Report):
     """Live jobs of one queue in one status; `oldest_queued_seconds` only for `queued`."""
 

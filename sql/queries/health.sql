@@ -132,3 +132,60 @@ SELECT queue, status, count(*) AS jobs,
 FROM {schema}.jobs
 GROUP BY queue, status
 ORDER BY queue, status;
+
+-- name: transaction_without_jit
+-- Turns JIT compilation off until the transaction ends. queue_read_activity's estimate is
+-- the cost of its history lookups times the queues it might find, which the planner puts in
+-- the thousands on tables it has no statistics for (workers, queue_pauses): past
+-- jit_above_cost, so each read first compiled its expressions, which took far longer than
+-- the read, and its generic plan, past jit_optimize_above_cost, optimised them too, longer
+-- still. Local to the transaction, so nothing stays on a connection PgBouncer hands to
+-- another client.
+SELECT set_config('jit', 'off', true);
+
+-- name: queue_read_activity
+-- Per queue, what the dashboard's queues page shows: live jobs by status and the oldest
+-- queued job's wait, from the hot table; and from history only what its (queue, status,
+-- finished_at) index finds in a range: successes in the last minute and failures in the last
+-- hour. Never a count of the whole last hour's successes (queue_list_stats), whose cost grows
+-- with throughput. The queues are those with live jobs, those a worker serves, and those
+-- paused.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, now()) AS now
+), live AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'queued') AS queued,
+           count(*) FILTER (WHERE status = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'waiting') AS waiting,
+           count(*) FILTER (WHERE status = 'blocked') AS blocked,
+           min(run_at) FILTER (WHERE status = 'queued') AS oldest_queued_run_at
+    FROM {schema}.jobs
+    GROUP BY queue
+), names AS (
+    SELECT queue FROM live
+    UNION
+    SELECT unnest(queues) FROM {schema}.workers
+    UNION
+    SELECT queue FROM {schema}.queue_pauses
+)
+SELECT n.queue,
+       coalesce(l.queued, 0) AS queued,
+       coalesce(l.scheduled, 0) AS scheduled,
+       coalesce(l.running, 0) AS running,
+       coalesce(l.waiting, 0) AS waiting,
+       coalesce(l.blocked, 0) AS blocked,
+       (SELECT count(*) FROM {schema}.job_history AS h
+        WHERE h.queue = n.queue AND h.status = 'succeeded'
+          AND h.finished_at > c.now - interval '1 minute' AND h.finished_at <= c.now)
+           AS succeeded_last_minute,
+       (SELECT count(*) FROM {schema}.job_history AS h
+        WHERE h.queue = n.queue AND h.status = 'failed'
+          AND h.finished_at > c.now - interval '1 hour' AND h.finished_at <= c.now)
+           AS failed_last_hour,
+       c.now - l.oldest_queued_run_at AS oldest_queued_age,
+       EXISTS (SELECT FROM {schema}.queue_pauses AS p WHERE p.queue = n.queue) AS paused
+FROM names AS n
+LEFT JOIN live AS l USING (queue)
+CROSS JOIN clock AS c
+ORDER BY n.queue;

@@ -240,10 +240,10 @@ def test_an_action_without_its_pages_csrf_token_changes_nothing(dsn: str, schema
     site = Served(create_app(dsn, schema=schema, allow_actions=True, token=TOKEN))
     auth = {"authorization": f"Bearer {TOKEN}"}
     try:
-        site.csrf("/", headers=auth)  # the browser has a CSRF cookie ...
+        site.csrf("/tenants", headers=auth)  # the browser has a CSRF cookie ...
         status, body, _ = site.request(f"/jobs/{failed}/retry", {"csrf": "forged"}, headers=auth)
         assert status == 403 and "another site" in body  # ... but the form is not the page's
-        csrf = site.csrf("/", headers=auth)
+        csrf = site.csrf("/tenants", headers=auth)
         other_site = auth | {"origin": "http://evil.example"}
         status, body, _ = site.request(f"/jobs/{failed}/retry", {"csrf": csrf}, headers=other_site)
         assert status == 403
