@@ -14,7 +14,8 @@ Invariants:
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
   reconnects, and then every poll interval when nothing listens (a notice could be missed
-  only then), else every hint_reset_interval as a safety net. The claim statements never read it.
+  only then), else every hint_reset_interval as a safety net. The claim statements never
+  read it.
 - A queue with a rate limit (learnt the same way) is claimed with job_claim_rated, which
   claims only what the limit has room for. One that got fewer jobs than it asked for because
   the limit was full is left out until the statement said it has room again, and its hint

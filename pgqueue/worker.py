@@ -7,10 +7,9 @@ and completion connections, the worker's registration, the heartbeat, the comple
 executor, the rescuer, the cancel watch, the horizon watch, the periodic scheduler, the
 history partitions' upkeep and the history pruner (each only when there is something for it
 to do, never in burst mode), and the notifier (unless poll-only without a listen DSN).
-Claims go through the
-Claimer (claimer.py); atomic jobs through lanes of their own (atomic.py). Observers
-(observe.py: the worker's own tally, metrics, traces, JSON logs) hear of each job's start and
-outcome and of each claim.
+Claims go through the Claimer (claimer.py); atomic jobs through lanes of their own
+(atomic.py). Observers (observe.py: the worker's own tally, metrics, traces, JSON logs) hear
+of each job's start and outcome and of each claim.
 
 Cancellation of a running job reaches the worker as a notification, with the cancel watch as
 the fallback: an async handler is cancelled, a sync one sees `ctx.cancel_requested`; the job
