@@ -28,6 +28,7 @@ from pgqueue.health import (
     terminate,
 )
 from pgqueue.queries import query
+from pgqueue.store.health import queue_activity
 from pgqueue.testing import enqueued_jobs
 from tests.conftest import claim_params, session, wait_until
 
@@ -214,6 +215,53 @@ def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
             oldest_queued_age=None,
         ),
     ]
+
+
+def test_queue_activity_reads_short_ranges_of_history_for_served_and_paused_queues(
+    queue: Queue, schema: str, observer: psycopg.Connection[Any]
+) -> None:
+    mail = queue.task(name="t.mail", queue="mail")(lambda i: None)
+    queue.enqueue_many([mail.job(i) for i in range(3)])
+    assert _claim(observer, schema, "mail", limit=1) == 1  # a worker now serves mail
+    queue.pause_queue("quiet")
+    now = datetime.fromisoformat("2030-01-01T12:00:00+00:00")
+    _history(
+        observer,
+        schema,
+        [
+            {"id": 9001, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=59)},
+            {"id": 9002, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=61)},
+            {"id": 9003, "queue": "mail", "status": "succeeded", "at": now - timedelta(seconds=30)},
+            {"id": 9004, "queue": "mail", "status": "succeeded", "at": now - timedelta(minutes=5)},
+            {"id": 9005, "queue": "mail", "status": "succeeded", "at": now + timedelta(seconds=1)},
+            {"id": 9006, "queue": "old", "status": "failed", "at": now - timedelta(minutes=1)},
+        ],
+    )
+
+    found = {a.queue: a for a in queue_activity(observer, schema, now=now)}
+
+    # A queue with only history, no live job, worker or pause, is not listed.
+    assert set(found) == {"mail", "quiet"}
+    mail_now = found["mail"]
+    assert (mail_now.queued, mail_now.running, mail_now.paused) == (2, 1, False)
+    assert (mail_now.succeeded_last_minute, mail_now.failed_last_hour) == (1, 1)
+    quiet = found["quiet"]
+    assert quiet.paused and (quiet.queued, quiet.failed_last_hour) == (0, 0)
+
+
+def test_queue_activity_reads_with_jit_off_and_leaves_the_session_as_it_was(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    with psycopg.connect(dsn, options="-c jit=on") as conn:
+        conn.execute("SELECT 1")  # the caller's transaction is open: the read joins it
+        queue_activity(conn, schema)
+        assert conn.execute("SELECT current_setting('jit')").fetchone() == ("off",)
+        conn.commit()  # the transaction ends, and the setting with it
+        assert conn.execute("SELECT current_setting('jit')").fetchone() == ("on",)
+        conn.commit()
+        conn.autocommit = True  # as the dashboard's connections are: its own transaction
+        queue_activity(conn, schema)
+        assert conn.execute("SELECT current_setting('jit')").fetchone() == ("on",)
 
 
 def test_queue_stats_counts_jobs_parked_by_their_concurrency_key_as_waiting_per_queue(
