@@ -144,6 +144,20 @@ def _history(conn: psycopg.Connection[Any], schema: str, rows: list[dict[str, An
     )
 
 
+def _finished_around(now: datetime) -> list[dict[str, Any]]:
+    """History on either side of the one-minute and one-hour bounds before `now`: of mail,
+    a failure inside the hour and one outside, a success inside the minute, one inside the
+    hour only and one after `now`; of "old", a failure inside the hour."""
+    return [
+        {"id": 9001, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=59)},
+        {"id": 9002, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=61)},
+        {"id": 9003, "queue": "mail", "status": "succeeded", "at": now - timedelta(seconds=30)},
+        {"id": 9004, "queue": "mail", "status": "succeeded", "at": now - timedelta(minutes=5)},
+        {"id": 9005, "queue": "mail", "status": "succeeded", "at": now + timedelta(seconds=1)},
+        {"id": 9006, "queue": "old", "status": "failed", "at": now - timedelta(minutes=1)},
+    ]
+
+
 def _claim(conn: psycopg.Connection[Any], schema: str, queue_name: str, limit: int) -> int:
     """One claim of up to `limit` jobs as a registered worker does: they are 'running', or
     'waiting' if their concurrency key is full. Returns how many it picked."""
@@ -164,18 +178,7 @@ def test_queue_stats_counts_live_jobs_and_the_last_hour_of_history_per_queue(
     queue.enqueue_many([mail.job(i) for i in range(3)] + [later.job(i) for i in range(2)])
     assert _claim(observer, schema, "mail", limit=1) == 1
     now = datetime.fromisoformat("2030-01-01T12:00:00+00:00")
-    _history(
-        observer,
-        schema,
-        [
-            {"id": 9001, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=59)},
-            {"id": 9002, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=61)},
-            {"id": 9003, "queue": "mail", "status": "succeeded", "at": now - timedelta(seconds=30)},
-            {"id": 9004, "queue": "mail", "status": "succeeded", "at": now - timedelta(minutes=5)},
-            {"id": 9005, "queue": "mail", "status": "succeeded", "at": now + timedelta(seconds=1)},
-            {"id": 9006, "queue": "old", "status": "failed", "at": now - timedelta(minutes=1)},
-        ],
-    )
+    _history(observer, schema, _finished_around(now))
     queued_since = min(j.run_at for j in enqueued_jobs(observer, queue) if j.status == "queued")
 
     stats = queue_stats(observer, schema, now=now)
@@ -225,18 +228,7 @@ def test_queue_activity_reads_short_ranges_of_history_for_served_and_paused_queu
     assert _claim(observer, schema, "mail", limit=1) == 1  # a worker now serves mail
     queue.pause_queue("quiet")
     now = datetime.fromisoformat("2030-01-01T12:00:00+00:00")
-    _history(
-        observer,
-        schema,
-        [
-            {"id": 9001, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=59)},
-            {"id": 9002, "queue": "mail", "status": "failed", "at": now - timedelta(minutes=61)},
-            {"id": 9003, "queue": "mail", "status": "succeeded", "at": now - timedelta(seconds=30)},
-            {"id": 9004, "queue": "mail", "status": "succeeded", "at": now - timedelta(minutes=5)},
-            {"id": 9005, "queue": "mail", "status": "succeeded", "at": now + timedelta(seconds=1)},
-            {"id": 9006, "queue": "old", "status": "failed", "at": now - timedelta(minutes=1)},
-        ],
-    )
+    _history(observer, schema, _finished_around(now))
 
     found = {a.queue: a for a in queue_activity(observer, schema, now=now)}
 
