@@ -97,10 +97,10 @@ def test_enqueues_while_workers_are_busy_never_take_the_notification_lock(
             try:
                 wait_until(lambda: sum(enqueued) >= 2000, what="2,000 enqueues")
                 while sum(enqueued) < 4000:
-                    held, waiting = watch.execute(NOTIFY_LOCK).fetchone() or (0, 0)
+                    held, waiters = watch.execute(NOTIFY_LOCK).fetchone() or (0, 0)
                     (waits,) = watch.execute(NOTIFY_WAITS).fetchone() or (0,)
                     samples["held"] += held
-                    samples["waiting"] += waiting
+                    samples["waiting"] += waiters
                     samples["waits"] += waits
                     samples["taken"] += 1
             finally:
