@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from importlib import metadata
 from typing import Any
 
+from pgqueue._version import __version__
 from pgqueue.cli import argtypes, commands
 from pgqueue.models import WorkerSettings
 
@@ -59,7 +59,7 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
 def build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgqueue", description=DESCRIPTION, formatter_class=_Help)
-    parser.add_argument("--version", action="version", version=f"pgqueue {_version()}")
+    parser.add_argument("--version", action="version", version=f"pgqueue {__version__}")
     _globals(parser, default=True)
     parser.set_defaults(dsn=None, schema=None, parser=parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -94,13 +94,6 @@ def build() -> argparse.ArgumentParser:
     _grant(add("grant", "grant a role what a worker or an app needs, nothing more"))
     _demo(add("demo", "show transactional enqueue on a small table"))
     return parser
-
-
-def _version() -> str:
-    try:
-        return metadata.version("pgqueue")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
