@@ -74,7 +74,7 @@ def build() -> argparse.ArgumentParser:
 
     _migrate(add("migrate", "create or upgrade the pgqueue tables"))
     _worker(add("worker", "run the jobs of the tasks registered on MODULE:ATTR"))
-    _dashboard(add("dashboard", "serve the web dashboard (needs pgqueue[dashboard])"))
+    _dashboard(add("dashboard", "serve the web dashboard (needs pgqueue-py[dashboard])"))
     _workers(add("workers", "list the live workers: host, pid, queues, running jobs"))
     _relay(add("relay", "publish the messages staged in the outbox (MODULE:ATTR, a Relay)"))
     _outbox(add("outbox", "staged messages and dead letters; retry dead ones"))
@@ -223,7 +223,7 @@ def _worker(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=argtypes.port,
         metavar="PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue[metrics])",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue-py[metrics])",
     )
     p.add_argument(
         "--metrics-host", default="0.0.0.0", metavar="HOST", help="where --metrics-port listens"
@@ -231,7 +231,7 @@ def _worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trace",
         action="store_true",
-        help="an OpenTelemetry span per job, linked to its enqueue's (needs pgqueue[otel])",
+        help="an OpenTelemetry span per job, linked to its enqueue's (needs pgqueue-py[otel])",
     )
     p.add_argument(
         "--log-format",
