@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from pgqueue import Queue
+from pgqueue import ConfigurationError, Queue
 from tests.conftest import ROOT, env_without_dsn, run_python, wait_until
 
 if sys.version_info >= (3, 11):
@@ -257,3 +258,30 @@ def test_the_installed_metadata_and_the_command_give_one_version() -> None:
     assert metadata.version(DIST) == pgqueue.__version__
     assert "version" not in PYPROJECT["project"]  # written once, in pgqueue/_version.py
     assert PYPROJECT["tool"]["hatch"]["version"]["path"] == "pgqueue/_version.py"
+
+
+def _readme_section(heading: str) -> str:
+    return (ROOT / "README.md").read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_dashboard_tokens_minimum_is_written_where_a_user_sets_it() -> None:
+    from pgqueue.dashboard.security import Access
+
+    with pytest.raises(ConfigurationError, match="at least 16 characters"):
+        Access(allow_actions=True, token="a" * 15)
+    assert Access(allow_actions=True, token="a" * 16).guarded
+    section = _readme_section("## The dashboard, metrics, traces and logs")
+    assert "`PGQUEUE_DASHBOARD_TOKEN`, at least 16 characters" in section
+    assert "at least 16 characters" in (Access.__doc__ or "")
+
+
+def test_the_celery_sink_says_a_redis_broker_needs_celery_redis() -> None:
+    import pgqueue.sinks.celery
+
+    (row,) = [
+        line
+        for line in _readme_section("## Publishing to other systems: the outbox relay").splitlines()
+        if "CelerySink" in line
+    ]
+    assert "`celery[redis]` for a Redis broker" in row
+    assert "pip install 'celery[redis]'" in (pgqueue.sinks.celery.__doc__ or "")
