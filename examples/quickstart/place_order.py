@@ -1,6 +1,6 @@
 """Place an order and enqueue its receipt in one transaction: both commit, or neither does.
 
-python place_order.py a@example.com   (prints the order's id and its job's id)
+PGQUEUE_DSN=... python place_order.py a@example.com   (prints the order's id and its job's id)
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 import psycopg
-from shop import queue, send_receipt
+from shop import DSN, queue, send_receipt
 
 
 def place_order(conn: psycopg.Connection[tuple[int]], email: str) -> tuple[int, int]:
@@ -20,7 +20,6 @@ def place_order(conn: psycopg.Connection[tuple[int]], email: str) -> tuple[int, 
 
 
 if __name__ == "__main__":
-    assert queue.dsn is not None
-    with psycopg.connect(queue.dsn) as conn:  # commits when the block ends without an error
+    with psycopg.connect(DSN) as conn:  # commits when the block ends without an error
         order_id, job_id = place_order(conn, sys.argv[1])
     print(f"order {order_id}, job {job_id}")

@@ -1,7 +1,7 @@
 """The `pgqueue` command. The only part of pgqueue that reads argv and the environment.
 
 Exit codes: 0 done, 1 the work failed, 2 the command line or configuration is wrong (and 3
-from `watchdog`: holders found). Terminal tables need `rich` (pip install 'pgqueue[cli]');
+from `watchdog`: holders found). Terminal tables need `rich` (pip install 'pgqueue-py[cli]');
 everything else needs only pgqueue itself.
 """
 

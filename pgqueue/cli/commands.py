@@ -104,12 +104,12 @@ def _schema(args: argparse.Namespace) -> str:
 
 
 def _console() -> ModuleType:
-    """The terminal output module, which needs rich: installed with pgqueue[cli]."""
+    """The terminal output module, which needs rich: installed with pgqueue-py[cli]."""
     try:
         from pgqueue.cli import console
     except ImportError as exc:
         raise UsageError(
-            f"this output needs the `rich` package ({exc}): pip install 'pgqueue[cli]', "
+            f"this output needs the `rich` package ({exc}): pip install 'pgqueue-py[cli]', "
             "or pass --json"
         ) from None
     return console
@@ -215,7 +215,7 @@ def _extra(module: str, extra: str, option: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise UsageError(
-            f"{option} needs pgqueue[{extra}]: pip install 'pgqueue[{extra}]' ({exc})"
+            f"{option} needs pgqueue-py[{extra}]: pip install 'pgqueue-py[{extra}]' ({exc})"
         ) from None
 
 
@@ -337,7 +337,7 @@ def demo(args: argparse.Namespace) -> int:
     try:
         from pgqueue.cli import demo as show
     except ImportError as exc:
-        raise UsageError(f"the demo needs `rich` ({exc}): pip install 'pgqueue[cli]'") from None
+        raise UsageError(f"the demo needs `rich` ({exc}): pip install 'pgqueue-py[cli]'") from None
     return show.run(
         resolve_dsn(args.dsn),
         jobs=args.jobs,

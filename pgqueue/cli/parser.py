@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import timedelta
-from importlib import metadata
 from typing import Any
 
+from pgqueue._version import __version__
 from pgqueue.cli import argtypes, commands
 from pgqueue.models import WorkerSettings
 
@@ -59,7 +59,7 @@ class _Help(argparse.RawDescriptionHelpFormatter):
 
 def build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgqueue", description=DESCRIPTION, formatter_class=_Help)
-    parser.add_argument("--version", action="version", version=f"pgqueue {_version()}")
+    parser.add_argument("--version", action="version", version=f"pgqueue {__version__}")
     _globals(parser, default=True)
     parser.set_defaults(dsn=None, schema=None, parser=parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -74,7 +74,7 @@ def build() -> argparse.ArgumentParser:
 
     _migrate(add("migrate", "create or upgrade the pgqueue tables"))
     _worker(add("worker", "run the jobs of the tasks registered on MODULE:ATTR"))
-    _dashboard(add("dashboard", "serve the web dashboard (needs pgqueue[dashboard])"))
+    _dashboard(add("dashboard", "serve the web dashboard (needs pgqueue-py[dashboard])"))
     _workers(add("workers", "list the live workers: host, pid, queues, running jobs"))
     _relay(add("relay", "publish the messages staged in the outbox (MODULE:ATTR, a Relay)"))
     _outbox(add("outbox", "staged messages and dead letters; retry dead ones"))
@@ -94,13 +94,6 @@ def build() -> argparse.ArgumentParser:
     _grant(add("grant", "grant a role what a worker or an app needs, nothing more"))
     _demo(add("demo", "show transactional enqueue on a small table"))
     return parser
-
-
-def _version() -> str:
-    try:
-        return metadata.version("pgqueue")
-    except metadata.PackageNotFoundError:
-        return "unknown (not installed)"
 
 
 def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
@@ -230,7 +223,7 @@ def _worker(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=argtypes.port,
         metavar="PORT",
-        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue[metrics])",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (needs pgqueue-py[metrics])",
     )
     p.add_argument(
         "--metrics-host", default="0.0.0.0", metavar="HOST", help="where --metrics-port listens"
@@ -238,7 +231,7 @@ def _worker(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trace",
         action="store_true",
-        help="an OpenTelemetry span per job, linked to its enqueue's (needs pgqueue[otel])",
+        help="an OpenTelemetry span per job, linked to its enqueue's (needs pgqueue-py[otel])",
     )
     p.add_argument(
         "--log-format",

@@ -129,7 +129,8 @@ def create_app(
 ) -> Starlette:
     """The dashboard as an ASGI app: serve it with `pgqueue dashboard`, or mount it in your
     own (`app.mount("/queue", create_app(...))`). Read-only unless `allow_actions`, which
-    needs a `token`, `basic_auth`, or your own `authorize(request) -> bool`.
+    needs a `token` (16 characters or more), `basic_auth`, or your own
+    `authorize(request) -> bool`.
     `app.state.dashboard.close()` closes its connections."""
     access = Access(allow_actions, token, basic_auth, authorize)
     board = Dashboard(

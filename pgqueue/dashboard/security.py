@@ -32,9 +32,10 @@ NEW_CSRF = "pgqueue.new_csrf"
 
 @dataclass(frozen=True)
 class Access:
-    """`token`: accepted as `Authorization: Bearer TOKEN` or from the login form's cookie.
-    `basic`: (user, password) for HTTP basic auth. `authorize`: the host application's own
-    check, for a dashboard mounted in it, called with each request."""
+    """`token`: at least 16 characters (a shorter one is refused), accepted as
+    `Authorization: Bearer TOKEN` or from the login form's cookie. `basic`: (user, password)
+    for HTTP basic auth. `authorize`: the host application's own check, for a dashboard
+    mounted in it, called with each request."""
 
     allow_actions: bool = False
     token: str | None = None

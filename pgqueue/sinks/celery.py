@@ -2,8 +2,9 @@
 unchanged Celery worker runs it. Destination "celery:TASK_NAME"; the message is
 {"args": [...], "kwargs": {...}} (either may be left out). The task id is the message id,
 so a re-published call has the id of the first. Uses your Celery app
-(`pip install 'pgqueue[celery]'`); set `broker_transport_options={"confirm_publish": True}`
-on an AMQP broker so that sending waits for the broker's confirmation.
+(`pip install 'pgqueue-py[celery]'`); set `broker_transport_options={"confirm_publish": True}`
+on an AMQP broker so that sending waits for the broker's confirmation. On a Redis broker
+Celery needs its Redis transport too: `pip install 'celery[redis]'`.
 """
 
 from __future__ import annotations

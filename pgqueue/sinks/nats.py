@@ -1,6 +1,6 @@
 """NATS JetStream: each message published to a subject, destination "nats:SUBJECT", with
 its message id in the `Nats-Msg-Id` header, so that JetStream's own dedupe window drops a
-re-published duplicate. Uses nats-py (`pip install 'pgqueue[nats]'`).
+re-published duplicate. Uses nats-py (`pip install 'pgqueue-py[nats]'`).
 
 JetStream confirms a publish with an acknowledgement once the stream has stored it; the
 relay deletes nothing before that. A subject no stream captures is refused for good (a dead

@@ -1,6 +1,6 @@
 """RabbitMQ: each message published to an exchange with a routing key, destination
 "rabbitmq:EXCHANGE/ROUTING_KEY" ("rabbitmq:/orders" is the default exchange, to the queue
-`orders`). Uses aio-pika (`pip install 'pgqueue[rabbitmq]'`).
+`orders`). Uses aio-pika (`pip install 'pgqueue-py[rabbitmq]'`).
 
 Publisher confirms: the channel confirms each message once the broker has it (persistent
 messages, so on disk for a durable queue); the relay deletes nothing before that. Mandatory

@@ -1,6 +1,6 @@
 """Redis Streams: each message an entry XADDed to the stream its destination names
 ("redis:orders" adds to the stream `orders`), with fields `id` (the stable message id),
-`key`, `message` (JSON) and `headers` (JSON). Uses redis-py (`pip install 'pgqueue[redis]'`).
+`key`, `message` (JSON) and `headers` (JSON). Uses redis-py (`pip install 'pgqueue-py[redis]'`).
 
 Redis confirms an XADD by answering it; the relay pipelines a batch and reads every answer
 before deleting anything. An answer that is an error (the key holds another type) refuses

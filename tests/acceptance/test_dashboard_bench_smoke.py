@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import run_python
 
-pytest.importorskip("uvicorn", reason="the dashboard bench needs pgqueue[dashboard]")
+pytest.importorskip("uvicorn", reason="the dashboard bench needs pgqueue-py[dashboard]")
 pytest.importorskip("opentelemetry.sdk", reason="the dashboard bench needs opentelemetry-sdk")
 
 

@@ -30,7 +30,7 @@ def _run(folder: Path, script: str) -> str:
 
 
 def test_sqlalchemy_orders_ship_what_committed(tmp_path: Path) -> None:
-    pytest.importorskip("sqlalchemy", reason="pip install 'pgqueue[sqlalchemy]'")
+    pytest.importorskip("sqlalchemy", reason="pip install 'pgqueue-py[sqlalchemy]'")
     out = _run(_copy("sqlalchemy_orders", tmp_path), "orders.py")
     # cake rolled back with its job; bun's savepoint rolled back inside jam's transaction.
     assert out.splitlines() == ["order tea: shipped", "order jam: shipped"]

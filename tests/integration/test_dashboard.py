@@ -25,8 +25,8 @@ from tests.apps import always_fails, noop
 from tests.apps import queue as app_queue
 from tests.conftest import count, free_port, wait_until
 
-pytest.importorskip("starlette", reason="the dashboard needs pgqueue[dashboard]")
-uvicorn = pytest.importorskip("uvicorn", reason="the dashboard needs pgqueue[dashboard]")
+pytest.importorskip("starlette", reason="the dashboard needs pgqueue-py[dashboard]")
+uvicorn = pytest.importorskip("uvicorn", reason="the dashboard needs pgqueue-py[dashboard]")
 from starlette.applications import Starlette  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 

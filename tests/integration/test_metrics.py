@@ -20,7 +20,7 @@ from tests.conftest import (
     worker_process,
 )
 
-parser = pytest.importorskip("prometheus_client.parser", reason="needs pgqueue[metrics]")
+parser = pytest.importorskip("prometheus_client.parser", reason="needs pgqueue-py[metrics]")
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

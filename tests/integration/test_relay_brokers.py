@@ -47,7 +47,7 @@ def settled(dsn: str, schema: str) -> Callable[[], bool]:
 def test_rabbitmq_confirms_every_message_and_refuses_an_unroutable_one(
     queue: Queue, dsn: str, schema: str
 ) -> None:
-    aio_pika = pytest.importorskip("aio_pika", reason="pip install 'pgqueue[rabbitmq]'")
+    aio_pika = pytest.importorskip("aio_pika", reason="pip install 'pgqueue-py[rabbitmq]'")
     from pgqueue.sinks.rabbitmq import RabbitMQ
 
     name = f"pgqueue-test-{uuid.uuid4().hex[:8]}"
@@ -101,7 +101,7 @@ def test_rabbitmq_confirms_every_message_and_refuses_an_unroutable_one(
 def test_nats_jetstream_stores_each_message_once_by_its_id(
     queue: Queue, dsn: str, schema: str
 ) -> None:
-    nats = pytest.importorskip("nats", reason="pip install 'pgqueue[nats]'")
+    nats = pytest.importorskip("nats", reason="pip install 'pgqueue-py[nats]'")
     from pgqueue.sinks.nats import NatsJetStream
 
     stream = f"PGQ_TEST_{uuid.uuid4().hex[:8].upper()}"
@@ -149,7 +149,7 @@ def test_nats_jetstream_stores_each_message_once_by_its_id(
 def test_a_real_celery_worker_runs_the_relayed_task_calls_once_each(
     queue: Queue, dsn: str, schema: str, tmp_path: Path
 ) -> None:
-    pytest.importorskip("celery", reason="pip install 'pgqueue[celery]'")
+    pytest.importorskip("celery", reason="pip install 'pgqueue-py[celery]'")
     redis = pytest.importorskip("redis", reason="pip install redis")
     results = f"pgqueue-celery-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(REDIS_URL)

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-sqlalchemy = pytest.importorskip("sqlalchemy", reason="pip install 'pgqueue[sqlalchemy]'")
+sqlalchemy = pytest.importorskip("sqlalchemy", reason="pip install 'pgqueue-py[sqlalchemy]'")
 
 from sqlalchemy import Integer, String, create_engine, select, text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine  # noqa: E402
