@@ -212,6 +212,8 @@ def describe_schedule(periodic: Periodic) -> str:
 
 def human_span(span: timedelta) -> str:
     """A whole number of seconds in its largest units: '2 s', '5 min', '1 h 30 min', '2 d'."""
+    if span < timedelta(seconds=1):
+        return f"{span.total_seconds() * 1000:.0f} ms"
     left = int(span.total_seconds())
     parts = []
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
@@ -235,11 +237,12 @@ def health_page(conn: SyncConn, schema: str, warning: timedelta = HORIZON_WARNIN
     status = health.status(conn, schema)
     report = health.watch(conn, warning, act=False)
     if report.clear:
-        verdict = f"clear: no transaction has held the horizon for {warning} or more"
+        verdict = f"clear: no transaction has held the horizon for {human_span(warning)} or more"
     else:
         oldest = report.remaining[0]
         verdict = (
-            f"held: {len(report.remaining)} holder(s) older than {warning}; the oldest is "
+            f"held: {len(report.remaining)} holder(s) older than {human_span(warning)}; the "
+            "oldest is "
             f"{oldest.kind} {oldest.pid or oldest.name} ({oldest.application_name or '-'})"
         )
     return HealthPage(

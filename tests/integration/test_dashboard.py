@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import Queue, chain, chord, group
+from pgqueue import Chain, Queue, chain, chord, group
 from pgqueue.migrate import grant_role
 from pgqueue.models import RelayState
 from pgqueue.periodic import Scheduler
@@ -377,7 +377,9 @@ def test_the_health_page_names_the_leading_relay_and_the_one_standing_by(
         wait_until(lambda: "leading" in relays_shown(site.request("/health")[1]).values())
         procs.append(relay_process(dsn, schema, tmp_path, "second"))
         wait_until(lambda: len(relays_shown(site.request("/health")[1])) == 2, what="two relays")
-        shown = relays_shown(site.request("/health")[1])
+        body = site.request("/health")[1]
+        assert "no transaction has held the horizon for 5 min or more" in body
+        shown = relays_shown(body)
         assert shown == {
             f"{socket.gethostname()}:{first.pid}": "leading",
             f"{socket.gethostname()}:{procs[1].pid}": "standing by",
@@ -485,35 +487,27 @@ def test_a_template_naming_what_its_data_lacks_fails_instead_of_drawing_nothing(
 ATTACK = '<script>window.pwned = true</script><img src=x onerror="window.pwned = true">'
 
 
-def sample_workflow(queue: Queue, dsn: str, folder: Path) -> dict[str, int]:
-    """chain(chord(group(a, b, held), collect), step): a and b run and succeed (a's result
-    holds markup, b's is long), `held` waits on a queue no worker serves, so `collect` and
-    `step` stay blocked and their edges stay in the database. Returns the jobs' ids."""
+def sample_flow(folder: Path) -> Chain:
+    """chain(chord(group(a, b, held), collect), step): a and b succeed when run (a's result
+    holds markup, b's is long); `held` waits on a queue no worker serves, so `collect` and
+    `step` stay blocked and their edges stay in the database."""
     (folder / "a.txt").write_text(ATTACK)
     (folder / "b.txt").write_text("x" * 5000)
     held = needs_file.with_options(queue="held")
-    flow = chain(
-        chord(
-            group(
-                needs_file.job(str(folder / "a.txt")),
-                needs_file.job(str(folder / "b.txt")),
-                held.job(str(folder / "held.txt")),
-            ),
-            wf_collect.s(),
-        ),
-        wf_step.s(),
+    members = group(
+        needs_file.job(str(folder / "a.txt")),
+        needs_file.job(str(folder / "b.txt")),
+        held.job(str(folder / "held.txt")),
     )
-    stored = queue.enqueue_workflow(flow)
+    return chain(chord(members, wf_collect.s()), wf_step.s())
+
+
+def sample_workflow(queue: Queue, dsn: str, folder: Path) -> dict[str, int]:
+    """sample_flow stored and its runnable jobs run; the ids of the workflow and its jobs."""
+    stored = queue.enqueue_workflow(sample_flow(folder))
     drain(app_queue, dsn=dsn, schema=queue.schema)
-    a, b, held_id, collect, step = stored.job_ids
-    return {
-        "workflow": stored.id,
-        "a": a,
-        "b": b,
-        "held": held_id,
-        "collect": collect,
-        "step": step,
-    }
+    names = ("a", "b", "held", "collect", "step")
+    return {"workflow": stored.id} | dict(zip(names, stored.job_ids, strict=True))
 
 
 def row_of(body: str, job_id: int) -> str:

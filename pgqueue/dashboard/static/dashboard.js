@@ -5,9 +5,8 @@
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = ["#2f6fde", "#c0392b", "#1e8449", "#8a5a00", "#7d3c98", "#117a8b", "#5b6673", "#d35400"];
 
-const WIDTH = 600, HEIGHT = 160;
 const LEFT = 44, RIGHT = 12, TOP = 10, BOTTOM = 24;  // room for the axes' labels
-const TIME_TICKS = 4;
+const TICK_SPACING = 110;  // pixels per time label, so that labels never overlap
 
 function text(svg, x, y, value, anchor, cls) {
   const label = document.createElementNS(SVG, "text");
@@ -41,31 +40,35 @@ function number(value) {
   return value.toFixed(value < 10 && !Number.isInteger(value) ? 2 : 0);
 }
 
-function axes(svg, first, span, top, x) {
-  const bottom = HEIGHT - BOTTOM;
-  rule(svg, LEFT, bottom, WIDTH - RIGHT, bottom);
-  rule(svg, LEFT, TOP, WIDTH - RIGHT, TOP);
+function axes(svg, size, first, span, top, x) {
+  const bottom = size.height - BOTTOM;
+  rule(svg, LEFT, bottom, size.width - RIGHT, bottom);
+  rule(svg, LEFT, TOP, size.width - RIGHT, TOP);
   text(svg, LEFT - 4, TOP + 4, number(top), "end", "value-label");
   text(svg, LEFT - 4, bottom + 4, "0", "end", "value-label");
-  const ticks = span > 1 ? TIME_TICKS : 1;
+  const room = Math.floor((size.width - LEFT - RIGHT) / TICK_SPACING) + 1;
+  const ticks = span > 1 ? Math.max(2, Math.min(6, room)) : 1;
   for (let i = 0; i < ticks; i++) {
     const at = ticks === 1 ? first : first + (span * i) / (ticks - 1);
     const anchor = i === 0 ? "start" : i === ticks - 1 ? "end" : "middle";
     rule(svg, x(at), bottom, x(at), bottom + 4);
-    text(svg, x(at), HEIGHT - 6, clock(at), anchor, "time-label");
+    text(svg, x(at), size.height - 6, clock(at), anchor, "time-label");
   }
-  text(svg, 2, HEIGHT - 6, "UTC", "start", "axis-unit");
+  text(svg, 2, size.height - 6, "UTC", "start", "axis-unit");
 }
 
 function draw(svg, times, lines) {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
   if (!times.length) return;
+  // One unit a pixel, so that labels keep their size however wide the chart is drawn.
+  const size = { width: svg.clientWidth || 600, height: svg.clientHeight || 160 };
+  svg.setAttribute("viewBox", `0 0 ${size.width} ${size.height}`);
   const values = lines.flatMap((l) => l.values.filter((v) => v !== null));
   const top = Math.max(1, ...values);
   const first = times[0], span = Math.max(1, times[times.length - 1] - first);
-  const x = (t) => LEFT + ((t - first) / span) * (WIDTH - LEFT - RIGHT);
-  const y = (v) => HEIGHT - BOTTOM - (v / top) * (HEIGHT - BOTTOM - TOP);
-  axes(svg, first, span, top, x);
+  const x = (t) => LEFT + ((t - first) / span) * (size.width - LEFT - RIGHT);
+  const y = (v) => size.height - BOTTOM - (v / top) * (size.height - BOTTOM - TOP);
+  axes(svg, size, first, span, top, x);
   lines.forEach((line, i) => {
     const points = [];
     line.values.forEach((v, j) => { if (v !== null) points.push(`${x(times[j]).toFixed(1)},${y(v).toFixed(1)}`); });
