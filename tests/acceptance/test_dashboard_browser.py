@@ -332,8 +332,16 @@ def test_a_job_whose_args_and_error_hold_script_tags_renders_them_as_text(
 
 
 def test_the_health_page_names_the_leading_relay_and_the_one_standing_by(
-    page: Any, site: dict[str, Any], dsn: str, schema: str, tmp_path: Path
+    page: Any,
+    site: dict[str, Any],
+    dsn: str,
+    schema: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
+    holder = psycopg.connect(dsn, application_name="nightly-report")  # for the screenshot
+    request.addfinalizer(holder.close)
+    holder.execute("SELECT txid_current()")
     relays = [relay_process(dsn, schema, tmp_path, "first")]
     try:
         health = site["url"] + "/health"
