@@ -27,6 +27,7 @@ from pgqueue.store.workflows import (
 MEMBERS_PER_PAGE = 100
 RESULT_CHARS = 300  # of a result's or an error's text, in the table
 EDGES_PER_JOB = 20  # each way: a chord's callback may wait for thousands
+LARGEST_ID = 2**63 - 1  # job ids are bigint
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def parse_after(text: str) -> int:
     text = text.strip()
     if not text:
         return 0
-    if not text.isdigit():
+    if not text.isdigit() or int(text) > LARGEST_ID:
         raise FilterError(f"after {text[:50]!r} is not a job id: give the id the page starts after")
     return int(text)
 
@@ -87,6 +88,8 @@ def read(conn: SyncConn, schema: str, workflow_id: int, after_text: str) -> Work
     """The page of workflow `workflow_id` after the job id `after_text`; None if no job,
     live or in history, belongs to the workflow."""
     after = parse_after(after_text)
+    if workflow_id > LARGEST_ID:
+        return None
     counts = run(conn, counts_plan(workflow_id, schema), together=False)
     if not counts:
         return None

@@ -614,5 +614,9 @@ def test_an_unknown_workflow_or_a_bad_page_is_refused_with_a_clear_message(
         assert "no workflow 424242: no job, live or finished, belongs to it" in body
         status, body, _ = site.request("/workflows/1?after=%3Cb%3E")
         assert status == 400 and "after &#39;&lt;b&gt;&#39; is not a job id" in body
+        too_large = str(2**63)
+        assert site.request(f"/workflows/{too_large}")[0] == 404
+        status, body, _ = site.request(f"/workflows/1?after={too_large}")
+        assert status == 400 and f"after &#39;{too_large}&#39; is not a job id" in body
     finally:
         site.stop()
