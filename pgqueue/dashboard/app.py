@@ -156,6 +156,7 @@ def create_app(
                 methods=["POST"],
                 name="queue_action",
             ),
+            Route("/workflows/{workflow_id:int}", views.workflow, name="workflow"),
             Route("/workers", views.workers, name="workers"),
             Route("/tenants", views.tenants, name="tenants"),
             Route("/tenants", views.set_tenant, methods=["POST"], name="set_tenant"),

@@ -2,8 +2,10 @@
 template; the login form; the charts' JSON and /metrics.
 
 Invariants: templates escape every value (Jinja2 autoescape), and every page carries the CSRF
-token its forms send back. A database that cannot be reached is a 503 page saying so, a filter
-typed wrong a 400 saying which; never a raw traceback.
+token its forms send back. A template that names something its data lacks fails loudly
+(StrictUndefined) rather than drawing an empty or wrong value. A database that cannot be
+reached is a 503 page saying so, a filter typed wrong a 400 saying which; never a raw
+traceback.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from jinja2 import StrictUndefined, UndefinedError
 from psycopg_pool import PoolTimeout
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from pgqueue.dashboard import pages, series
+from pgqueue.dashboard import pages, series, workflows
 from pgqueue.dashboard.security import CSRF_FIELD, TOKEN_COOKIE, csrf_token, csrf_valid
 from pgqueue.errors import PgQueueError
 
@@ -60,6 +63,7 @@ class Views:
         self.board = board
         self.templates = Jinja2Templates(directory=TEMPLATES)
         env = self.templates.env
+        env.undefined = StrictUndefined
         env.filters["ago"] = _ago
         env.filters["when"] = _when
         env.filters["seconds"] = _seconds
@@ -70,15 +74,30 @@ class Views:
     def render(
         self, request: Request, template: str, status: int = 200, **context: Any
     ) -> Response:
+        can_act = self.board.access.may_act(request)
         context |= {
-            "can_act": self.board.access.may_act(request),
+            "can_act": can_act,
+            "cannot_act_why": None if can_act else self.cannot_act_why(),
             "actions_on": self.board.access.allow_actions,
             "csrf": csrf_token(request),
             "csrf_field": CSRF_FIELD,
             "note": request.query_params.get("note", "")[:500],
             "schema": self.board.schema,
         }
-        return self.templates.TemplateResponse(request, template, context, status_code=status)
+        try:
+            return self.templates.TemplateResponse(request, template, context, status_code=status)
+        except UndefinedError as exc:
+            if template == "error.html":
+                raise
+            # A page that names what its data lacks is a bug of the dashboard: say which.
+            problem = f"the dashboard's page {template} cannot be drawn: {exc}; please report it"
+            return self.render(request, "error.html", 500, problem=problem)
+
+    def cannot_act_why(self) -> str:
+        """What a viewer who may not act is told on each disabled button."""
+        if not self.board.access.allow_actions:
+            return "Read-only: this dashboard was started without --allow-actions"
+        return "Sign in to act: actions need authentication"
 
     async def page(
         self,
@@ -131,6 +150,18 @@ class Views:
         job_id = request.path_params["job_id"]
         return await self.page(
             request, "job.html", pages.job, self.board.queue, job_id, missing=f"no job {job_id}"
+        )
+
+    async def workflow(self, request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        return await self.page(
+            request,
+            "workflow.html",
+            workflows.read,
+            self.board.schema,
+            workflow_id,
+            request.query_params.get("after", ""),
+            missing=f"no workflow {workflow_id}: no job, live or finished, belongs to it",
         )
 
     async def workers(self, request: Request) -> Response:

@@ -2,16 +2,19 @@
 
 A workflow is stored by one plan in the caller's transaction: ids reserved, the jobs it
 waits for that were enqueued before it marked and locked (workflow_mark), then its jobs,
-edges and counts in one statement (workflow_insert).
+edges and counts in one statement (workflow_insert). The dashboard reads a workflow a page
+at a time (members_plan, counts_plan, edges_plan): every read is bounded however large it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pgqueue.errors import JobNotFoundError, JobStateError
-from pgqueue.models import EnqueuedWorkflow, Workflow, WorkflowJob
+from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
 from pgqueue.registry import encode_args, encode_json, encode_rows, too_large
 from pgqueue.store.jobs import reserve_ids_plan, trace_context
@@ -111,6 +114,59 @@ def get_plan(workflow: int, schema: str) -> Plan[Workflow | None]:
         for r in rows
     ]
     return Workflow(id=workflow, jobs=jobs)
+
+
+@dataclass(frozen=True)
+class WorkflowMember:
+    """One job of a workflow as its page lists it. `result_text` is the stored result's JSON
+    text, cut at the length asked for; `result_chars` is its whole length (both None while
+    the job is live, or when it stored no result)."""
+
+    id: int
+    task: str
+    queue: str
+    status: JobStatus
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    finished_at: datetime | None
+    result_text: str | None
+    result_chars: int | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class WorkflowEdge:
+    """Job `job_id` waits for job `depends_on`; `status` is how that one finished (None: not
+    yet)."""
+
+    job_id: int
+    depends_on: int
+    status: str | None
+
+
+def members_plan(
+    workflow: int, schema: str, *, after: int, limit: int, chars: int
+) -> Plan[list[WorkflowMember]]:
+    """At most `limit` of the workflow's jobs with ids above `after`, in id order."""
+    params = {"workflow": workflow, "after": after, "limit": limit, "chars": chars}
+    rows = yield query("workflow_read_members", schema), params
+    return [
+        WorkflowMember(r[0], r[1], r[2], JobStatus(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], r[10])
+        for r in rows
+    ]
+
+
+def counts_plan(workflow: int, schema: str) -> Plan[dict[str, int]]:
+    """How many of the workflow's jobs are in each status; empty if it has none."""
+    rows = yield query("workflow_read_counts", schema), {"workflow": workflow}
+    return {str(status): int(n) for status, n in rows}
+
+
+def edges_plan(ids: Sequence[int], schema: str, *, per_job: int) -> Plan[list[WorkflowEdge]]:
+    """The edges that touch jobs `ids`, at most `per_job` each way per job."""
+    rows = yield query("workflow_read_edges", schema), {"ids": list(ids), "per_job": per_job}
+    return [WorkflowEdge(job_id=int(r[0]), depends_on=int(r[1]), status=r[2]) for r in rows]
 
 
 async def write_progress(conn: AsyncConn, schema: str, rows: Sequence[dict[str, object]]) -> None:

@@ -82,6 +82,62 @@ FROM {schema}.job_history AS h
 WHERE h.workflow_id = %(workflow)s
 ORDER BY id;
 
+-- name: workflow_read_members
+-- One page of a workflow's jobs, live and finished, in id order after %(after)s: the
+-- dashboard's workflow page. By the workflow indexes of both tables. A result arrives as text
+-- cut at %(chars)s characters, with its whole length, and the last error cut the same way, so
+-- a job with a huge result or error never travels whole.
+SELECT m.*
+FROM (
+    (SELECT j.id, j.task, j.queue, j.status, j.attempt, j.max_attempts, j.created_at,
+            NULL::timestamptz AS finished_at, NULL::text AS result_text,
+            NULL::integer AS result_chars,
+            left(j.errors -> -1 ->> 'error', %(chars)s) AS last_error
+     FROM {schema}.jobs AS j
+     WHERE j.workflow_id = %(workflow)s AND j.id > %(after)s
+     ORDER BY j.id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT h.id, h.task, h.queue, h.status, h.attempt, h.max_attempts, h.created_at,
+            h.finished_at, left(h.result::text, %(chars)s), length(h.result::text),
+            left(h.errors -> -1 ->> 'error', %(chars)s)
+     FROM {schema}.job_history AS h
+     WHERE h.workflow_id = %(workflow)s AND h.id > %(after)s
+     ORDER BY h.id
+     LIMIT %(limit)s)
+) AS m
+ORDER BY m.id
+LIMIT %(limit)s;
+
+-- name: workflow_read_counts
+-- How many of a workflow's jobs are in each status, live and finished; no row: no job
+-- belongs to it. By the workflow indexes of both tables.
+SELECT s.status, count(*)::integer
+FROM (SELECT status FROM {schema}.jobs WHERE workflow_id = %(workflow)s
+      UNION ALL
+      SELECT status FROM {schema}.job_history WHERE workflow_id = %(workflow)s) AS s
+GROUP BY s.status
+ORDER BY s.status;
+
+-- name: workflow_read_edges
+-- The edges that touch jobs %(ids)s: what each waits for (in the order it receives their
+-- results) and what waits for each, at most %(per_job)s of each per job, with the outcome
+-- each edge recorded (NULL: not finished yet). An edge lives only while its dependant is
+-- blocked: workflow_settle deletes it when the dependant is released or cancelled.
+SELECT w.job_id, w.depends_on, w.status
+FROM unnest(%(ids)s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (
+    SELECT d.job_id, d.depends_on, d.status FROM {schema}.job_deps AS d
+    WHERE d.job_id = i.id ORDER BY d.position LIMIT %(per_job)s
+) AS w
+UNION
+SELECT f.job_id, f.depends_on, f.status
+FROM unnest(%(ids)s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (
+    SELECT d.job_id, d.depends_on, d.status FROM {schema}.job_deps AS d
+    WHERE d.depends_on = i.id ORDER BY d.job_id LIMIT %(per_job)s
+) AS f;
+
 -- name: job_progress
 -- Writes the progress of running jobs in one statement, each only while its worker still runs
 -- that attempt (a late write cannot touch a job that moved on). By primary key, like

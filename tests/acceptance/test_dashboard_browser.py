@@ -7,14 +7,19 @@ pictures come from `PGQUEUE_SCREENSHOTS=docs/screenshots pytest -k browser`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue
+from pgqueue.periodic import Scheduler
 from tests.apps import always_fails, needs_file, noop, sleepy
 from tests.conftest import (
     ROOT,
@@ -32,6 +38,7 @@ from tests.conftest import (
     wait_until,
     worker_process,
 )
+from tests.integration.test_dashboard import ATTACK, relay_process, relays_shown, sample_flow
 
 playwright_api = pytest.importorskip(
     "playwright.sync_api", reason="the browser tests need playwright (pip install playwright)"
@@ -153,6 +160,14 @@ def test_each_page_loads_with_live_workers_and_the_charts_draw(
     # Each chart has a line; claim times arrive with the worker's heartbeats.
     for chart in ("throughput", "depth", "claim"):
         page.wait_for_selector(f"svg#chart-{chart} polyline[points*=',']", state="attached")
+    # Each chart has a time axis, labelled in UTC clock times that run left to right.
+    for chart in ("throughput", "depth", "claim"):
+        times = page.locator(f"svg#chart-{chart} text.time-label").all_text_contents()
+        assert len(times) >= 3, times
+        assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in times), times
+        assert times == sorted(times) and times[0] != times[-1], times
+        values = page.locator(f"svg#chart-{chart} text.value-label").all_text_contents()
+        assert values[-1] == "0" and float(values[0]) > 0, values
     page.reload()  # the table as it is now; the charts keep their samples (the server's)
     page.wait_for_selector("svg#chart-claim polyline[points*=',']", state="attached")
     rows = page.locator("table[data-testid=queues] tbody tr")
@@ -266,18 +281,31 @@ def test_an_action_is_refused_without_auth_or_with_actions_off(
         retry = site["url"] + f"/jobs/{int(job)}/retry"
         forged = page.request.post(retry, form={"csrf": "guess"})
         assert forged.status == 403
-        # A dashboard started without --allow-actions shows the button and refuses it.
+        # A dashboard started without --allow-actions draws its actions disabled, saying why,
+        # and refuses a post all the same.
         port = free_port()
         readonly = dashboard_process(dsn, schema, port, log=tmp_path / "readonly.log")
+        why = "Read-only: this dashboard was started without --allow-actions"
         try:
             tab = browser.new_page()
-            tab.goto(f"http://127.0.0.1:{port}/login")
+            base = f"http://127.0.0.1:{port}"
+            tab.goto(f"{base}/login")
             tab.fill("input[name=token]", TOKEN)
             tab.click("button[type=submit]")
             assert tab.locator("[data-testid=mode]").inner_text() == "read-only"
-            tab.goto(f"http://127.0.0.1:{port}/jobs/{int(job)}")
-            tab.click("form[action$='/retry'] button")
-            assert "actions are off" in tab.locator("[data-testid=problem]").inner_text()
+            tab.goto(f"{base}/jobs/{int(job)}")
+            retry = tab.locator("form[action$='/retry'] button")
+            assert retry.is_disabled() and retry.get_attribute("title") == why
+            tab.goto(f"{base}/")
+            pause = tab.locator("tr[data-queue=default] button", has_text="Pause")
+            assert pause.is_disabled() and pause.get_attribute("title") == why
+            tab.goto(f"{base}/jobs")
+            for label in ("Retry failed and cancelled", "Cancel live"):
+                bulk = tab.locator("form.bulk button", has_text=label)
+                assert bulk.is_disabled() and bulk.get_attribute("title") == why
+            csrf = tab.locator("form.bulk input[name=csrf]").get_attribute("value")
+            reply = tab.request.post(f"{base}/jobs/{int(job)}/retry", form={"csrf": csrf or ""})
+            assert reply.status == 403 and "actions are off" in reply.text()
             tab.close()
         finally:
             readonly.terminate()
@@ -301,3 +329,111 @@ def test_a_job_whose_args_and_error_hold_script_tags_renders_them_as_text(
     assert page.locator("script:not([src])").count() == 0
     page.goto(site["url"] + f"/jobs/{int(job)}")
     assert page.evaluate("window.pwned === undefined")
+
+
+def test_the_health_page_names_the_leading_relay_and_the_one_standing_by(
+    page: Any,
+    site: dict[str, Any],
+    dsn: str,
+    schema: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    holder = psycopg.connect(dsn, application_name="nightly-report")  # for the screenshot
+    request.addfinalizer(holder.close)
+    holder.execute("SELECT txid_current()")
+    relays = [relay_process(dsn, schema, tmp_path, "first")]
+    try:
+        health = site["url"] + "/health"
+        wait_until(lambda: "leading" in relays_shown(page.request.get(health).text()).values())
+        relays.append(relay_process(dsn, schema, tmp_path, "second"))
+        wait_until(lambda: len(relays_shown(page.request.get(health).text())) == 2)
+        page.goto(health)
+        first, second = (f"[data-testid=relays] [data-relay$=':{p.pid}']" for p in relays)
+        assert page.locator(first).inner_text().endswith("(leading)")
+        assert page.locator(second).inner_text().endswith("(standing by)")
+        shoot(page, "health")
+    finally:
+        for proc in relays:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+
+
+def test_recurring_schedules_read_as_durations_and_cron_as_written(
+    page: Any, site: dict[str, Any], dsn: str, schema: str
+) -> None:
+    app = Queue(dsn, schema=schema)
+    app.periodic(noop, name="often", every=timedelta(seconds=2))
+    app.periodic(noop, name="twice-a-shift", every=timedelta(hours=1, minutes=30))
+    app.periodic(noop, name="quarterly", cron="*/15 * * * *")
+
+    async def record() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await Scheduler(app.periodics, schema, worker_id=1).run_pass(conn)
+
+    with ThreadPoolExecutor(1) as apart:  # Playwright's own loop runs in this thread
+        apart.submit(asyncio.run, record()).result()
+    page.goto(site["url"] + "/recurring")
+    shown = {
+        row.locator("td").first.inner_text(): row.locator("[data-testid=schedule]").inner_text()
+        for row in page.locator("table[data-testid=recurring] tbody tr").all()
+    }
+    assert shown == {
+        "often": "every 2 s",
+        "twice-a-shift": "every 1 h 30 min",
+        "quarterly": "*/15 * * * *",
+    }
+    shoot(page, "recurring")
+    app.close()
+
+
+def test_a_workflow_is_reached_from_its_jobs_and_shows_members_states_and_edges(
+    page: Any, site: dict[str, Any], dsn: str, schema: str, tmp_path: Path
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    stored = queue.enqueue_workflow(sample_flow(tmp_path))
+    a, b, held, collect, step = stored.job_ids
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done = f"id IN ({a}, {b}) AND status = 'succeeded'"
+        wait_until(lambda: count(conn, schema, "job_history", done) == 2, what="a and b run")
+    workflow_url = site["url"] + f"/workflows/{stored.id}"
+    # From a job's page ...
+    page.goto(site["url"] + f"/jobs/{collect}")
+    page.click("[data-testid=facts] [data-testid=workflow-link]")
+    page.wait_for_url(workflow_url)
+    # ... and from the jobs list.
+    page.goto(site["url"] + "/jobs")
+    page.click(f"tr[data-job='{step}'] [data-testid=workflow-link]")
+    page.wait_for_url(workflow_url)
+    assert page.locator("h1").inner_text().startswith(f"Workflow {stored.id}")
+    counts = page.locator("[data-testid=counts]").inner_text()
+    assert counts == "blocked 2 · queued 1 · succeeded 2"
+    states = {
+        int(row.get_attribute("data-job")): row.locator(".status").inner_text()
+        for row in page.locator("table[data-testid=members] tbody tr").all()
+    }
+    assert states == {a: "succeeded", b: "succeeded", held: "queued", collect: "blocked",
+                      step: "blocked"}  # fmt: skip
+
+    def edges(job: int, column: str) -> str:
+        return str(page.locator(f"tr[data-job='{job}'] [data-testid={column}]").inner_text())
+
+    assert edges(collect, "waits-for") == (
+        f"{a} (succeeded), {b} (succeeded), {held} (not finished)"
+    )
+    assert edges(step, "waits-for") == f"{collect} (not finished)"
+    assert [edges(j, "waited-on-by") for j in (a, b, held, collect)] == [str(collect)] * 3 + [
+        str(step)
+    ]
+    # Results are text, never markup; a long one is cut and says its length.
+    assert page.locator(f"tr[data-job='{a}'] [data-testid=result]").inner_text() == json.dumps(
+        ATTACK
+    )
+    assert page.evaluate("window.pwned === undefined")
+    long = page.locator(f"tr[data-job='{b}'] [data-testid=result]").inner_text()
+    assert long.endswith("… (5,002 characters)") and len(long) < 400
+    shoot(page, "workflow")
+    # An edge leads to the job it names.
+    page.click(f"tr[data-job='{collect}'] [data-testid=waits-for] a[data-edge='{held}']")
+    page.wait_for_url(site["url"] + f"/jobs/{held}")
+    queue.close()

@@ -4,26 +4,37 @@ The browser's view of it is tests/acceptance/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import asyncio
+import html
 import http.cookiejar
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import Queue
+from pgqueue import Chain, Queue, chain, chord, group
 from pgqueue.migrate import grant_role
+from pgqueue.models import RelayState
+from pgqueue.periodic import Scheduler
 from pgqueue.testing import drain
-from tests.apps import always_fails, noop
+from tests.apps import always_fails, needs_file, noop, wf_collect, wf_step
 from tests.apps import queue as app_queue
-from tests.conftest import count, free_port, wait_until
+from tests.conftest import ROOT, count, env_without_dsn, free_port, wait_until
 
 pytest.importorskip("starlette", reason="the dashboard needs pgqueue-py[dashboard]")
 uvicorn = pytest.importorskip("uvicorn", reason="the dashboard needs pgqueue-py[dashboard]")
@@ -31,6 +42,7 @@ from starlette.applications import Starlette  # noqa: E402
 from starlette.routing import Mount  # noqa: E402
 
 from pgqueue.dashboard import create_app  # noqa: E402
+from pgqueue.dashboard.views import Views  # noqa: E402
 
 TOKEN = "a-token-of-the-integration-tests"
 
@@ -329,5 +341,282 @@ def test_a_schema_never_migrated_gets_pages_that_say_so_not_tracebacks(dsn: str)
         assert status == 503 and "pgqueue migrate" in body
         status, body, _ = site.request("/metrics")
         assert status == 200 and "pgqueue_database_up 0.0" in body
+    finally:
+        site.stop()
+
+
+# -- what each page draws, on real data ---------------------------------------------------------
+
+REDIS_URL = os.environ.get("PGQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def relay_process(dsn: str, schema: str, folder: Path, name: str) -> Any:
+    """`pgqueue relay tests.relay_app:relay` as a real process (its sinks see no message)."""
+    env = env_without_dsn({"RELAY_FILE": str(folder / f"{name}.jsonl"), "REDIS_URL": REDIS_URL})
+    with open(folder / f"{name}.log", "a") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pgqueue", "relay", "tests.relay_app:relay",
+             "--dsn", dsn, "--schema", schema],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def relays_shown(body: str) -> dict[str, str]:
+    """The health page's relays: {name: 'leading' or 'standing by'}."""
+    return dict(re.findall(r'data-relay="([^"]+)">[^<(]*\(([a-z ]+)\)<', body))
+
+
+def test_the_health_page_names_the_leading_relay_and_the_one_standing_by(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    Queue(dsn, schema=schema).migrate()
+    first = relay_process(dsn, schema, tmp_path, "first")
+    site = Served(create_app(dsn, schema=schema))
+    procs = [first]
+    try:
+        wait_until(lambda: "leading" in relays_shown(site.request("/health")[1]).values())
+        procs.append(relay_process(dsn, schema, tmp_path, "second"))
+        wait_until(lambda: len(relays_shown(site.request("/health")[1])) == 2, what="two relays")
+        body = site.request("/health")[1]
+        assert "no transaction has held the horizon for 5 min or more" in body
+        shown = relays_shown(body)
+        assert shown == {
+            f"{socket.gethostname()}:{first.pid}": "leading",
+            f"{socket.gethostname()}:{procs[1].pid}": "standing by",
+        }
+    finally:
+        site.stop()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+
+
+def submit_buttons(body: str) -> list[str]:
+    """The submit buttons of the page's POST forms (its actions), as written."""
+    forms = re.findall(r'<form method="post".*?</form>', body, re.DOTALL)
+    return [b for form in forms for b in re.findall(r"<button[^>]*>[^<]*</button>", form)]
+
+
+def test_a_read_only_dashboard_draws_every_action_disabled_and_says_why(
+    dsn: str, schema: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    [failed] = failed_jobs(queue, dsn, 1)
+    live = queue.enqueue(noop.with_options(queue="later").job())
+    pages = ("/", "/jobs", f"/jobs/{failed}", f"/jobs/{int(live)}", "/tenants")
+    readonly = Served(create_app(dsn, schema=schema))
+    try:
+        for page in pages:
+            buttons = submit_buttons(readonly.request(page)[1])
+            assert buttons, page  # each of these pages offers an action ...
+            for button in buttons:  # ... that a read-only viewer cannot use, and is told why
+                assert " disabled " in button, (page, button)
+                assert 'title="Read-only: this dashboard was started without --allow-actions"' in (
+                    button
+                )
+        # The server refuses the action anyway, whatever the page drew.
+        csrf = readonly.csrf("/tenants")
+        status, body, _ = readonly.request(f"/jobs/{failed}/retry", {"csrf": csrf, "back": "/"})
+        assert status == 403 and "actions are off" in body
+    finally:
+        readonly.stop()
+    acting = Served(create_app(dsn, schema=schema, allow_actions=True, token=TOKEN))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        for page in pages:
+            buttons = submit_buttons(acting.request(page, headers=auth)[1])
+            assert buttons and not [b for b in buttons if "disabled" in b], page
+    finally:
+        acting.stop()
+    queue.close()
+
+
+def test_recurring_schedules_read_as_durations_and_cron_expressions_as_written(
+    dsn: str, schema: str
+) -> None:
+    app = Queue(dsn, schema=schema)
+    app.migrate()
+    schedules: dict[str, dict[str, Any]] = {
+        "two-seconds": {"every": timedelta(seconds=2)},
+        "five-minutes": {"every": timedelta(minutes=5)},
+        "ninety-minutes": {"every": timedelta(hours=1, minutes=30)},
+        "a-day-and-a-second": {"every": timedelta(days=1, seconds=1)},
+        "quarterly": {"cron": "*/15 * * * *"},
+        "paris-mornings": {"cron": "0 8 * * 1-5", "timezone": "Europe/Paris"},
+    }
+    for name, schedule in schedules.items():
+        app.periodic(noop, name=name, **schedule)
+
+    async def record() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await Scheduler(app.periodics, schema, worker_id=1).run_pass(conn)
+
+    asyncio.run(record())
+    site = Served(create_app(dsn, schema=schema))
+    try:
+        status, body, _ = site.request("/recurring")
+    finally:
+        site.stop()
+    assert status == 200
+    shown = dict(re.findall(r"<tr><td>([^<]+)</td><td>noop</td><td[^>]*>([^<]+)</td>", body))
+    assert shown == {
+        "two-seconds": "every 2 s",
+        "five-minutes": "every 5 min",
+        "ninety-minutes": "every 1 h 30 min",
+        "a-day-and-a-second": "every 1 d 1 s",
+        "quarterly": "*/15 * * * *",
+        "paris-mornings": "0 8 * * 1-5 (Europe/Paris)",
+    }
+    assert "PT" not in body
+    app.close()
+
+
+def test_a_template_naming_what_its_data_lacks_fails_instead_of_drawing_nothing() -> None:
+    import jinja2
+
+    board = create_app("postgresql://unused", schema="unused").state.dashboard
+    views = Views(board)
+    template = views.templates.env.from_string("{{ 'leading' if r.is_leader else 'standing by' }}")
+    with pytest.raises(jinja2.UndefinedError, match="is_leader"):
+        template.render(r=RelayState(name="h:1", hostname="h", pid=1, leading=True,
+                                     started_at=datetime.now(timezone.utc)))  # fmt: skip
+
+
+# -- the workflow page --------------------------------------------------------------------------
+
+ATTACK = '<script>window.pwned = true</script><img src=x onerror="window.pwned = true">'
+
+
+def sample_flow(folder: Path) -> Chain:
+    """chain(chord(group(a, b, held), collect), step): a and b succeed when run (a's result
+    holds markup, b's is long); `held` waits on a queue no worker serves, so `collect` and
+    `step` stay blocked and their edges stay in the database."""
+    (folder / "a.txt").write_text(ATTACK)
+    (folder / "b.txt").write_text("x" * 5000)
+    held = needs_file.with_options(queue="held")
+    members = group(
+        needs_file.job(str(folder / "a.txt")),
+        needs_file.job(str(folder / "b.txt")),
+        held.job(str(folder / "held.txt")),
+    )
+    return chain(chord(members, wf_collect.s()), wf_step.s())
+
+
+def sample_workflow(queue: Queue, dsn: str, folder: Path) -> dict[str, int]:
+    """sample_flow stored and its runnable jobs run; the ids of the workflow and its jobs."""
+    stored = queue.enqueue_workflow(sample_flow(folder))
+    drain(app_queue, dsn=dsn, schema=queue.schema)
+    names = ("a", "b", "held", "collect", "step")
+    return {"workflow": stored.id} | dict(zip(names, stored.job_ids, strict=True))
+
+
+def row_of(body: str, job_id: int) -> str:
+    found = re.search(rf'<tr data-job="{job_id}">(.*?)</tr>', body, re.DOTALL)
+    assert found, f"no row of job {job_id}"
+    return found.group(1)
+
+
+def first(pattern: str, text: str) -> str:
+    found = re.search(pattern, text, re.DOTALL)
+    assert found, (pattern, text)
+    return found.group(1)
+
+
+def cell(row: str, testid: str) -> str:
+    found = re.search(rf'data-testid="{testid}">(.*?)</td>', row, re.DOTALL)
+    assert found, (testid, row)
+    return found.group(1)
+
+
+def test_the_workflow_page_shows_members_states_results_and_what_waits_for_what(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    ids = sample_workflow(queue, dsn, tmp_path)
+    site = Served(create_app(dsn, schema=schema))
+    try:
+        status, body, _ = site.request(f"/workflows/{ids['workflow']}")
+        # Every job of the workflow links here: its page, and the jobs list.
+        _, job_page, _ = site.request(f"/jobs/{ids['collect']}")
+        _, jobs_list, _ = site.request("/jobs")
+    finally:
+        site.stop()
+    assert status == 200
+    link = f'href="http://127.0.0.1:{site.port}/workflows/{ids["workflow"]}"'
+    assert link in job_page
+    assert jobs_list.count(link) == 5
+    counts = re.sub(r"<[^>]+>", "", first(r'data-testid="counts">(.*?)</p>', body))
+    assert counts == "blocked 2 · queued 1 · succeeded 2"
+    statuses = {
+        name: first(r'class="status status-([a-z]+)"', row_of(body, ids[name]))
+        for name in ("a", "b", "held", "collect", "step")
+    }
+    assert statuses == {"a": "succeeded", "b": "succeeded", "held": "queued",
+                        "collect": "blocked", "step": "blocked"}  # fmt: skip
+    # The edges: collect waits for the group, step for collect; each member names who waits.
+    waits = cell(row_of(body, ids["collect"]), "waits-for")
+    edge = r'data-edge="(\d+)">\d+</a> <span class="edge-state">\(([a-z ]+)\)'
+    assert re.findall(edge, waits) == [
+        (str(ids["a"]), "succeeded"),
+        (str(ids["b"]), "succeeded"),
+        (str(ids["held"]), "not finished"),
+    ]
+    assert re.findall(r'data-edge="(\d+)"', cell(row_of(body, ids["step"]), "waits-for")) == [
+        str(ids["collect"])
+    ]
+    for member in ("a", "b", "held"):
+        waited = cell(row_of(body, ids[member]), "waited-on-by")
+        assert re.findall(r'data-edge="(\d+)"', waited) == [str(ids["collect"])]
+    # Results are escaped, and a long one is cut and says how long it is.
+    result_a = row_of(body, ids["a"])
+    assert "<script>" not in body.split("<body>")[1] and "&lt;script&gt;" in result_a
+    result_b = html.unescape(first(r'data-testid="result">([^<]*)<', row_of(body, ids["b"])))
+    assert result_b == '"' + "x" * 299 + "… (5,002 characters)"
+    queue.close()
+
+
+def test_a_large_workflow_is_listed_a_page_at_a_time_with_its_edges_bounded(
+    dsn: str, schema: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    members = [noop.with_options(queue="held").job() for _ in range(250)]
+    stored = queue.enqueue_workflow(chord(group(members), wf_collect.s()))
+    callback = stored.job_ids[-1]
+    site = Served(create_app(dsn, schema=schema))
+    seen: list[int] = []
+    try:
+        path = f"/workflows/{stored.id}"
+        while True:
+            status, body, _ = site.request(path)
+            assert status == 200
+            seen += [int(i) for i in re.findall(r'<tr data-job="(\d+)">', body)]
+            found = re.search(r'data-testid="next-page" href="[^"?]*\?([^"]+)"', body)
+            if found is None:
+                break
+            path = f"/workflows/{stored.id}?{found.group(1)}"
+        callback_row = row_of(body, callback)  # on the last page
+    finally:
+        site.stop()
+    assert seen == stored.job_ids  # every job once, in id order, 100 a page
+    waits = cell(callback_row, "waits-for")
+    assert len(re.findall(r"data-edge=", waits)) == 20 and waits.endswith(" and more")
+    queue.close()
+
+
+def test_an_unknown_workflow_or_a_bad_page_is_refused_with_a_clear_message(
+    dsn: str, schema: str
+) -> None:
+    Queue(dsn, schema=schema).migrate()
+    site = Served(create_app(dsn, schema=schema))
+    try:
+        status, body, _ = site.request("/workflows/424242")
+        assert status == 404
+        assert "no workflow 424242: no job, live or finished, belongs to it" in body
+        status, body, _ = site.request("/workflows/1?after=%3Cb%3E")
+        assert status == 400 and "after &#39;&lt;b&gt;&#39; is not a job id" in body
+        too_large = str(2**63)
+        assert site.request(f"/workflows/{too_large}")[0] == 404
+        status, body, _ = site.request(f"/workflows/1?after={too_large}")
+        assert status == 400 and f"after &#39;{too_large}&#39; is not a job id" in body
     finally:
         site.stop()
