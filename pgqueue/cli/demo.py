@@ -18,6 +18,7 @@ from psycopg import sql
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pgqueue.cli.console import make_console
 from pgqueue.errors import ConfigurationError as UsageError
 from pgqueue.migrate import apply
 from pgqueue.queue import Queue
@@ -25,7 +26,8 @@ from pgqueue.worker import Worker
 
 
 def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
-    console = Console(soft_wrap=True)
+    # Markup on: the demo's own texts carry it, and it prints nothing of anyone else's.
+    console = make_console(markup=True, emoji=True, soft_wrap=True)
     queue = Queue(dsn, schema=schema)
     ran: list[int] = []
 
