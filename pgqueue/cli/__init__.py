@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import psycopg
 
 from pgqueue.cli import parser as cli_parser
-from pgqueue.cli.commands import UsageError, load_app
+from pgqueue.cli.target import UsageError, load_app
 from pgqueue.errors import ConfigurationError, PgQueueError
 
 __all__ = ["main"]

@@ -3,181 +3,39 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import psycopg
 from pydantic import BaseModel
 
-from pgqueue import dsn as dsn_rule
 from pgqueue import health
 from pgqueue import migrate as migrations
 from pgqueue.cli import words
-from pgqueue.errors import DatabaseError, JobNotFoundError, PgQueueError, UnknownTaskError
+from pgqueue.cli.target import (
+    UsageError,
+    checked_listen_dsn,
+    connect,
+    load_object,
+    resolve_dsn,
+    schema_of,
+    warn_unknown,
+)
+from pgqueue.errors import DatabaseError, JobNotFoundError
 from pgqueue.models import ALL_QUEUES, Cancellation, DeadMessage, WorkerSettings
 from pgqueue.queries import migrations as all_migrations
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.store import migrations as migration_store
 from pgqueue.store.workers import WorkerRow, WorkersStore
 
-EMBEDDED_DIR = Path(".pgqueue") / "pgdata"
 CONFIRM_BELOW_SECONDS = 60  # a prune this close to now deletes the whole history
 log = logging.getLogger("pgqueue.cli")
-
-
-class UsageError(PgQueueError):
-    """A malformed command line: exit code 2."""
-
-
-# -- shared steps ----------------------------------------------------------------------------
-
-
-def resolve_dsn(args: argparse.Namespace, own: str | None = None) -> str:
-    """The database a command works on: --dsn, else `own` (a Relay's DSN), else the app's
-    (the DSN its Queue was given, else PGQUEUE_DSN, else DATABASE_URL, as the Queue read
-    them), else PGQUEUE_DSN, else DATABASE_URL. Only when nothing names one, the embedded
-    server, and it says so."""
-    app: Queue | AsyncQueue | None = args.app_loaded
-    dsn = dsn_rule.resolve(args.dsn or own or (app.dsn if app is not None else None))
-    if dsn:
-        try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as exc:
-            raise UsageError(f"invalid DSN: {exc}".strip()) from None
-        return dsn
-    return _embedded(app is not None)
-
-
-def _embedded(has_app: bool) -> str:
-    """The throwaway embedded server's DSN, or one error saying how to name a database."""
-    from pgqueue import embedded
-
-    named = (
-        "--dsn, PGQUEUE_DSN, DATABASE_URL, nor a dsn in the app's Queue(...)"
-        if has_app
-        else "--dsn, PGQUEUE_DSN or DATABASE_URL"
-    )
-    if not embedded.installed():
-        raise UsageError(
-            f"no database named (no {named}): pass --dsn postgresql://..., set PGQUEUE_DSN, "
-            "or give --app MODULE:ATTR whose Queue has a dsn; or, for a throwaway local "
-            "PostgreSQL, pip install 'pgqueue[embedded]'"
-        )
-    server = embedded.start(EMBEDDED_DIR)
-    print(
-        f"pgqueue: WARNING: no database named (no {named}); using a throwaway embedded "
-        f"PostgreSQL in ./{EMBEDDED_DIR}/. Jobs in any other database are not seen here.",
-        file=sys.stderr,
-    )
-    return server.dsn
-
-
-def _listen_dsn(given: str | None) -> str | None:
-    if not given:
-        return None
-    try:
-        psycopg.conninfo.conninfo_to_dict(given)
-    except psycopg.ProgrammingError as exc:
-        raise UsageError(f"invalid --listen-dsn: {exc}".strip()) from None
-    return given
-
-
-def connect(dsn: str) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise PgQueueError(f"cannot connect to the database: {exc}".strip()) from None
-
-
-def load_app(args: argparse.Namespace) -> Queue | AsyncQueue | None:
-    """The app a command was given (its MODULE:ATTR argument, --app, else PGQUEUE_APP), or
-    None. A bad one is a UsageError that says what is wrong with it."""
-    positional: str | None = getattr(args, "target", None)
-    if positional and args.app and positional != args.app:
-        raise UsageError(f"two apps named: {positional} and --app {args.app}; give one")
-    spec = positional or args.app or os.environ.get("PGQUEUE_APP") or None
-    if spec is None:
-        return None
-    # Say where a bad value came from: a stale PGQUEUE_APP is easy to forget.
-    source = "" if positional else "--app " if args.app else "PGQUEUE_APP="
-    try:
-        app = _load(spec)
-    except UsageError as exc:
-        raise UsageError(f"{source}{spec}: {exc}" if source else str(exc)) from None
-    if not isinstance(app, (Queue, AsyncQueue)):
-        raise UsageError(
-            f"{source}{spec} is a {type(app).__name__}, not a pgqueue Queue or AsyncQueue"
-        )
-    return app
-
-
-def _load(spec: str) -> Any:
-    """The object MODULE:ATTR names, imported from the current folder too."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"{spec!r} is not MODULE:ATTR (for example myapp.jobs:queue)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise UsageError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
-
-
-def _schema(args: argparse.Namespace) -> str:
-    """--schema, else the app's, else pgqueue."""
-    app: Queue | AsyncQueue | None = args.app_loaded
-    return str(args.schema or (app.schema if app is not None else "pgqueue"))
-
-
-def warn_unknown(
-    args: argparse.Namespace,
-    *,
-    tasks: Sequence[str | None] = (),
-    queues: Sequence[str | None] = (),
-) -> None:
-    """With an app, warn on stderr of each task or queue name (None: not given) it does not
-    know, naming the close ones: a typo would otherwise act on nothing, without a word. The
-    command still does what it was asked: a queue or task may be another app's."""
-    app: Queue | AsyncQueue | None = args.app_loaded
-    if app is None:
-        return
-    known_queues = {"default", *(task.options.queue for task in app.registry)}
-    for kind, names, known in (
-        ("task", tasks, sorted(task.name for task in app.registry)),
-        ("queue", queues, sorted(known_queues)),
-    ):
-        for name in names:
-            if name is None or name in known or (kind == "task" and _resolves(app, name)):
-                continue
-            close = difflib.get_close_matches(name, known, n=3)
-            hint = (
-                f"; did you mean {' or '.join(map(repr, close))}?"
-                if close
-                else f" (it has {', '.join(known[:10]) or 'none'}{', ...' if known[10:] else ''})"
-            )
-            print(f"pgqueue: warning: the app has no {kind} {name!r}{hint}", file=sys.stderr)
-
-
-def _resolves(app: Queue | AsyncQueue, task: str) -> bool:
-    """Whether the app's registry finds `task`, through its fallback too (django.tasks)."""
-    try:
-        app.registry.get(task)
-    except UnknownTaskError:
-        return False
-    return True
 
 
 def _console() -> ModuleType:
@@ -210,7 +68,7 @@ def _show(args: argparse.Namespace, report: BaseModel, printer: str) -> None:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    schema = _schema(args)
+    schema = schema_of(args)
     with connect(resolve_dsn(args)) as conn:
         if args.sql:
             print(migrations.render(schema, migrations.pending(conn, schema)), end="")
@@ -250,7 +108,7 @@ def worker(args: argparse.Namespace) -> int:
     }
     settings = WorkerSettings(**options)
     dsn = resolve_dsn(args)
-    listen_dsn = _listen_dsn(args.listen_dsn or os.environ.get("PGQUEUE_LISTEN_DSN"))
+    listen_dsn = checked_listen_dsn(args.listen_dsn or os.environ.get("PGQUEUE_LISTEN_DSN"))
     run = Worker(
         app,
         dsn=dsn,
@@ -333,7 +191,7 @@ def dashboard(args: argparse.Namespace) -> int:
         basic = (user, password)
     web = _extra("pgqueue.dashboard", "dashboard", "pgqueue dashboard")
     uvicorn = _extra("uvicorn", "dashboard", "pgqueue dashboard")
-    schema = _schema(args)
+    schema = schema_of(args)
     site = web.create_app(
         resolve_dsn(args),
         schema=schema,
@@ -357,7 +215,7 @@ def relay(args: argparse.Namespace) -> int:
 
     from pgqueue.relay import Relay
 
-    found = _load(args.relay)
+    found = load_object(args.relay)
     if not isinstance(found, Relay):
         raise UsageError(f"{args.relay} is a {type(found).__name__}, not a pgqueue.relay.Relay")
     if args.schema:
@@ -382,7 +240,7 @@ def outbox(args: argparse.Namespace) -> int:
     from pgqueue.store import outbox as outbox_store
     from pgqueue.store.plan import run
 
-    schema = _schema(args)
+    schema = schema_of(args)
     with connect(resolve_dsn(args)) as conn:
         if args.retry is not None:
             count = run(conn, outbox_store.retry_plan(schema, args.retry or None))
@@ -417,7 +275,7 @@ def _print_dead(dead: Sequence[DeadMessage]) -> None:
 
 def workers(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
-        rows = WorkersStore(_schema(args)).list(conn)
+        rows = WorkersStore(schema_of(args)).list(conn)
     if args.json:
         print(json.dumps([_worker_json(row) for row in rows], indent=2))
     else:
@@ -434,7 +292,7 @@ def _worker_json(row: WorkerRow) -> dict[str, Any]:
 
 
 def grant(args: argparse.Namespace) -> int:
-    schema = _schema(args)
+    schema = schema_of(args)
     if args.sql:
         print(migrations.grant_sql(schema, args.role, args.kind).as_string(None))
         return 0
@@ -459,7 +317,7 @@ def demo(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
-        report = health.status(conn, _schema(args))
+        report = health.status(conn, schema_of(args))
     _show(args, report, "print_status")
     return 0
 
@@ -469,7 +327,7 @@ def recurring(args: argparse.Namespace) -> int:
     from pgqueue.store.periodic import list_periodic
 
     with connect(resolve_dsn(args)) as conn:
-        stored = list_periodic(conn, _schema(args))
+        stored = list_periodic(conn, schema_of(args))
         paused = {p.queue for p in _jobs_queue(args).paused_queues(conn=conn)}
     found = listing.listing(stored, args.app_loaded, paused)
     if args.json:
@@ -497,7 +355,7 @@ def prune(args: argparse.Namespace) -> int:
     warn_unknown(args, queues=[args.queue])
     cutoff = retention.Cutoff(args.older_than, args.status, args.queue, args.batch_size)
     with connect(resolve_dsn(args)) as conn:
-        report = retention.prune(conn, _schema(args), cutoff)
+        report = retention.prune(conn, schema_of(args), cutoff)
     if report.partitions:
         days = ", ".join(name for name, _ in report.partitions)
         rows = sum(estimate for _, estimate in report.partitions)
@@ -529,7 +387,7 @@ def _confirm(what: str) -> None:
 
 
 def _jobs_queue(args: argparse.Namespace) -> Queue:
-    return Queue(schema=_schema(args))
+    return Queue(schema=schema_of(args))
 
 
 def jobs_list(args: argparse.Namespace) -> int:
@@ -655,7 +513,7 @@ def queues_list(args: argparse.Namespace) -> int:
     """Every queue with jobs, a pause or a rate limit: its counts (as `status` shows them),
     its pause and its limit."""
     with connect(resolve_dsn(args)) as conn:
-        stats = {q.queue: q for q in health.queue_stats(conn, _schema(args))}
+        stats = {q.queue: q for q in health.queue_stats(conn, schema_of(args))}
         paused = {p.queue: p for p in _jobs_queue(args).paused_queues(conn=conn)}
         rates = {r.queue: r for r in _jobs_queue(args).rate_limits(conn=conn) if r.queue}
     rows = []

@@ -16,14 +16,14 @@ pgqueue: a job queue that lives in your PostgreSQL database.
 Run `pgqueue migrate` once, then `pgqueue worker myapp.jobs:queue` to run the jobs your
 application enqueues. Every command takes --app MODULE:ATTR (or PGQUEUE_APP), your Queue, and
 then works on its database and schema and checks task and queue names against it. The
-database: --dsn, else the app's Queue's, else PGQUEUE_DSN, else DATABASE_URL. Only when
-nothing names one does a command start a throwaway embedded PostgreSQL in ./.pgqueue/ (with
-pgqueue[embedded] installed), and say so.
+database: --dsn, else PGQUEUE_DSN, else DATABASE_URL, else the DSN of the app's Queue. Only
+when nothing names one does a command start a throwaway embedded PostgreSQL in ./.pgqueue/
+(with pgqueue[embedded] installed), and say so.
 """
 
 DSN_HELP = (
-    "PostgreSQL DSN (default: the app's, else PGQUEUE_DSN, else DATABASE_URL, else a "
-    "throwaway embedded PostgreSQL)"
+    "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL, else the DSN of the app's "
+    "Queue, else a throwaway embedded PostgreSQL)"
 )
 APP_HELP = (
     "your Queue or AsyncQueue, as for the worker: its DSN, schema and task names serve "

@@ -104,13 +104,13 @@ def test_explicit_dsn_and_schema_win_over_the_apps(dsn: str, schema: str, shop: 
     assert "cannot connect" in unreachable.stderr and "Traceback" not in unreachable.stderr
 
 
-def test_the_apps_dsn_wins_over_pgqueue_dsn_as_in_the_app_itself(
-    dsn: str, schema: str, shop: Path
+def test_pgqueue_dsn_overrides_a_dsn_written_in_the_apps_code(
+    dsn: str, schema: str, tmp_path: Path
 ) -> None:
-    # The app enqueues to the DSN in its code: the command must look there too.
-    result = pgqueue_in(
-        shop, "--app", APP, "status", "--json", env={"PGQUEUE_DSN": UNREACHABLE_DSN}
-    )
+    # A deployment's environment names the database; the app's code has a developer's default
+    # (docker-compose.yml's worker relies on this).
+    write_app(tmp_path, UNREACHABLE_DSN, schema)
+    result = pgqueue_in(tmp_path, "--app", APP, "status", "--json", env={"PGQUEUE_DSN": dsn})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["schema_name"] == schema
 
