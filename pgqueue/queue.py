@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pydantic import ValidationError
 
 from pgqueue import bulk, migrate
+from pgqueue import dsn as dsn_rule
 from pgqueue.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -135,8 +136,9 @@ class _Base(abc.ABC):
         """`dsn` is for the queue's own pooled connection, used when a call gets no `conn=`,
         and the database a worker of this application uses unless told another. `prepare`
         False: no server-side prepared statements on that pool, for a dsn that goes through
-        PgBouncer in transaction pooling mode."""
-        self.dsn = dsn
+        PgBouncer in transaction pooling mode. Without `dsn`, PGQUEUE_DSN, else DATABASE_URL,
+        read now (pgqueue.dsn: the rule the `pgqueue` command follows too)."""
+        self.dsn = dsn_rule.resolve(dsn)
         self.settings = QueueSettings(
             schema=schema,
             keep_history=keep_history,
@@ -620,7 +622,7 @@ class Queue(_Base):
             with _Borrowed(conn, self.schema) as c:
                 return _names(migrate.apply(c, self.schema))
         if self.dsn is None:
-            raise ConfigurationError("pass conn= or create the Queue with a dsn to migrate")
+            raise ConfigurationError(dsn_rule.missing("Queue"))
         with _connect(self.dsn, autocommit=True) as own:
             return self.migrate(conn=own)
 
@@ -646,10 +648,7 @@ class Queue(_Base):
         """The queue's own pool, opened on first use. Needs `dsn`."""
         if self._pool is None:
             if self.dsn is None:
-                raise ConfigurationError(
-                    "this Queue has no dsn: pass conn= to use your connection, "
-                    "or create it with Queue(dsn=...)"
-                )
+                raise ConfigurationError(dsn_rule.missing("Queue"))
             _connect(self.dsn).close()
             self._pool = ConnectionPool(
                 self.dsn, min_size=1, max_size=4, open=False, kwargs=self._pool_options()
@@ -886,7 +885,7 @@ class AsyncQueue(_Base):
             async with _AsyncBorrowed(conn, self.schema) as c:
                 return _names(await migrate.apply_async(c, self.schema))
         if self.dsn is None:
-            raise ConfigurationError("pass conn= or create the AsyncQueue with a dsn to migrate")
+            raise ConfigurationError(dsn_rule.missing("AsyncQueue"))
         async with await _connect_async(self.dsn, autocommit=True) as own:
             return await self.migrate(conn=own)
 
@@ -906,10 +905,7 @@ class AsyncQueue(_Base):
     async def pool(self) -> AsyncConnectionPool:
         if self._pool is None:
             if self.dsn is None:
-                raise ConfigurationError(
-                    "this AsyncQueue has no dsn: pass conn= to use your connection, "
-                    "or create it with AsyncQueue(dsn=...)"
-                )
+                raise ConfigurationError(dsn_rule.missing("AsyncQueue"))
             await (await _connect_async(self.dsn)).close()
             pool = AsyncConnectionPool(
                 self.dsn, min_size=1, max_size=4, open=False, kwargs=self._pool_options()

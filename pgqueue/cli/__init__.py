@@ -1,26 +1,44 @@
-"""The `pgqueue` command. The only part of pgqueue that reads argv and the environment.
+"""The `pgqueue` command: the only part of pgqueue that reads argv (the DSN variables are
+read by pgqueue.dsn, the rule Queue follows too).
 
 Exit codes: 0 done, 1 the work failed, 2 the command line or configuration is wrong (and 3
-from `watchdog`: holders found). Terminal tables need `rich` (pip install 'pgqueue-py[cli]');
-everything else needs only pgqueue itself.
+from `watchdog`: holders found; 141 when the reader of the output went away, as after
+`| head`). Terminal tables need `rich` (pip install 'pgqueue-py[cli]'); everything else needs
+only pgqueue itself.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 import psycopg
 
 from pgqueue.cli import parser as cli_parser
-from pgqueue.cli.commands import UsageError
+from pgqueue.cli.target import UsageError, load_app
 from pgqueue.errors import ConfigurationError, PgQueueError
 
 __all__ = ["main"]
 
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command cut off by `head`
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, not at exit, so a reader gone early is caught below
+        return code
+    except BrokenPipeError:
+        # Whoever read the output stopped reading (`| head`): not a failure to report. Python
+        # flushes stdout again at exit; pointing it at devnull keeps that flush quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = cli_parser.build()
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand's own usage, not the top-level one
@@ -31,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
+        args.app_loaded = load_app(args)
         code: int = args.handler(args)
         return code
     except (UsageError, ConfigurationError) as exc:

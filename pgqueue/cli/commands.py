@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -17,90 +17,25 @@ from pydantic import BaseModel
 
 from pgqueue import health
 from pgqueue import migrate as migrations
-from pgqueue.errors import JobNotFoundError, PgQueueError
-from pgqueue.models import Cancellation, WorkerSettings
+from pgqueue.cli import words
+from pgqueue.cli.target import (
+    UsageError,
+    checked_listen_dsn,
+    connect,
+    load_object,
+    resolve_dsn,
+    schema_of,
+    warn_unknown,
+)
+from pgqueue.errors import DatabaseError, JobNotFoundError
+from pgqueue.models import ALL_QUEUES, Cancellation, DeadMessage, WorkerSettings
+from pgqueue.queries import migrations as all_migrations
 from pgqueue.queue import AsyncQueue, Queue
+from pgqueue.store import migrations as migration_store
 from pgqueue.store.workers import WorkerRow, WorkersStore
 
-EMBEDDED_DIR = Path(".pgqueue") / "pgdata"
 CONFIRM_BELOW_SECONDS = 60  # a prune this close to now deletes the whole history
 log = logging.getLogger("pgqueue.cli")
-
-
-class UsageError(PgQueueError):
-    """A malformed command line: exit code 2."""
-
-
-# -- shared steps ----------------------------------------------------------------------------
-
-
-def resolve_dsn(given: str | None, app: Queue | AsyncQueue | None = None) -> str:
-    """The database a command works on: --dsn, PGQUEUE_DSN, DATABASE_URL, then the DSN the
-    application's Queue was built with; only when nothing names one, the embedded server."""
-    dsn = given or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
-    if not dsn and app is not None:
-        dsn = app.dsn
-    if dsn:
-        try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.ProgrammingError as exc:
-            raise UsageError(f"invalid DSN: {exc}".strip()) from None
-        return dsn
-    from pgqueue import embedded
-
-    print(
-        "pgqueue: WARNING: no database named (no --dsn, PGQUEUE_DSN, DATABASE_URL"
-        + (", nor a DSN in your Queue(...)" if app is not None else "")
-        + f"); using a throwaway embedded PostgreSQL in ./{EMBEDDED_DIR}/. Jobs in any other "
-        "database are not seen here.",
-        file=sys.stderr,
-    )
-    return embedded.start(EMBEDDED_DIR).dsn
-
-
-def _listen_dsn(given: str | None) -> str | None:
-    if not given:
-        return None
-    try:
-        psycopg.conninfo.conninfo_to_dict(given)
-    except psycopg.ProgrammingError as exc:
-        raise UsageError(f"invalid --listen-dsn: {exc}".strip()) from None
-    return given
-
-
-def connect(dsn: str) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise PgQueueError(f"cannot connect to the database: {exc}".strip()) from None
-
-
-def load_app(spec: str) -> Queue | AsyncQueue:
-    app = _load(spec)
-    if not isinstance(app, (Queue, AsyncQueue)):
-        raise UsageError(f"{spec} is a {type(app).__name__}, not a pgqueue Queue or AsyncQueue")
-    return app
-
-
-def _load(spec: str) -> Any:
-    """The object MODULE:ATTR names, imported from the current folder too."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"{spec!r} is not MODULE:ATTR (for example myapp.jobs:queue)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise UsageError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
-
-
-def _schema(args: argparse.Namespace) -> str:
-    return str(args.schema or "pgqueue")
 
 
 def _console() -> ModuleType:
@@ -133,8 +68,8 @@ def _show(args: argparse.Namespace, report: BaseModel, printer: str) -> None:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    schema = _schema(args)
-    with connect(resolve_dsn(args.dsn)) as conn:
+    schema = schema_of(args)
+    with connect(resolve_dsn(args)) as conn:
         if args.sql:
             print(migrations.render(schema, migrations.pending(conn, schema)), end="")
             return 0
@@ -147,7 +82,14 @@ def migrate(args: argparse.Namespace) -> int:
 def worker(args: argparse.Namespace) -> int:
     from pgqueue.worker import Worker
 
-    app = load_app(args.app)
+    app: Queue | AsyncQueue | None = args.app_loaded
+    if app is None:
+        raise UsageError(
+            "which app's tasks should the worker run? pgqueue worker MODULE:ATTR "
+            "(or --app MODULE:ATTR, or PGQUEUE_APP=MODULE:ATTR)"
+        )
+    if args.queues != (ALL_QUEUES,):
+        warn_unknown(args, queues=args.queues)
     options: dict[str, Any] = {
         "queues": args.queues,
         "concurrency": args.concurrency,
@@ -165,8 +107,8 @@ def worker(args: argparse.Namespace) -> int:
         "periodic": not args.no_periodic,
     }
     settings = WorkerSettings(**options)
-    dsn = resolve_dsn(args.dsn, app)
-    listen_dsn = _listen_dsn(args.listen_dsn or os.environ.get("PGQUEUE_LISTEN_DSN"))
+    dsn = resolve_dsn(args)
+    listen_dsn = checked_listen_dsn(args.listen_dsn or os.environ.get("PGQUEUE_LISTEN_DSN"))
     run = Worker(
         app,
         dsn=dsn,
@@ -175,6 +117,8 @@ def worker(args: argparse.Namespace) -> int:
         observers=_observers(args),
         listen_dsn=listen_dsn,
     )
+    with connect(dsn) as conn:
+        _require_migrated(conn, run.schema)
     if args.metrics_port is not None:
         metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
         registry = metrics.registry_for_worker(run, dsn)
@@ -193,6 +137,23 @@ def worker(args: argparse.Namespace) -> int:
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _require_migrated(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Refuse, before a worker starts, a schema that lacks this version's tables."""
+    pending = migration_store.pending(conn, schema)
+    if not pending:
+        return
+    option = "" if schema == "pgqueue" else f" --schema {schema}"
+    if len(pending) == len(all_migrations()):
+        raise DatabaseError(
+            f"schema {schema!r} has no pgqueue tables: run `pgqueue migrate{option}` first"
+        )
+    names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+    raise DatabaseError(
+        f"schema {schema!r} lacks migrations {names} of this pgqueue version: run "
+        f"`pgqueue migrate{option}` first"
+    )
 
 
 def _observers(args: argparse.Namespace) -> list[Any]:
@@ -220,7 +181,6 @@ def _extra(module: str, extra: str, option: str) -> ModuleType:
 
 
 def dashboard(args: argparse.Namespace) -> int:
-    app = load_app(args.app) if args.app else None
     token = os.environ.get("PGQUEUE_DASHBOARD_TOKEN") or None
     basic_text = os.environ.get("PGQUEUE_DASHBOARD_BASIC_AUTH") or None
     basic: tuple[str, str] | None = None
@@ -231,9 +191,9 @@ def dashboard(args: argparse.Namespace) -> int:
         basic = (user, password)
     web = _extra("pgqueue.dashboard", "dashboard", "pgqueue dashboard")
     uvicorn = _extra("uvicorn", "dashboard", "pgqueue dashboard")
-    schema = args.schema or (app.schema if app is not None else "pgqueue")
+    schema = schema_of(args)
     site = web.create_app(
-        resolve_dsn(args.dsn, app),
+        resolve_dsn(args),
         schema=schema,
         allow_actions=args.allow_actions,
         token=token,
@@ -255,7 +215,7 @@ def relay(args: argparse.Namespace) -> int:
 
     from pgqueue.relay import Relay
 
-    found = _load(args.relay)
+    found = load_object(args.relay)
     if not isinstance(found, Relay):
         raise UsageError(f"{args.relay} is a {type(found).__name__}, not a pgqueue.relay.Relay")
     if args.schema:
@@ -264,8 +224,7 @@ def relay(args: argparse.Namespace) -> int:
         found.batch_size = args.batch_size
     if args.publishers:
         found.publishers = args.publishers
-    dsn = args.dsn or os.environ.get("PGQUEUE_DSN") or os.environ.get("DATABASE_URL")
-    dsn = resolve_dsn(dsn or found.dsn)
+    dsn = resolve_dsn(args, found.dsn)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -281,19 +240,18 @@ def outbox(args: argparse.Namespace) -> int:
     from pgqueue.store import outbox as outbox_store
     from pgqueue.store.plan import run
 
-    schema = _schema(args)
-    with connect(resolve_dsn(args.dsn)) as conn:
+    schema = schema_of(args)
+    with connect(resolve_dsn(args)) as conn:
         if args.retry is not None:
             count = run(conn, outbox_store.retry_plan(schema, args.retry or None))
-            print(f"staged {count} dead message(s) again", file=sys.stderr)
+            print(f"staged {words.plural(count, 'dead message')} again", file=sys.stderr)
             return 0
         if args.dead:
             dead = run(conn, outbox_store.dead_plan(schema, 100), together=False)
             if args.json:
                 print(json.dumps([d.model_dump(mode="json") for d in dead], indent=2))
             else:
-                for d in dead:
-                    print(f"{d.id}\t{d.destination}\t{d.key or '-'}\t{d.attempts}\t{d.error}")
+                _print_dead(dead)
             return 0
         stats = run(conn, outbox_store.stats_plan(schema), together=False)
     if args.json:
@@ -304,9 +262,20 @@ def outbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_dead(dead: Sequence[DeadMessage]) -> None:
+    """Dead letters as columns under a header, newest first; the error last, in full."""
+    if not dead:
+        print("no dead messages")
+        return
+    print(f"{'ID':>8}  {'DESTINATION':<24} {'KEY':<16} {'TRIES':>5}  ERROR")
+    for d in dead:
+        key, error = d.key or "-", d.error or "-"
+        print(f"{d.id:>8}  {d.destination:<24} {key:<16} {d.attempts:>5}  {error}")
+
+
 def workers(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
-        rows = WorkersStore(_schema(args)).list(conn)
+    with connect(resolve_dsn(args)) as conn:
+        rows = WorkersStore(schema_of(args)).list(conn)
     if args.json:
         print(json.dumps([_worker_json(row) for row in rows], indent=2))
     else:
@@ -323,11 +292,11 @@ def _worker_json(row: WorkerRow) -> dict[str, Any]:
 
 
 def grant(args: argparse.Namespace) -> int:
-    schema = _schema(args)
+    schema = schema_of(args)
     if args.sql:
         print(migrations.grant_sql(schema, args.role, args.kind).as_string(None))
         return 0
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         migrations.grant_role(conn, schema, args.role, args.kind)
     print(f"granted {args.kind} privileges on schema {schema} to {args.role}", file=sys.stderr)
     return 0
@@ -339,7 +308,7 @@ def demo(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"the demo needs `rich` ({exc}): pip install 'pgqueue-py[cli]'") from None
     return show.run(
-        resolve_dsn(args.dsn),
+        resolve_dsn(args),
         jobs=args.jobs,
         concurrency=args.concurrency,
         schema=args.schema or "pgqueue_demo",
@@ -347,14 +316,29 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
-        report = health.status(conn, _schema(args))
+    with connect(resolve_dsn(args)) as conn:
+        report = health.status(conn, schema_of(args))
     _show(args, report, "print_status")
     return 0
 
 
+def recurring(args: argparse.Namespace) -> int:
+    from pgqueue.cli import recurring as listing
+    from pgqueue.store.periodic import list_periodic
+
+    with connect(resolve_dsn(args)) as conn:
+        stored = list_periodic(conn, schema_of(args))
+        paused = {p.queue for p in _jobs_queue(args).paused_queues(conn=conn)}
+    found = listing.listing(stored, args.app_loaded, paused)
+    if args.json:
+        print(json.dumps([r.as_json() for r in found], indent=2))
+    else:
+        _print(found, "print_recurring")
+    return 0
+
+
 def watchdog(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         report = health.watch(conn, args.max_age, act=args.terminate)
     _show(args, report, "print_watchdog")
     return 0 if report.clear else 3
@@ -364,20 +348,27 @@ def prune(args: argparse.Namespace) -> int:
     from pgqueue import retention
 
     if args.older_than.total_seconds() < CONFIRM_BELOW_SECONDS and not args.yes:
-        _confirm(f"delete every job that finished more than {args.older_than} ago, nearly all")
+        _confirm(
+            f"delete every job that finished more than {words.duration(args.older_than)} ago, "
+            "nearly all"
+        )
+    warn_unknown(args, queues=[args.queue])
     cutoff = retention.Cutoff(args.older_than, args.status, args.queue, args.batch_size)
-    with connect(resolve_dsn(args.dsn)) as conn:
-        report = retention.prune(conn, _schema(args), cutoff)
+    with connect(resolve_dsn(args)) as conn:
+        report = retention.prune(conn, schema_of(args), cutoff)
     if report.partitions:
         days = ", ".join(name for name, _ in report.partitions)
         rows = sum(estimate for _, estimate in report.partitions)
-        count = len(report.partitions)
-        print(f"dropped {count} day{'s' if count > 1 else ''} of history ({days}, about "
-              f"{rows:,} jobs)", file=sys.stderr)  # fmt: skip
-    ticks = f" and {report.ticks_deleted:,} periodic ticks" if cutoff.whole_history else ""
+        dropped = words.plural(len(report.partitions), "day")
+        about = words.plural(rows, "job")
+        print(f"dropped {dropped} of history ({days}, about {about})", file=sys.stderr)
+    deleted = words.plural(report.deleted, "finished job")
+    ticks = ""
+    if cutoff.whole_history:
+        ticks = " and " + words.plural(report.ticks_deleted, "periodic tick")
     print(
-        f"deleted {report.deleted:,} finished jobs{ticks} older than {args.older_than} "
-        f"in {report.batches} batches ({report.seconds:.2f} s)",
+        f"deleted {deleted}{ticks} older than {words.duration(args.older_than)}, "
+        f"in {words.plural(report.batches, 'batch', 'batches')} ({report.seconds:.2f} s)",
         file=sys.stderr,
     )
     return 0
@@ -396,7 +387,7 @@ def _confirm(what: str) -> None:
 
 
 def _jobs_queue(args: argparse.Namespace) -> Queue:
-    return Queue(schema=_schema(args))
+    return Queue(schema=schema_of(args))
 
 
 def jobs_list(args: argparse.Namespace) -> int:
@@ -414,14 +405,15 @@ def jobs_list(args: argparse.Namespace) -> int:
         "before_id": args.before_id,
         "limit": args.limit,
     }
-    with connect(resolve_dsn(args.dsn)) as conn:
+    warn_unknown(args, tasks=[args.task], queues=[args.queue])
+    with connect(resolve_dsn(args)) as conn:
         page = _jobs_queue(args).list_jobs(conn=conn, **filters)
     _show(args, page, "print_jobs")
     return 0
 
 
 def jobs_show(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         job = _jobs_queue(args).get_job(args.id, conn=conn)
     if job is None:
         raise JobNotFoundError(f"no job has id {args.id}, live or in history")
@@ -430,7 +422,7 @@ def jobs_show(args: argparse.Namespace) -> int:
 
 
 def jobs_workflow(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         flow = _jobs_queue(args).get_workflow(args.id, conn=conn)
     if flow is None:
         raise JobNotFoundError(
@@ -441,7 +433,7 @@ def jobs_workflow(args: argparse.Namespace) -> int:
 
 
 def jobs_cancel(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         done = _jobs_queue(args).cancel_job(args.id, conn=conn)
     print(
         {
@@ -454,7 +446,7 @@ def jobs_cancel(args: argparse.Namespace) -> int:
 
 
 def jobs_retry(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         retry = _jobs_queue(args).retry_job(args.id, conn=conn)
     print(f"job {args.id} retried as job {retry}")
     return 0
@@ -474,7 +466,7 @@ def tenants_set(args: argparse.Namespace) -> int:
     """`tenants set` (a limit) and `tenants remove` (no max_running: the limit goes)."""
     key = _tenant_key(args)
     limit = getattr(args, "max_running", None)
-    with connect(resolve_dsn(args.dsn)) as conn, conn.transaction():
+    with connect(resolve_dsn(args)) as conn, conn.transaction():
         _jobs_queue(args).set_concurrency_limit(key, limit, conn=conn)
     done = "limit removed" if limit is None else f"at most {limit} running"
     print(f"{key or 'default'}: {done}", file=sys.stderr)
@@ -482,7 +474,8 @@ def tenants_set(args: argparse.Namespace) -> int:
 
 
 def queues_pause(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    warn_unknown(args, queues=args.names)
+    with connect(resolve_dsn(args)) as conn:
         newly = _jobs_queue(args).pause_queue(args.names, reason=args.reason, conn=conn)
     for name in args.names:
         done = "paused" if name in newly else "was paused already"
@@ -491,7 +484,8 @@ def queues_pause(args: argparse.Namespace) -> int:
 
 
 def queues_resume(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    warn_unknown(args, queues=args.names)
+    with connect(resolve_dsn(args)) as conn:
         resumed = _jobs_queue(args).resume_queue(args.names, conn=conn)
     for name in args.names:
         print(f"{name}: {'resumed' if name in resumed else 'was not paused'}", file=sys.stderr)
@@ -499,14 +493,15 @@ def queues_resume(args: argparse.Namespace) -> int:
 
 
 def queues_limit(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    warn_unknown(args, queues=[args.name])
+    with connect(resolve_dsn(args)) as conn:
         _jobs_queue(args).set_rate_limit(args.name, args.rate, conn=conn)
     print(f"{args.name}: at most {args.rate} starts, across all workers", file=sys.stderr)
     return 0
 
 
 def queues_unlimit(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         queue = _jobs_queue(args)
         had = any(r.queue == args.name for r in queue.rate_limits(conn=conn))
         queue.set_rate_limit(args.name, None, conn=conn)
@@ -517,8 +512,8 @@ def queues_unlimit(args: argparse.Namespace) -> int:
 def queues_list(args: argparse.Namespace) -> int:
     """Every queue with jobs, a pause or a rate limit: its counts (as `status` shows them),
     its pause and its limit."""
-    with connect(resolve_dsn(args.dsn)) as conn:
-        stats = {q.queue: q for q in health.queue_stats(conn, _schema(args))}
+    with connect(resolve_dsn(args)) as conn:
+        stats = {q.queue: q for q in health.queue_stats(conn, schema_of(args))}
         paused = {p.queue: p for p in _jobs_queue(args).paused_queues(conn=conn)}
         rates = {r.queue: r for r in _jobs_queue(args).rate_limits(conn=conn) if r.queue}
     rows = []
@@ -560,8 +555,9 @@ def queues_list(args: argparse.Namespace) -> int:
 
 def rates_set(args: argparse.Namespace) -> int:
     """`rates set` (a limit) and `rates remove` (no rate: the limit goes)."""
+    warn_unknown(args, tasks=[args.task], queues=[args.queue])
     queue = _jobs_queue(args)
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         if args.queue:
             queue.set_rate_limit(args.queue, args.rate, conn=conn)
             what = f"queue {args.queue}"
@@ -578,7 +574,7 @@ def rates_set(args: argparse.Namespace) -> int:
 
 
 def rates_list(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         limits = _jobs_queue(args).rate_limits(conn=conn)
     if args.json:
         print(json.dumps([limit.model_dump() for limit in limits], indent=2))
@@ -597,7 +593,7 @@ def rates_list(args: argparse.Namespace) -> int:
 
 
 def tenants_list(args: argparse.Namespace) -> int:
-    with connect(resolve_dsn(args.dsn)) as conn:
+    with connect(resolve_dsn(args)) as conn:
         limits = _jobs_queue(args).concurrency_limits(conn=conn)
     if args.json:
         print(json.dumps([limit.model_dump() for limit in limits], indent=2))

@@ -6,44 +6,42 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
+from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from pgqueue import health
+from pgqueue.cli import recurring, words
 from pgqueue.models import Job, JobPage, Workflow
 from pgqueue.store.workers import WorkerRow
 
 
-def make_console() -> Console:
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`| head`): the command's entry point ends quietly, with the
+        exit status every command gives then, instead of rich's own exit."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def make_console(**options: Any) -> Console:
+    """A console for the command's output; `options` go to rich's Console."""
     # Query texts and application names are anyone's: print them as they are, not as markup.
-    return Console(markup=False, emoji=False)
+    return _Console(**({"markup": False, "emoji": False} | options))
 
 
 def print_status(console: Console, report: health.Status) -> None:
     if report.queues:
-        table = Table(
-            title=f"queues in schema {report.schema_name}",
-            title_justify="left",
-            caption="waiting: held by a concurrency limit; blocked: waiting for the jobs they "
-            "depend on; fail/h: failed in the last hour; done/m: succeeded in the last minute; "
-            "oldest: the oldest queued job's wait",
-            caption_justify="left",
+        console.print(f"queues in schema {report.schema_name}")
+        console.print(_queue_table(console, report.queues))
+        console.print(
+            "waiting: held by a concurrency limit; blocked: waiting for the jobs they depend "
+            "on; fail/h: failed in the last hour; done/m: succeeded in the last minute; "
+            "oldest: the oldest queued job's wait"
         )
-        table.add_column("queue", overflow="fold")
-        columns = ("queued", "sched", "running", "waiting", "blocked", "fail/h", "done/m")
-        for name in (*columns, "oldest"):
-            table.add_column(name, justify="right", no_wrap=True)
-        for q in report.queues:
-            counts = (q.queued, q.scheduled, q.running, q.waiting, q.blocked, q.failed_last_hour)
-            table.add_row(
-                f"{q.queue} (paused)" if q.paused else q.queue,
-                *(f"{n:,}" for n in (*counts, q.succeeded_last_minute)),
-                _human(q.oldest_queued_age),
-            )
-        console.print(table)
     else:
         console.print(f"schema {report.schema_name}: no live jobs, none finished in the last hour")
     t = report.jobs_table
@@ -55,7 +53,7 @@ def print_status(console: Console, report: health.Status) -> None:
     box = report.outbox
     if box.staged or box.dead:
         since = box.oldest_staged_at
-        oldest = _human(datetime.now(timezone.utc) - since) if since else "-"
+        oldest = words.age(datetime.now(timezone.utc) - since) if since else "-"
         console.print(
             f"outbox: {box.staged:,} staged (oldest {oldest}), {box.dead:,} dead "
             "(pgqueue outbox --dead)"
@@ -82,6 +80,70 @@ def print_status(console: Console, report: health.Status) -> None:
             console.print(f"... and {len(holders) - 10} more (see --json)")
 
 
+def _queue_table(console: Console, queues: Sequence[health.QueueStats]) -> Table:
+    """Per-queue counts that fit the console (80 columns and up): the counts keep their
+    width, one space apart, and a queue name too long for what is left is cut with an
+    ellipsis, never folded (`--json` has it whole)."""
+    headers = ("queued", "sched", "running", "waiting", "blocked", "fail/h", "done/m", "oldest")
+    rows = []
+    for q in queues:
+        counts = (q.queued, q.scheduled, q.running, q.waiting, q.blocked, q.failed_last_hour)
+        cells = [f"{n:,}" for n in (*counts, q.succeeded_last_minute)]
+        rows.append((q, [*cells, words.age(q.oldest_queued_age)]))
+    widths = [max(len(h), *(len(cells[i]) for _, cells in rows)) for i, h in enumerate(headers)]
+    room = max(console.width - sum(widths) - len(widths) - 1, 8)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0))
+    table.add_column("queue", no_wrap=True, overflow="ellipsis", max_width=room)
+    for name in headers:
+        table.add_column(name, justify="right", no_wrap=True)
+    for q, cells in rows:
+        table.add_row(_cut(q.queue, room, " (paused)" if q.paused else ""), *cells)
+    return table
+
+
+def _cut(text: str, room: int, suffix: str = "") -> str:
+    """`text` and `suffix` in `room` characters, `text` cut with an ellipsis if need be."""
+    if len(text) + len(suffix) <= room:
+        return text + suffix
+    return text[: max(room - len(suffix) - 1, 1)] + "…" + suffix
+
+
+def print_recurring(console: Console, found: Sequence[recurring.Recurring]) -> None:
+    """Recurring jobs by name: task, schedule, next and last run, state. The times and the
+    state keep their width; names, tasks and schedules share the rest of the console and are
+    cut with an ellipsis where they must be (`--json` has them whole)."""
+    if not found:
+        console.print("no recurring jobs: none stored by a worker, none defined by an app given")
+        return
+    now = datetime.now(timezone.utc)
+    headers = ("name", "task", "schedule", "next run", "last run", "state")
+    rows = [
+        (r.name, r.task, r.schedule, recurring.when(r.next_run, now),
+         recurring.when(r.last_run, now), r.state)
+        for r in found
+    ]  # fmt: skip
+    natural = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    gaps = 2 * (len(headers) - 1)
+    shared = _share(natural[:3], console.width - sum(natural[3:]) - gaps)
+    widths = [*shared, *natural[3:]]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, no_wrap=True, width=width)
+    for row in rows:
+        table.add_row(*(_cut(cell, width) for cell, width in zip(row, widths, strict=True)))
+    console.print(table)
+
+
+def _share(natural: Sequence[int], room: int) -> list[int]:
+    """Widths for columns that want `natural` widths in `room`: the widest is cut first, a
+    character at a time, so short columns stay whole; none goes below 4."""
+    widths = list(natural)
+    while sum(widths) > room and max(widths) > 4:
+        widest = widths.index(max(widths))
+        widths[widest] -= 1
+    return widths
+
+
 def print_workers(console: Console, workers: Sequence[WorkerRow]) -> None:
     """The live workers, newest first; one silent for long is dead and about to be rescued."""
     if not workers:
@@ -102,14 +164,14 @@ def print_workers(console: Console, workers: Sequence[WorkerRow]) -> None:
             str(w.pid),
             ",".join(w.queues),
             f"{w.running}/{w.concurrency}",
-            _human(w.heartbeat_at - w.started_at + w.silent_for),
-            f"{_human(w.silent_for)} ago",
+            words.age(w.heartbeat_at - w.started_at + w.silent_for),
+            f"{words.age(w.silent_for)} ago",
         )
     console.print(table)
 
 
 def print_watchdog(console: Console, report: health.WatchdogReport) -> None:
-    limit = _human(report.max_age)
+    limit = words.age(report.max_age)
     if not report.holders:
         console.print(f"nothing has held back the xmin horizon for {limit} or more")
         return
@@ -138,7 +200,7 @@ def _holder_table(console: Console, title: str, holders: Sequence[health.Horizon
     for h in holders:
         xids = h.xmin_age if h.xmin_age is not None else h.catalog_xmin_age
         table.add_row(
-            _human(h.age) if h.age is not None or xids is None else f"{xids:,} xids",
+            words.age(h.age) if h.age is not None or xids is None else f"{xids:,} xids",
             "-" if h.pid is None else str(h.pid),
             h.state or "-",
             (h.application_name if h.kind == "session" else h.name) or "-",
@@ -149,21 +211,6 @@ def _holder_table(console: Console, title: str, holders: Sequence[health.Horizon
 
 def _pids(pids: Sequence[int | None]) -> str:
     return "pid " + ", ".join(map(str, pids)) if pids else "nothing"
-
-
-def _human(age: timedelta | None) -> str:
-    """A duration for people: 4.2s, 3m12s, 2h05m, 3d04h."""
-    if age is None:
-        return "-"
-    seconds = age.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def _when(moment: datetime | None) -> str:
@@ -196,7 +243,7 @@ def print_jobs(console: Console, page: JobPage) -> None:
             job.task,
             f"{job.attempt}/{job.max_attempts}",
             job.created_at.astimezone().strftime("%m-%d %H:%M:%S"),
-            _human(job.run_time),
+            words.age(job.run_time),
         ]
         table.add_row(*cells, *([job.last_error or ""] if error_width >= 16 else []))
     console.print(table)
@@ -219,7 +266,8 @@ def print_workflow(console: Console, flow: Workflow) -> None:
     """A workflow's jobs in order: status, attempts, what each still waits for."""
     counts = ", ".join(f"{n} {status}" for status, n in sorted(flow.counts.items()))
     state = "finished" if flow.finished else "running"
-    console.print(f"workflow {flow.id}: {len(flow.jobs)} jobs, {state} ({counts})")
+    jobs = words.plural(len(flow.jobs), "job")
+    console.print(f"workflow {flow.id}: {jobs}, {state} ({counts})")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -256,8 +304,8 @@ def print_job(console: Console, job: Job) -> None:
         "run at": _when(job.run_at),
         "started": _when(job.started_at),
         "finished": _when(job.finished_at),
-        "queue wait": _human(job.wait_time),
-        "run time": _human(job.run_time),
+        "queue wait": words.age(job.wait_time),
+        "run time": words.age(job.run_time),
         "worker": job.worker_id if job.worker_id is not None else "-",
         "result": json.dumps(job.result),
     }

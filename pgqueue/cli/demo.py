@@ -18,6 +18,8 @@ from psycopg import sql
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pgqueue.cli.console import make_console
+from pgqueue.cli.words import plural
 from pgqueue.errors import ConfigurationError as UsageError
 from pgqueue.migrate import apply
 from pgqueue.queue import Queue
@@ -25,7 +27,8 @@ from pgqueue.worker import Worker
 
 
 def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
-    console = Console(soft_wrap=True)
+    # Markup on: the demo's own texts carry it, and it prints nothing of anyone else's.
+    console = make_console(markup=True, emoji=True, soft_wrap=True)
     queue = Queue(dsn, schema=schema)
     ran: list[int] = []
 
@@ -50,7 +53,7 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     committed, rolled_back = _enqueue(queue, process_order, dsn, schema, jobs, console)
     enqueue_seconds = time.perf_counter() - started
     console.print(
-        f"enqueued {jobs} jobs in committed transactions and {jobs} in rolled-back ones "
+        f"enqueued {plural(jobs, 'job')} in committed transactions and {jobs} in rolled-back ones "
         f"in {enqueue_seconds:.1f} s"
     )
 
@@ -74,7 +77,7 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     console.print(f"jobs that ran twice:                    {twice} (must be 0)")
     console.print(
         f"throughput: {len(ran) / work_seconds:,.0f} jobs/s "
-        f"({len(ran)} jobs in {work_seconds:.2f} s, concurrency {concurrency})"
+        f"({plural(len(ran), 'job')} in {work_seconds:.2f} s, concurrency {concurrency})"
     )
     console.print("[green]OK[/]" if ok else "[red]FAILED[/]")
     queue.close()

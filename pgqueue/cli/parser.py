@@ -14,14 +14,20 @@ DESCRIPTION = """\
 pgqueue: a job queue that lives in your PostgreSQL database.
 
 Run `pgqueue migrate` once, then `pgqueue worker myapp.jobs:queue` to run the jobs your
-application enqueues. Every command takes --dsn; without it, PGQUEUE_DSN or DATABASE_URL, and
-for the worker the DSN given to Queue(...) in your application. Only when nothing names a
-database does a command start a throwaway embedded PostgreSQL in ./.pgqueue/, and say so.
+application enqueues. Every command takes --app MODULE:ATTR (or PGQUEUE_APP), your Queue, and
+then works on its database and schema and checks task and queue names against it. The
+database: --dsn, else PGQUEUE_DSN, else DATABASE_URL, else the DSN of the app's Queue. Only
+when nothing names one does a command start a throwaway embedded PostgreSQL in ./.pgqueue/
+(with pgqueue-py[embedded] installed), and say so.
 """
 
 DSN_HELP = (
-    "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL; for the worker, else the DSN "
-    "of its Queue)"
+    "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL, else the DSN of the app's "
+    "Queue, else a throwaway embedded PostgreSQL)"
+)
+APP_HELP = (
+    "your Queue or AsyncQueue, as for the worker: its DSN, schema and task names serve "
+    "every command; --dsn and --schema still win (default: PGQUEUE_APP)"
 )
 
 WATCHDOG_HELP = """\
@@ -61,7 +67,7 @@ def build() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgqueue", description=DESCRIPTION, formatter_class=_Help)
     parser.add_argument("--version", action="version", version=f"pgqueue {__version__}")
     _globals(parser, default=True)
-    parser.set_defaults(dsn=None, schema=None, parser=parser)
+    parser.set_defaults(dsn=None, schema=None, app=None, parser=parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_text: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -79,6 +85,7 @@ def build() -> argparse.ArgumentParser:
     _relay(add("relay", "publish the messages staged in the outbox (MODULE:ATTR, a Relay)"))
     _outbox(add("outbox", "staged messages and dead letters; retry dead ones"))
     _status(add("status", "queue counts and what holds back VACUUM"))
+    _recurring(add("recurring", "recurring jobs: schedule, next and last run, active or paused"))
     _jobs(add("jobs", "list, show, cancel or retry jobs", description="Job records and actions."))
     _tenants(add("tenants", "per-key concurrency limits (tenants)"))
     _queues(add("queues", "pause, resume and list queues"))
@@ -107,6 +114,7 @@ def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
         help="how much to log on stderr" + (" (default: info)" if not default else ""),
     )
     p.add_argument("--dsn", default=unset, help=DSN_HELP)
+    p.add_argument("--app", default=unset, metavar="MODULE:ATTR", help=APP_HELP)
     p.add_argument(
         "--schema",
         type=argtypes.schema,
@@ -148,7 +156,12 @@ def _seconds(name: str) -> float:
 
 def _worker(p: argparse.ArgumentParser) -> None:
     d = WorkerSettings.model_fields
-    p.add_argument("app", metavar="MODULE:ATTR", help="your pgqueue Queue or AsyncQueue")
+    p.add_argument(
+        "target",
+        nargs="?",
+        metavar="MODULE:ATTR",
+        help="your pgqueue Queue or AsyncQueue (default: --app, else PGQUEUE_APP)",
+    )
     p.add_argument(
         "--queues",
         type=argtypes.queues,
@@ -250,7 +263,10 @@ def _dashboard(p: argparse.ArgumentParser) -> None:
         "(PGQUEUE_DASHBOARD_BASIC_AUTH=user:password)."
     )
     p.add_argument(
-        "app", nargs="?", metavar="MODULE:ATTR", help="your Queue, for its DSN and schema"
+        "target",
+        nargs="?",
+        metavar="MODULE:ATTR",
+        help="your Queue, for its DSN and schema (default: --app, else PGQUEUE_APP)",
     )
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     p.add_argument("--port", type=argtypes.port, default=8080, help="the port to listen on")
@@ -286,6 +302,18 @@ def _status(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=commands.status)
+
+
+def _recurring(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "The recurring jobs the workers have stored, and with --app (or PGQUEUE_APP) those "
+        "your app defines: each one's task, schedule, next run, last run (the latest tick "
+        "that became a job) and state: active, paused (its queue is paused; needs the app), "
+        "idle (no worker has scheduled it for a few minutes), not in app, new (no worker has "
+        "run it yet) or invalid."
+    )
+    p.add_argument("--json", action="store_true", help="print the recurring jobs as JSON")
+    p.set_defaults(handler=commands.recurring)
 
 
 def _action(

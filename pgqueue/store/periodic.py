@@ -46,15 +46,16 @@ class StoredPeriodic:
     name: str
     definition: dict[str, object]
     last_tick: datetime  # dealt with up to here, enqueued or skipped
-    updated_at: datetime
+    updated_at: datetime  # each scheduler pass over it stores it again
     last_enqueued_tick: datetime | None
     last_job_id: int | None
+    checked_at: datetime  # the database's time of the read
 
 
-def list_periodic(conn: SyncConn, schema: str) -> list[StoredPeriodic]:
-    """Every stored definition, by name."""
+def list_periodic(conn: SyncConn, schema: str, now: datetime | None = None) -> list[StoredPeriodic]:
+    """Every stored definition, by name. `now` pins checked_at for tests."""
     with conn.cursor(row_factory=class_row(StoredPeriodic)) as cur:
-        return cur.execute(query("periodic_list", schema)).fetchall()
+        return cur.execute(query("periodic_list", schema), {"now": now}).fetchall()
 
 
 class PeriodicStore:

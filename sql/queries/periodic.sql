@@ -50,9 +50,11 @@ WHERE p.name = s.name;
 
 -- name: periodic_list
 -- Every recurring job as workers last stored it, with the latest tick that became a job and
--- that job's id: one backward step in periodic_ticks' primary key per definition.
+-- that job's id: one backward step in periodic_ticks' primary key per definition. checked_at
+-- is the database's clock, the one schedulers work by, for "next run" and "last pass" ages.
 SELECT p.name, p.definition, p.last_tick, p.updated_at,
-       t.tick AS last_enqueued_tick, t.job_id AS last_job_id
+       t.tick AS last_enqueued_tick, t.job_id AS last_job_id,
+       coalesce(%(now)s::timestamptz, now()) AS checked_at
 FROM {schema}.periodic AS p
 LEFT JOIN LATERAL (
     SELECT pt.tick, pt.job_id

@@ -25,13 +25,30 @@ def test_prune_deletes_old_history_of_one_status_and_queue_and_says_how_much(
         "--status", "succeeded", "--queue", "mail", "--batch-size", "8",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "deleted 30 finished jobs older than 7 days" in result.stderr
+    assert "deleted 30 finished jobs older than 7 days," in result.stderr
     assert "in 4 batches" in result.stderr
     assert count(conn, schema, "job_history") == 12
     everything = run_pgqueue("prune", "--dsn", dsn, "--schema", schema, "--older-than", "1d1h")
     assert everything.returncode == 0, everything.stderr
-    assert "deleted 7 finished jobs and 0 periodic ticks" in everything.stderr
+    assert "deleted 7 finished jobs and 0 periodic ticks older than 1 day 1 hour," in (
+        everything.stderr
+    )
     assert count(conn, schema, "job_history") == 5
+
+
+def test_prune_says_one_job_and_its_age_in_words(
+    dsn: str, schema: str, conn: psycopg.Connection[Any]
+) -> None:
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    conn.commit()
+    add_history(conn, schema, 1, age=timedelta(days=2), queue="mail", now=now)
+    result = run_pgqueue(
+        "prune", "--dsn", dsn, "--schema", schema, "--older-than", "1d", "--queue", "mail"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "deleted 1 finished job older than 1 day, in " in result.stderr, result.stderr
+    assert "0:00:00" not in result.stderr and "1 jobs" not in result.stderr, result.stderr
+    assert count(conn, schema, "job_history") == 0
 
 
 def test_prune_drops_a_whole_day_of_history_and_says_so(

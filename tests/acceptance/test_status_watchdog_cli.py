@@ -92,38 +92,78 @@ def test_status_table_exits_0_and_shows_each_queue_and_holders_verbatim(
         result = run_pgqueue(
             "status", "--schema", schema, "--dsn", own_database, env={"COLUMNS": "200"}
         )
-        # A common terminal's width: every header still fits whole, long names wrap.
+        # A common terminal's width, and a pipe (no terminal, no COLUMNS): the table fits.
         narrow = run_pgqueue(
             "status", "--schema", schema, "--dsn", own_database, env={"COLUMNS": "80"}
+        )
+        # An empty COLUMNS is as good as none to rich, whatever the test runner's terminal.
+        piped = run_pgqueue(
+            "status", "--schema", schema, "--dsn", own_database, env={"COLUMNS": ""}
         )
 
     assert result.returncode == 0, result.stderr
     assert narrow.returncode == 0, narrow.stderr
-    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80, narrow.stdout
-    assert "…" not in next(line for line in narrow.stdout.splitlines() if "waiting" in line)
-    header = next(line for line in result.stdout.splitlines() if "waiting" in line)
-    assert [c.strip() for c in header.split("┃")[1:10]] == [
-        "queue",
-        "queued",
-        "sched",
-        "running",
-        "waiting",
-        "blocked",
-        "fail/h",
-        "done/m",
-        "oldest",
-    ], header
-    cells = {c[0]: c[1:] for c in (_cells(line) for line in result.stdout.splitlines()) if c}
-    assert cells[name][:5] == ["3", "0", "0", "0", "0"], result.stdout
-    assert cells[keyed][:5] == ["0", "0", "0", "2", "0"], result.stdout
+    assert piped.returncode == 0, piped.stderr
+    for shown in (narrow.stdout, piped.stdout):
+        assert max(len(line) for line in shown.splitlines()) <= 80, shown
+        header = next(line for line in shown.splitlines() if line.startswith("queue "))
+        assert header.split() == COLUMNS, shown
+        cells = _rows(shown)
+        assert cells[name][:5] == ["3", "0", "0", "0", "0"], shown
+        assert cells[keyed][:5] == ["0", "0", "0", "2", "0"], shown
+    wide = _rows(result.stdout)
+    assert wide[name][:5] == ["3", "0", "0", "0", "0"], result.stdout
     assert f"{schema}.jobs" in result.stdout
     assert "pgq-test-[/]" in result.stdout
     assert "SELECT '[/] [bold]'" in result.stdout
 
 
-def _cells(line: str) -> list[str]:
-    """The cells of one body row of a rich table, stripped; [] for any other line."""
-    return [cell.strip() for cell in line.split("│")[1:-1]]
+COLUMNS = [
+    "queue",
+    "queued",
+    "sched",
+    "running",
+    "waiting",
+    "blocked",
+    "fail/h",
+    "done/m",
+    "oldest",
+]
+
+
+def _rows(table: str) -> dict[str, list[str]]:
+    """The queue table's body rows: each queue's cells after its name, by name."""
+    lines = table.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("queue ")) + 2
+    rows = {}
+    for line in lines[start:]:
+        cells = line.replace(" (paused)", "(paused)").split()
+        if len(cells) != len(COLUMNS):
+            break
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_status_cuts_a_long_queue_name_and_keeps_every_count_in_80_columns(
+    dsn: str, schema: str
+) -> None:
+    long_name = "a_queue_whose_name_goes_on_well_past_what_a_terminal_line_has_room_for"
+    queue = Queue(dsn, schema=schema)
+    try:
+        task = queue.declare("t", queue=long_name)
+        queue.enqueue_many([task.job() for _ in range(1234)])
+        queue.enqueue(queue.declare("m", queue="mail").job())
+        queue.pause_queue("mail")
+    finally:
+        queue.close()
+    result = run_pgqueue("status", "--schema", schema, "--dsn", dsn, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80, result.stdout
+    (row,) = [line for line in lines if line.startswith("a_queue_whose")]
+    assert row.split()[0].endswith("…") and row.split()[1] == "1,234", result.stdout
+    (paused,) = [line for line in lines if line.startswith("mail")]
+    assert paused.split()[:3] == ["mail", "(paused)", "1"], result.stdout
 
 
 def test_status_of_an_unmigrated_schema_exits_1_saying_to_migrate(dsn: str) -> None:
