@@ -15,15 +15,19 @@ them. A job naming anything else fails with the reason.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import typing
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.apps import apps
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections
+from django.core.signals import setting_changed
+from django.db import close_old_connections, transaction
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
@@ -38,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pgqueue.contrib import django as integration
 from pgqueue.errors import ConfigurationError, InvalidArgumentsError
 from pgqueue.models import MAX_ATTEMPTS_LIMIT, Job, JobOptions, JobStatus, TaskPolicy
+from pgqueue.queries import query
 from pgqueue.registry import JobContext, Task
 
 _STATUS = {
@@ -140,7 +145,13 @@ class Backend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        task_enqueued.send(type(self), task_result=result)
+        # Django's signal says the task is enqueued, which is true once the job commits:
+        # at once in autocommit, at the commit of the atomic() block around the enqueue, and
+        # never if that block rolls back.
+        transaction.on_commit(
+            functools.partial(task_enqueued.send, type(self), task_result=result),
+            using=integration.alias(),
+        )
         return result
 
     def get_result(self, result_id: Any) -> TaskResult:
@@ -190,11 +201,45 @@ _allowed_names: dict[str, bool] = {}
 
 def _in_allowed_modules(name: str) -> bool:
     prefixes = [config.name for config in apps.get_app_configs()]
-    for alias in task_backends.settings:
-        backend = task_backends[alias]
-        if isinstance(backend, Backend):
-            prefixes.extend(backend.modules)
+    for params in _pgqueue_aliases().values():
+        modules = (params.get("OPTIONS") or {}).get("MODULES", [])
+        if isinstance(modules, (list, tuple)):  # else the alias refuses itself when used
+            prefixes.extend(m for m in modules if isinstance(m, str))
     return any(name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _pgqueue_aliases() -> dict[str, dict[str, Any]]:
+    """The TASKS entries whose BACKEND is pgqueue's, read from the setting: no backend is
+    instantiated, so a broken alias of another backend stays Django's to report when it is
+    used, as Django resolves aliases only then."""
+    configured = getattr(settings, "TASKS", None)
+    if not isinstance(configured, dict):
+        return {}
+    return {
+        alias: params
+        for alias, params in configured.items()
+        if isinstance(params, dict) and is_pgqueue_backend(params.get("BACKEND"))
+    }
+
+
+def is_pgqueue_backend(path: Any) -> bool:
+    """Whether a TASKS entry's BACKEND names this backend (or a subclass of it)."""
+    if not isinstance(path, str):
+        return False
+    try:
+        found = import_string(path)
+    except ImportError:
+        return False
+    return isinstance(found, type) and issubclass(found, Backend)
+
+
+def _forget_allowed(*, setting: str, **kwargs: Any) -> None:
+    """The allowed modules follow TASKS and INSTALLED_APPS when they change (tests do)."""
+    if setting in ("TASKS", "INSTALLED_APPS"):
+        _allowed_names.clear()
+
+
+setting_changed.connect(_forget_allowed, dispatch_uid="pgqueue.contrib.django.tasks")
 
 
 def _django_task(name: str) -> DjangoTask | None:
@@ -233,10 +278,13 @@ def _runner(task: DjangoTask) -> Any:
         backend: str,
         enqueued_at: datetime,
         run_after: datetime | None = None,
+        started_at: datetime | None = None,
     ) -> Any:
-        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after)
         close_old_connections()  # as a request would: a worker's connections outlive many
         try:
+            attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after, started_at)
+            if attempt.keeps_first_start:
+                _keep_first_start(job, attempt.started_at)
             task_started.send(attempt.sender, task_result=attempt.result)
             try:
                 attempt.succeeded(attempt.call())
@@ -260,8 +308,11 @@ def _async_runner(task: DjangoTask) -> Any:
         backend: str,
         enqueued_at: datetime,
         run_after: datetime | None = None,
+        started_at: datetime | None = None,
     ) -> Any:
-        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after)
+        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after, started_at)
+        if attempt.keeps_first_start:
+            await sync_to_async(_keep_first_start)(job, attempt.started_at)
         await task_started.asend(attempt.sender, task_result=attempt.result)
         try:
             attempt.succeeded(await attempt.call())
@@ -273,6 +324,27 @@ def _async_runner(task: DjangoTask) -> Any:
         return attempt.value
 
     return run
+
+
+def _keep_first_start(job: JobContext, at: datetime) -> None:
+    """Store attempt 1's start with the job, whose row keeps only the latest attempt's: a
+    later attempt's TaskResult.started_at is still the first attempt's, as Django documents."""
+    statement = query("job_keep_first_start", integration.queue().schema)
+    params = {"id": job.job_id, "worker_id": job.worker_id, "started_at": at.isoformat()}
+    integration.connection().execute(statement, params)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _RunningContext(TaskContext):
+    """The TaskContext of a running attempt. Django documents TaskContext.attempt as the
+    current attempt's number, from 1, and TaskResult.attempts as the attempts run, the
+    current one not counted: the same number cannot serve both while it runs."""
+
+    number: int
+
+    @property
+    def attempt(self) -> int:
+        return self.number
 
 
 class _Attempt:
@@ -287,6 +359,7 @@ class _Attempt:
         alias: str,
         enqueued_at: datetime,
         run_after: datetime | None,
+        first_started_at: datetime | None,
     ) -> None:
         backend = task_backends[alias]
         if not isinstance(backend, Backend):
@@ -298,32 +371,36 @@ class _Attempt:
         )
         self.args, self.kwargs = args, kwargs
         now = timezone.now()
+        # Only the first attempt is stored (and only when there may be another).
+        self.keeps_first_start = job.attempt == 1 and job.max_attempts > 1
+        self.started_at = first_started_at if job.attempt > 1 and first_started_at else now
         self.value: Any = None
         self.result = TaskResult(
             task=self.task,
             id=str(job.job_id),
             status=TaskResultStatus.RUNNING,
             enqueued_at=enqueued_at,
-            started_at=now,
+            started_at=self.started_at,
             finished_at=None,
             last_attempted_at=now,
             args=args,
             kwargs=kwargs,
             backend=alias,
             errors=[],
-            # Who ran the earlier attempts is not read here (get_result has it): one entry
-            # per attempt, so that TaskContext.attempt counts this one.
-            worker_ids=[str(job.worker_id)] * job.attempt,
+            # One entry per attempt run before this one: who ran them is not read here
+            # (get_result has it from the job's errors). This one counts once it ends.
+            worker_ids=[str(job.worker_id)] * (job.attempt - 1),
         )
 
     def call(self) -> Any:
         if self.task.takes_context:
-            return self.task.func(TaskContext(task_result=self.result), *self.args, **self.kwargs)
+            context = _RunningContext(task_result=self.result, number=self.job.attempt)
+            return self.task.func(context, *self.args, **self.kwargs)
         return self.task.func(*self.args, **self.kwargs)
 
     def succeeded(self, value: Any) -> None:
         self.value = normalize_json(value)
-        self._set(status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
+        self._ended(status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
         object.__setattr__(self.result, "_return_value", self.value)
 
     def failed(self, exc: BaseException) -> None:
@@ -336,11 +413,12 @@ class _Attempt:
             )
         )
         if final:
-            self._set(status=TaskResultStatus.FAILED, finished_at=timezone.now())
+            self._ended(status=TaskResultStatus.FAILED, finished_at=timezone.now())
         else:
-            self._set(status=TaskResultStatus.READY)
+            self._ended(status=TaskResultStatus.READY)
 
-    def _set(self, **values: Any) -> None:
+    def _ended(self, **values: Any) -> None:
+        self.result.worker_ids.append(str(self.job.worker_id))
         for name, value in values.items():
             object.__setattr__(self.result, name, value)
 
@@ -369,13 +447,16 @@ def _result(task: DjangoTask, job: Job) -> TaskResult:
     status = _STATUS[job.status]
     errors = [_task_error(e) for e in job.errors if e.get("kind") != "cancelled"]
     by_attempt = {e.get("attempt"): e.get("worker") for e in job.errors}
-    worker_ids = [str(by_attempt.get(n) or job.worker_id) for n in range(1, job.attempt + 1)]
+    # Attempts run: a running one counts once it ends, as Django documents.
+    attempts = job.attempt - 1 if job.status == JobStatus.RUNNING else job.attempt
+    worker_ids = [str(by_attempt.get(n) or job.worker_id) for n in range(1, attempts + 1)]
+    first_start = stored.get("started_at") if job.attempt >= 1 else None
     result = TaskResult(
         task=task,
         id=str(job.id),
         status=status,
         enqueued_at=datetime.fromisoformat(stored["enqueued_at"]),
-        started_at=job.started_at,
+        started_at=datetime.fromisoformat(first_start) if first_start else job.started_at,
         finished_at=job.finished_at,
         last_attempted_at=job.started_at,
         args=stored["args"],
