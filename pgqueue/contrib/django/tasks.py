@@ -42,8 +42,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pgqueue.contrib import django as integration
 from pgqueue.errors import ConfigurationError, InvalidArgumentsError
 from pgqueue.models import MAX_ATTEMPTS_LIMIT, Job, JobOptions, JobStatus, TaskPolicy
-from pgqueue.queries import query
 from pgqueue.registry import JobContext, Task
+from pgqueue.store import django_tasks
 
 _STATUS = {
     JobStatus.QUEUED: TaskResultStatus.READY,
@@ -329,9 +329,8 @@ def _async_runner(task: DjangoTask) -> Any:
 def _keep_first_start(job: JobContext, at: datetime) -> None:
     """Store attempt 1's start with the job, whose row keeps only the latest attempt's: a
     later attempt's TaskResult.started_at is still the first attempt's, as Django documents."""
-    statement = query("job_keep_first_start", integration.queue().schema)
-    params = {"id": job.job_id, "worker_id": job.worker_id, "started_at": at.isoformat()}
-    integration.connection().execute(statement, params)
+    schema = integration.queue().schema
+    django_tasks.keep_first_start(integration.connection(), schema, job.job_id, job.worker_id, at)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
