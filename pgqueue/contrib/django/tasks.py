@@ -9,7 +9,11 @@ path, and `pgqueue jobs`, retries, cancel and retention apply to it.
 
 What the worker runs: only functions decorated with `@task` for a pgqueue backend, in the
 modules of installed apps (and of OPTIONS["MODULES"]), looked up the first time a job names
-them. A job naming anything else fails with the reason.
+them. A job naming anything else fails with the reason. Only pgqueue's own TASKS entries are
+read for that, from the setting: as in Django, another alias is resolved only when used.
+
+task_enqueued is sent when the enqueue commits; the worker's side (task_runs.py) sends the
+others. task_args.py holds pgqueue's check of the arguments at enqueue.
 """
 
 from __future__ import annotations
@@ -17,33 +21,30 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import json
-import typing
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.tasks import Task as DjangoTask
-from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import ValidationError
 
 from pgqueue.contrib import django as integration
-from pgqueue.errors import ConfigurationError, InvalidArgumentsError
+from pgqueue.contrib.django import task_args, task_runs
+from pgqueue.errors import ConfigurationError
 from pgqueue.models import MAX_ATTEMPTS_LIMIT, Job, JobOptions, JobStatus, TaskPolicy
-from pgqueue.registry import JobContext, Task
-from pgqueue.store import django_tasks
+from pgqueue.registry import Task
 
 _STATUS = {
     JobStatus.QUEUED: TaskResultStatus.READY,
@@ -113,7 +114,7 @@ class Backend(BaseTaskBackend):
             )
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         handler = _handler(task)
-        _check_annotations(task, args, kwargs)
+        task_args.check_annotations(task, args, kwargs)
         enqueued_at = timezone.now()
         stored: dict[str, Any] = {
             "args": args,
@@ -264,168 +265,11 @@ def _handler(task: DjangoTask) -> Task[Any]:
     name = task.module_path
     handler = _handlers.get(name)
     if handler is None:
-        run = _async_runner(task) if inspect.iscoroutinefunction(task.func) else _runner(task)
+        coroutine = inspect.iscoroutinefunction(task.func)
+        run = task_runs.async_runner(task) if coroutine else task_runs.runner(task)
         handler = Task(run, name=name, options=JobOptions(), policy=TaskPolicy())
         handler = _handlers.setdefault(name, handler)
     return handler
-
-
-def _runner(task: DjangoTask) -> Any:
-    def run(
-        job: JobContext,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        backend: str,
-        enqueued_at: datetime,
-        run_after: datetime | None = None,
-        started_at: datetime | None = None,
-    ) -> Any:
-        close_old_connections()  # as a request would: a worker's connections outlive many
-        try:
-            attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after, started_at)
-            if attempt.keeps_first_start:
-                _keep_first_start(job, attempt.started_at)
-            task_started.send(attempt.sender, task_result=attempt.result)
-            try:
-                attempt.succeeded(attempt.call())
-            except (Exception, SystemExit) as exc:  # Django's own backends record SystemExit
-                attempt.failed(exc)
-                task_finished.send(attempt.sender, task_result=attempt.result)
-                raise
-            task_finished.send(attempt.sender, task_result=attempt.result)
-            return attempt.value
-        finally:
-            close_old_connections()
-
-    return run
-
-
-def _async_runner(task: DjangoTask) -> Any:
-    async def run(
-        job: JobContext,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        backend: str,
-        enqueued_at: datetime,
-        run_after: datetime | None = None,
-        started_at: datetime | None = None,
-    ) -> Any:
-        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after, started_at)
-        if attempt.keeps_first_start:
-            await sync_to_async(_keep_first_start)(job, attempt.started_at)
-        await task_started.asend(attempt.sender, task_result=attempt.result)
-        try:
-            attempt.succeeded(await attempt.call())
-        except (Exception, SystemExit) as exc:
-            attempt.failed(exc)
-            await task_finished.asend(attempt.sender, task_result=attempt.result)
-            raise
-        await task_finished.asend(attempt.sender, task_result=attempt.result)
-        return attempt.value
-
-    return run
-
-
-def _keep_first_start(job: JobContext, at: datetime) -> None:
-    """Store attempt 1's start with the job, whose row keeps only the latest attempt's: a
-    later attempt's TaskResult.started_at is still the first attempt's, as Django documents."""
-    schema = integration.queue().schema
-    django_tasks.keep_first_start(integration.connection(), schema, job.job_id, job.worker_id, at)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _RunningContext(TaskContext):
-    """The TaskContext of a running attempt. Django documents TaskContext.attempt as the
-    current attempt's number, from 1, and TaskResult.attempts as the attempts run, the
-    current one not counted: the same number cannot serve both while it runs."""
-
-    number: int
-
-    @property
-    def attempt(self) -> int:
-        return self.number
-
-
-class _Attempt:
-    """One run of a django.tasks task in a worker, and the TaskResult its signals carry."""
-
-    def __init__(
-        self,
-        task: DjangoTask,
-        job: JobContext,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        alias: str,
-        enqueued_at: datetime,
-        run_after: datetime | None,
-        first_started_at: datetime | None,
-    ) -> None:
-        backend = task_backends[alias]
-        if not isinstance(backend, Backend):
-            raise ConfigurationError(f"TASKS[{alias!r}] is no longer a pgqueue backend")
-        self.sender = type(backend)
-        self.job = job
-        self.task = dataclasses.replace(
-            task, backend=alias, queue_name=job.queue, run_after=run_after
-        )
-        self.args, self.kwargs = args, kwargs
-        now = timezone.now()
-        # Only the first attempt is stored (and only when there may be another).
-        self.keeps_first_start = job.attempt == 1 and job.max_attempts > 1
-        self.started_at = first_started_at if job.attempt > 1 and first_started_at else now
-        self.value: Any = None
-        self.result = TaskResult(
-            task=self.task,
-            id=str(job.job_id),
-            status=TaskResultStatus.RUNNING,
-            enqueued_at=enqueued_at,
-            started_at=self.started_at,
-            finished_at=None,
-            last_attempted_at=now,
-            args=args,
-            kwargs=kwargs,
-            backend=alias,
-            errors=[],
-            # One entry per attempt run before this one: who ran them is not read here
-            # (get_result has it from the job's errors). This one counts once it ends.
-            worker_ids=[str(job.worker_id)] * (job.attempt - 1),
-        )
-
-    def call(self) -> Any:
-        if self.task.takes_context:
-            context = _RunningContext(task_result=self.result, number=self.job.attempt)
-            return self.task.func(context, *self.args, **self.kwargs)
-        return self.task.func(*self.args, **self.kwargs)
-
-    def succeeded(self, value: Any) -> None:
-        self.value = normalize_json(value)
-        self._ended(status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
-        object.__setattr__(self.result, "_return_value", self.value)
-
-    def failed(self, exc: BaseException) -> None:
-        final = self.job.attempt >= self.job.max_attempts
-        kind = type(exc)
-        self.result.errors.append(
-            TaskError(
-                exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-                traceback="".join(_format(exc)),
-            )
-        )
-        if final:
-            self._ended(status=TaskResultStatus.FAILED, finished_at=timezone.now())
-        else:
-            self._ended(status=TaskResultStatus.READY)
-
-    def _ended(self, **values: Any) -> None:
-        self.result.worker_ids.append(str(self.job.worker_id))
-        for name, value in values.items():
-            object.__setattr__(self.result, name, value)
-
-
-def _format(exc: BaseException) -> list[str]:
-    import traceback
-
-    return traceback.format_exception(exc)
 
 
 def _is_django_job(job: Job) -> bool:
@@ -449,7 +293,8 @@ def _result(task: DjangoTask, job: Job) -> TaskResult:
     # Attempts run: a running one counts once it ends, as Django documents.
     attempts = job.attempt - 1 if job.status == JobStatus.RUNNING else job.attempt
     worker_ids = [str(by_attempt.get(n) or job.worker_id) for n in range(1, attempts + 1)]
-    first_start = stored.get("started_at") if job.attempt >= 1 else None
+    # A later attempt's row has lost the first start, which attempt 1 stored with the job.
+    first_start = stored.get("started_at") if job.attempt > 1 else None
     result = TaskResult(
         task=task,
         id=str(job.id),
@@ -477,59 +322,3 @@ def _task_error(error: dict[str, Any]) -> TaskError:
         path = "pgqueue.errors.TaskError"
     traceback = error.get("traceback") or f"{error.get('error', '')}\n"
     return TaskError(exception_class_path=path, traceback=traceback)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Parameters:
-    """A task function's parameters as enqueue checks them (made once per function)."""
-
-    signature: inspect.Signature  # without the context parameter
-    variadic: frozenset[str]  # *args and **kwargs: Django's JSON check is all they get
-    model: type[BaseModel] | None  # the annotated ones, None when none is
-
-
-_parameters: dict[Any, _Parameters] = {}
-
-
-def _check_annotations(task: DjangoTask, args: list[Any], kwargs: dict[str, Any]) -> None:
-    """pgqueue's check beside Django's: the arguments fit the function's parameters, and
-    its annotated ones take these JSON values, at enqueue rather than when the job runs."""
-    found = _parameters.get(task.func)
-    if found is None:
-        found = _parameters.setdefault(task.func, _read_parameters(task))
-    try:
-        bound = found.signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        raise InvalidArgumentsError(f"task {task.module_path!r}: {exc}") from None
-    if found.model is None:
-        return
-    values = {k: v for k, v in bound.arguments.items() if k not in found.variadic}
-    try:
-        found.model.model_validate_json(json.dumps(values), strict=True)
-    except ValidationError as exc:
-        raise InvalidArgumentsError(
-            f"task {task.module_path!r}: invalid arguments: {exc}"
-        ) from None
-
-
-def _read_parameters(task: DjangoTask) -> _Parameters:
-    signature = inspect.signature(task.func)
-    params = list(signature.parameters.values())[1 if task.takes_context else 0 :]
-    try:
-        hints = typing.get_type_hints(task.func)
-    except Exception:  # an annotation that does not resolve checks nothing
-        hints = {}
-    variadic = frozenset(p.name for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-    fields: dict[str, Any] = {
-        p.name: (hints.get(p.name, Any), ... if p.default is p.empty else p.default)
-        for p in params
-        if p.name not in variadic
-    }
-    model = None
-    if any(p.name in hints for p in params):
-        model = create_model(
-            f"{task.module_path}:args",
-            __config__=ConfigDict(arbitrary_types_allowed=True),
-            **fields,
-        )
-    return _Parameters(signature.replace(parameters=params), variadic, model)
