@@ -2,7 +2,8 @@
 
 Those tests set TASKS themselves (override_settings); plugin.py passes every TASKS they set
 through `pgqueue_tasks`, which names these backends instead of Django's two. Each is
-pgqueue's own Backend, jobs in PostgreSQL and all, plus what the tests ask of Django's:
+pgqueue's own Backend, jobs in PostgreSQL and all, plus only what the tests ask of the
+Django backend it stands in for.
 """
 
 from __future__ import annotations
