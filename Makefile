@@ -30,8 +30,13 @@ $(DJANGO_VENV)/.installed: pyproject.toml
 DJANGO_TESTS := tests/integration/test_django.py tests/integration/test_django_tasks.py \
 	tests/acceptance/test_integration_examples.py
 
+# Then Django's own tests of django.tasks on pgqueue's backend (tests/django_suite): taken
+# from the installed Django's sdist, which pip downloads once into DJANGO_SDIST_CACHE.
+DJANGO_SDIST_CACHE ?= .pgqueue/django-sdist
+
 test-django: $(DJANGO_VENV)/.installed
 	$(DJANGO_VENV)/bin/pytest -q $(DJANGO_TESTS)
+	DJANGO_SDIST_CACHE=$(DJANGO_SDIST_CACHE) $(DJANGO_VENV)/bin/python -m tests.django_suite -q
 
 demo: $(VENV)/.installed
 	$(BIN)/pgqueue demo

@@ -8,6 +8,8 @@ from psycopg.conninfo import conninfo_to_dict
 _db = conninfo_to_dict(os.environ["DJANGO_TEST_DSN"])
 
 SECRET_KEY = "tests-only"
+# DJANGO_DEBUG=1: Django's default logging then prints django.* records on the console too.
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
 USE_TZ = True
 INSTALLED_APPS = ["django.contrib.contenttypes", "shop", "pgqueue.contrib.django"]
 DATABASES = {
@@ -27,3 +29,7 @@ TASKS = {
     "default": {"BACKEND": "pgqueue.contrib.django.Backend", "QUEUES": ["default", "mail"]},
     "retrying": {"BACKEND": "pgqueue.contrib.django.Backend", "OPTIONS": {"MAX_ATTEMPTS": 2}},
 }
+if os.environ.get("DJANGO_TASKS_BROKEN_ALIAS") == "1":
+    # An alias of no use whose backend does not exist, as in Django's own tests: Django
+    # reports it only when it is used (and in `manage.py check`), so it must stop no other.
+    TASKS["missing"] = {"BACKEND": "does.not.exist"}

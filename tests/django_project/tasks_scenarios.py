@@ -19,7 +19,7 @@ django.setup()
 
 from django.db import transaction  # noqa: E402
 from django.tasks import task_backends  # noqa: E402
-from django.tasks.exceptions import TaskResultDoesNotExist  # noqa: E402
+from django.tasks.exceptions import InvalidTaskBackend, TaskResultDoesNotExist  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from shop import tasks  # noqa: E402
 from shop.jobs import send_receipt  # noqa: E402
@@ -52,6 +52,15 @@ def missing(result_id) -> bool:
     except TaskResultDoesNotExist:
         return True
     return False
+
+
+def signals_sent(name: str, result_id: str) -> int:
+    """How many `name` signals this process has sent so far for the result."""
+    if not os.path.exists(os.environ["SIGNAL_LOG"]):
+        return 0
+    with open(os.environ["SIGNAL_LOG"]) as log:
+        events = [json.loads(line) for line in log]
+    return sum(1 for e in events if e["signal"] == name and e["id"] == result_id)
 
 
 def worker(*extra: str) -> subprocess.Popen:
@@ -100,11 +109,18 @@ def described(result) -> dict:
     return out
 
 
+# An alias whose backend does not exist stops nothing until it is used.
+try:
+    task_backends["missing"]
+except InvalidTaskBackend as exc:
+    seen["missing_alias"] = str(exc)
+
 # Transactions: the job is the block's.
 with transaction.atomic():
     order = Order.objects.create(item="tea")
     committed = tasks.mark_sent.enqueue(order.id)
     seen["inside_block"] = str(backend.get_result(committed.id).status)
+    enqueued_inside = signals_sent("task_enqueued", committed.id)
 try:
     with transaction.atomic():
         order = Order.objects.create(item="cake")
@@ -125,6 +141,15 @@ with transaction.atomic():
 seen["rolled_back_missing"] = missing(rolled_back.id)
 seen["savepoint_missing"] = missing(inner.id)
 seen["outer_status"] = str(backend.get_result(outer.id).status)
+autocommitted = tasks.noop_task.enqueue()
+seen["task_enqueued_sent"] = {
+    "inside_the_block": enqueued_inside,
+    "after_its_commit": signals_sent("task_enqueued", committed.id),
+    "rolled_back": signals_sent("task_enqueued", rolled_back.id),
+    "savepoint_rolled_back": signals_sent("task_enqueued", inner.id),
+    "outer_committed": signals_sent("task_enqueued", outer.id),
+    "autocommit": signals_sent("task_enqueued", autocommitted.id),
+}
 
 # Bad input: Django's own checks and pgqueue's, and nothing stored.
 seen["refused"] = {
@@ -221,5 +246,16 @@ for event in events:
             [event["signal"], event["status"], event["attempts"], event["errors"]]
         )
 seen["signals"] = trail
+seen["fails_once_times"] = {
+    "signals": [
+        [e["signal"], e["started_at"], e["last_attempted_at"]]
+        for e in events
+        if e["id"] == cases["fails_once"].id
+    ],
+    "result": [
+        cases["fails_once"].started_at.isoformat(),
+        cases["fails_once"].last_attempted_at.isoformat(),
+    ],
+}
 seen["signal_sender"] = sorted({event["sender"] for event in events})
 print(json.dumps(seen))

@@ -7,7 +7,9 @@ block. tests/django_project/tasks_scenarios.py drives it; this judges what it sa
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -23,6 +25,10 @@ pytest.importorskip(
 PROJECT = ROOT / "tests" / "django_project"
 
 
+def at(iso: str) -> datetime:
+    return datetime.fromisoformat(iso)
+
+
 @pytest.fixture(scope="module")
 def seen(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """One run of the scenarios, on a database of their own, judged by each test here."""
@@ -34,6 +40,8 @@ def seen(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
         }
         migrated = run_python("manage.py", "migrate", "--noinput", cwd=PROJECT, env=env)
         assert migrated.returncode == 0, migrated.stderr
+        # The scenarios and their workers run with a broken alias of no use in TASKS.
+        env["DJANGO_TASKS_BROKEN_ALIAS"] = "1"
         ran = run_python("tasks_scenarios.py", cwd=PROJECT, env=env, timeout=300)
         assert ran.returncode == 0, ran.stderr
         yield dict(json.loads(ran.stdout))
@@ -79,6 +87,55 @@ def test_a_job_naming_anything_else_fails_and_runs_nothing(seen: dict[str, Any])
         assert error.startswith(f"UnknownTaskError: no task is registered under {name!r}")
 
 
+def test_a_broken_alias_of_no_use_stops_no_enqueue(seen: dict[str, Any]) -> None:
+    # TASKS had "missing": {"BACKEND": "does.not.exist"} in the scenarios and their workers:
+    # every enqueue and job went through, and the alias fails only when used, as Django has it.
+    assert seen["inside_block"] == "READY"
+    assert seen["missing_alias"] == (
+        "Could not find backend 'does.not.exist': No module named 'does'"
+    )
+
+
+def test_task_enqueued_is_sent_when_the_job_commits_never_on_rollback(
+    seen: dict[str, Any],
+) -> None:
+    assert seen["task_enqueued_sent"] == {
+        "inside_the_block": 0,
+        "after_its_commit": 1,
+        "rolled_back": 0,
+        "savepoint_rolled_back": 0,
+        "outer_committed": 1,
+        "autocommit": 1,
+    }
+
+
+def test_attempts_count_finished_attempts_and_context_the_current_one(
+    seen: dict[str, Any],
+) -> None:
+    # TaskResult.attempts leaves out the attempt running; TaskContext.attempt is its number.
+    assert seen["signals"]["fails_once"] == [
+        ["task_enqueued", "READY", 0, []],
+        ["task_started", "RUNNING", 0, []],
+        ["task_finished", "READY", 1, ["builtins.RuntimeError"]],
+        ["task_started", "RUNNING", 1, []],
+        ["task_finished", "SUCCESSFUL", 2, []],
+    ]
+    assert seen["cases"]["fails_once"]["return_value"] == 2  # context.attempt on the retry
+    assert seen["cases"]["context"]["return_value"] == 1
+
+
+def test_started_at_is_the_first_attempts_start_across_retries(seen: dict[str, Any]) -> None:
+    times = seen["fails_once_times"]
+    started = [(at(s), at(a)) for name, s, a in times["signals"] if name == "task_started"]
+    (first_start, first_last), (second_start, second_last) = started
+    assert first_start == first_last  # attempt 1: its own start
+    assert second_start == first_start  # attempt 2: still the first attempt's
+    assert second_last > first_last  # last_attempted_at: the latest attempt's
+    result_started, result_last = (at(t) for t in times["result"])
+    assert result_started == first_start
+    assert result_last > result_started
+
+
 def test_priority_and_run_after(seen: dict[str, Any]) -> None:
     assert seen["higher_priority_started_first"] is True
     meaning = seen["cases"]["meaning"]
@@ -93,7 +150,7 @@ def test_the_result_api_reports_each_status(seen: dict[str, Any]) -> None:
     assert seen["running"] == {
         "status": "RUNNING",
         "started": True,
-        "attempts": 1,
+        "attempts": 0,  # Django: "If the task is currently running, it does not count"
         "return_value_error": "Task has not finished yet",
     }
     gated = seen["gated"]
@@ -143,21 +200,13 @@ def test_signals_in_the_enqueuing_process_and_the_worker(seen: dict[str, Any]) -
     assert seen["signal_sender"] == ["Backend"]
     assert signals["meaning"] == [
         ["task_enqueued", "READY", 0, []],
-        ["task_started", "RUNNING", 1, []],
+        ["task_started", "RUNNING", 0, []],
         ["task_finished", "SUCCESSFUL", 1, []],
     ]
     assert signals["value_error"] == [
         ["task_enqueued", "READY", 0, []],
-        ["task_started", "RUNNING", 1, []],
+        ["task_started", "RUNNING", 0, []],
         ["task_finished", "FAILED", 1, ["builtins.ValueError"]],
-    ]
-    # An attempt that will be retried finishes READY; the next one starts afresh.
-    assert signals["fails_once"] == [
-        ["task_enqueued", "READY", 0, []],
-        ["task_started", "RUNNING", 1, []],
-        ["task_finished", "READY", 1, ["builtins.RuntimeError"]],
-        ["task_started", "RUNNING", 2, []],
-        ["task_finished", "SUCCESSFUL", 2, []],
     ]
     assert signals["complex_return_value"][-1] == [
         "task_finished",
@@ -166,3 +215,39 @@ def test_signals_in_the_enqueuing_process_and_the_worker(seen: dict[str, Any]) -
         ["builtins.TypeError"],
     ]
     assert signals["noop_async"][-1] == ["task_finished", "SUCCESSFUL", 1, []]
+
+
+@pytest.mark.parametrize("debug", ["1", "0"], ids=["debug", "no-debug"])
+def test_the_worker_command_prints_each_django_tasks_line_once(
+    own_database: str, debug: str
+) -> None:
+    """With DEBUG on, Django's default logging has a console handler of its own for django.*
+    records; the worker's stderr handler must not print them again."""
+    env = {
+        "DJANGO_TEST_DSN": own_database,
+        "PYTHONPATH": f"{ROOT}:{PROJECT}",
+        "DJANGO_DEBUG": debug,
+    }
+    migrated = run_python("manage.py", "migrate", "--noinput", cwd=PROJECT, env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    enqueue = (
+        "from shop import tasks; "
+        "print(tasks.noop_task.enqueue().id, tasks.failing_task_value_error.enqueue().id)"
+    )
+    enqueued = run_python("manage.py", "shell", "-v", "0", "-c", enqueue, cwd=PROJECT, env=env)
+    assert enqueued.returncode == 0, enqueued.stderr
+    ok, failing = enqueued.stdout.split()
+
+    worked = run_python("manage.py", "pgqueue_worker", "--burst", cwd=PROJECT, env=env)
+    assert worked.returncode == 0, worked.stderr
+    lines = worked.stderr.splitlines()
+
+    def count(pattern: str) -> int:
+        return sum(1 for line in lines if re.search(pattern, line))
+
+    assert count(rf"Task id={ok} path=shop\.tasks\.noop_task state=RUNNING$") == 1, lines
+    assert count(rf"Task id={ok} path=shop\.tasks\.noop_task state=SUCCESSFUL$") == 1, lines
+    assert count(rf"Task id={failing} path=\S+ state=RUNNING$") == 1, lines
+    assert count(rf"Task id={failing} path=\S+ state=FAILED$") == 1, lines
+    assert count(r"^Traceback \(most recent call last\)") == 1, lines  # django.tasks' ERROR
+    assert count(r"INFO pgqueue\.worker: worker \d+ started") == 1, lines  # the worker's own

@@ -30,16 +30,11 @@ def _uses_tasks_backend() -> bool:
     if not isinstance(configured, dict):
         return False
     try:
-        from pgqueue.contrib.django.tasks import Backend
+        from pgqueue.contrib.django.tasks import is_pgqueue_backend
     except ImportError:  # a Django without django.tasks
         return False
-    from django.utils.module_loading import import_string
-
-    for params in configured.values():
-        try:
-            backend = import_string(params["BACKEND"])
-        except (ImportError, KeyError, TypeError):
-            continue  # Django reports a broken TASKS setting itself, when it is used
-        if isinstance(backend, type) and issubclass(backend, Backend):
-            return True
-    return False
+    # A broken entry is Django's to report, when it is used.
+    return any(
+        isinstance(params, dict) and is_pgqueue_backend(params.get("BACKEND"))
+        for params in configured.values()
+    )

@@ -9,36 +9,42 @@ path, and `pgqueue jobs`, retries, cancel and retention apply to it.
 
 What the worker runs: only functions decorated with `@task` for a pgqueue backend, in the
 modules of installed apps (and of OPTIONS["MODULES"]), looked up the first time a job names
-them. A job naming anything else fails with the reason.
+them. A job naming anything else fails with the reason. Only pgqueue's own TASKS entries are
+read for that, from the setting: as in Django, another alias is resolved only when used.
+
+task_enqueued is sent when the enqueue commits; the worker's side (task_runs.py) sends the
+others. task_args.py holds pgqueue's check of the arguments at enqueue.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
-import json
-import typing
 from datetime import datetime
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import close_old_connections
+from django.core.signals import setting_changed
+from django.db import transaction
 from django.tasks import Task as DjangoTask
-from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import ValidationError
 
 from pgqueue.contrib import django as integration
-from pgqueue.errors import ConfigurationError, InvalidArgumentsError
+from pgqueue.contrib.django import task_args, task_runs
+from pgqueue.errors import ConfigurationError
 from pgqueue.models import MAX_ATTEMPTS_LIMIT, Job, JobOptions, JobStatus, TaskPolicy
-from pgqueue.registry import JobContext, Task
+from pgqueue.registry import Task
 
 _STATUS = {
     JobStatus.QUEUED: TaskResultStatus.READY,
@@ -108,7 +114,7 @@ class Backend(BaseTaskBackend):
             )
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         handler = _handler(task)
-        _check_annotations(task, args, kwargs)
+        task_args.check_annotations(task, args, kwargs)
         enqueued_at = timezone.now()
         stored: dict[str, Any] = {
             "args": args,
@@ -140,7 +146,13 @@ class Backend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        task_enqueued.send(type(self), task_result=result)
+        # Django's signal says the task is enqueued, which is true once the job commits:
+        # at once in autocommit, at the commit of the atomic() block around the enqueue, and
+        # never if that block rolls back.
+        transaction.on_commit(
+            functools.partial(task_enqueued.send, type(self), task_result=result),
+            using=integration.alias(),
+        )
         return result
 
     def get_result(self, result_id: Any) -> TaskResult:
@@ -190,11 +202,45 @@ _allowed_names: dict[str, bool] = {}
 
 def _in_allowed_modules(name: str) -> bool:
     prefixes = [config.name for config in apps.get_app_configs()]
-    for alias in task_backends.settings:
-        backend = task_backends[alias]
-        if isinstance(backend, Backend):
-            prefixes.extend(backend.modules)
+    for params in _pgqueue_aliases().values():
+        modules = (params.get("OPTIONS") or {}).get("MODULES", [])
+        if isinstance(modules, (list, tuple)):  # else the alias refuses itself when used
+            prefixes.extend(m for m in modules if isinstance(m, str))
     return any(name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def _pgqueue_aliases() -> dict[str, dict[str, Any]]:
+    """The TASKS entries whose BACKEND is pgqueue's, read from the setting: no backend is
+    instantiated, so a broken alias of another backend stays Django's to report when it is
+    used, as Django resolves aliases only then."""
+    configured = getattr(settings, "TASKS", None)
+    if not isinstance(configured, dict):
+        return {}
+    return {
+        alias: params
+        for alias, params in configured.items()
+        if isinstance(params, dict) and is_pgqueue_backend(params.get("BACKEND"))
+    }
+
+
+def is_pgqueue_backend(path: Any) -> bool:
+    """Whether a TASKS entry's BACKEND names this backend (or a subclass of it)."""
+    if not isinstance(path, str):
+        return False
+    try:
+        found = import_string(path)
+    except ImportError:
+        return False
+    return isinstance(found, type) and issubclass(found, Backend)
+
+
+def _forget_allowed(*, setting: str, **kwargs: Any) -> None:
+    """The allowed modules follow TASKS and INSTALLED_APPS when they change (tests do)."""
+    if setting in ("TASKS", "INSTALLED_APPS"):
+        _allowed_names.clear()
+
+
+setting_changed.connect(_forget_allowed, dispatch_uid="pgqueue.contrib.django.tasks")
 
 
 def _django_task(name: str) -> DjangoTask | None:
@@ -219,136 +265,11 @@ def _handler(task: DjangoTask) -> Task[Any]:
     name = task.module_path
     handler = _handlers.get(name)
     if handler is None:
-        run = _async_runner(task) if inspect.iscoroutinefunction(task.func) else _runner(task)
+        coroutine = inspect.iscoroutinefunction(task.func)
+        run = task_runs.async_runner(task) if coroutine else task_runs.runner(task)
         handler = Task(run, name=name, options=JobOptions(), policy=TaskPolicy())
         handler = _handlers.setdefault(name, handler)
     return handler
-
-
-def _runner(task: DjangoTask) -> Any:
-    def run(
-        job: JobContext,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        backend: str,
-        enqueued_at: datetime,
-        run_after: datetime | None = None,
-    ) -> Any:
-        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after)
-        close_old_connections()  # as a request would: a worker's connections outlive many
-        try:
-            task_started.send(attempt.sender, task_result=attempt.result)
-            try:
-                attempt.succeeded(attempt.call())
-            except (Exception, SystemExit) as exc:  # Django's own backends record SystemExit
-                attempt.failed(exc)
-                task_finished.send(attempt.sender, task_result=attempt.result)
-                raise
-            task_finished.send(attempt.sender, task_result=attempt.result)
-            return attempt.value
-        finally:
-            close_old_connections()
-
-    return run
-
-
-def _async_runner(task: DjangoTask) -> Any:
-    async def run(
-        job: JobContext,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        backend: str,
-        enqueued_at: datetime,
-        run_after: datetime | None = None,
-    ) -> Any:
-        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after)
-        await task_started.asend(attempt.sender, task_result=attempt.result)
-        try:
-            attempt.succeeded(await attempt.call())
-        except (Exception, SystemExit) as exc:
-            attempt.failed(exc)
-            await task_finished.asend(attempt.sender, task_result=attempt.result)
-            raise
-        await task_finished.asend(attempt.sender, task_result=attempt.result)
-        return attempt.value
-
-    return run
-
-
-class _Attempt:
-    """One run of a django.tasks task in a worker, and the TaskResult its signals carry."""
-
-    def __init__(
-        self,
-        task: DjangoTask,
-        job: JobContext,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        alias: str,
-        enqueued_at: datetime,
-        run_after: datetime | None,
-    ) -> None:
-        backend = task_backends[alias]
-        if not isinstance(backend, Backend):
-            raise ConfigurationError(f"TASKS[{alias!r}] is no longer a pgqueue backend")
-        self.sender = type(backend)
-        self.job = job
-        self.task = dataclasses.replace(
-            task, backend=alias, queue_name=job.queue, run_after=run_after
-        )
-        self.args, self.kwargs = args, kwargs
-        now = timezone.now()
-        self.value: Any = None
-        self.result = TaskResult(
-            task=self.task,
-            id=str(job.job_id),
-            status=TaskResultStatus.RUNNING,
-            enqueued_at=enqueued_at,
-            started_at=now,
-            finished_at=None,
-            last_attempted_at=now,
-            args=args,
-            kwargs=kwargs,
-            backend=alias,
-            errors=[],
-            # Who ran the earlier attempts is not read here (get_result has it): one entry
-            # per attempt, so that TaskContext.attempt counts this one.
-            worker_ids=[str(job.worker_id)] * job.attempt,
-        )
-
-    def call(self) -> Any:
-        if self.task.takes_context:
-            return self.task.func(TaskContext(task_result=self.result), *self.args, **self.kwargs)
-        return self.task.func(*self.args, **self.kwargs)
-
-    def succeeded(self, value: Any) -> None:
-        self.value = normalize_json(value)
-        self._set(status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
-        object.__setattr__(self.result, "_return_value", self.value)
-
-    def failed(self, exc: BaseException) -> None:
-        final = self.job.attempt >= self.job.max_attempts
-        kind = type(exc)
-        self.result.errors.append(
-            TaskError(
-                exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
-                traceback="".join(_format(exc)),
-            )
-        )
-        if final:
-            self._set(status=TaskResultStatus.FAILED, finished_at=timezone.now())
-        else:
-            self._set(status=TaskResultStatus.READY)
-
-    def _set(self, **values: Any) -> None:
-        for name, value in values.items():
-            object.__setattr__(self.result, name, value)
-
-
-def _format(exc: BaseException) -> list[str]:
-    import traceback
-
-    return traceback.format_exception(exc)
 
 
 def _is_django_job(job: Job) -> bool:
@@ -369,13 +290,17 @@ def _result(task: DjangoTask, job: Job) -> TaskResult:
     status = _STATUS[job.status]
     errors = [_task_error(e) for e in job.errors if e.get("kind") != "cancelled"]
     by_attempt = {e.get("attempt"): e.get("worker") for e in job.errors}
-    worker_ids = [str(by_attempt.get(n) or job.worker_id) for n in range(1, job.attempt + 1)]
+    # Attempts run: a running one counts once it ends, as Django documents.
+    attempts = job.attempt - 1 if job.status == JobStatus.RUNNING else job.attempt
+    worker_ids = [str(by_attempt.get(n) or job.worker_id) for n in range(1, attempts + 1)]
+    # A later attempt's row has lost the first start, which attempt 1 stored with the job.
+    first_start = stored.get("started_at") if job.attempt > 1 else None
     result = TaskResult(
         task=task,
         id=str(job.id),
         status=status,
         enqueued_at=datetime.fromisoformat(stored["enqueued_at"]),
-        started_at=job.started_at,
+        started_at=datetime.fromisoformat(first_start) if first_start else job.started_at,
         finished_at=job.finished_at,
         last_attempted_at=job.started_at,
         args=stored["args"],
@@ -397,59 +322,3 @@ def _task_error(error: dict[str, Any]) -> TaskError:
         path = "pgqueue.errors.TaskError"
     traceback = error.get("traceback") or f"{error.get('error', '')}\n"
     return TaskError(exception_class_path=path, traceback=traceback)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Parameters:
-    """A task function's parameters as enqueue checks them (made once per function)."""
-
-    signature: inspect.Signature  # without the context parameter
-    variadic: frozenset[str]  # *args and **kwargs: Django's JSON check is all they get
-    model: type[BaseModel] | None  # the annotated ones, None when none is
-
-
-_parameters: dict[Any, _Parameters] = {}
-
-
-def _check_annotations(task: DjangoTask, args: list[Any], kwargs: dict[str, Any]) -> None:
-    """pgqueue's check beside Django's: the arguments fit the function's parameters, and
-    its annotated ones take these JSON values, at enqueue rather than when the job runs."""
-    found = _parameters.get(task.func)
-    if found is None:
-        found = _parameters.setdefault(task.func, _read_parameters(task))
-    try:
-        bound = found.signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        raise InvalidArgumentsError(f"task {task.module_path!r}: {exc}") from None
-    if found.model is None:
-        return
-    values = {k: v for k, v in bound.arguments.items() if k not in found.variadic}
-    try:
-        found.model.model_validate_json(json.dumps(values), strict=True)
-    except ValidationError as exc:
-        raise InvalidArgumentsError(
-            f"task {task.module_path!r}: invalid arguments: {exc}"
-        ) from None
-
-
-def _read_parameters(task: DjangoTask) -> _Parameters:
-    signature = inspect.signature(task.func)
-    params = list(signature.parameters.values())[1 if task.takes_context else 0 :]
-    try:
-        hints = typing.get_type_hints(task.func)
-    except Exception:  # an annotation that does not resolve checks nothing
-        hints = {}
-    variadic = frozenset(p.name for p in params if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-    fields: dict[str, Any] = {
-        p.name: (hints.get(p.name, Any), ... if p.default is p.empty else p.default)
-        for p in params
-        if p.name not in variadic
-    }
-    model = None
-    if any(p.name in hints for p in params):
-        model = create_model(
-            f"{task.module_path}:args",
-            __config__=ConfigDict(arbitrary_types_allowed=True),
-            **fields,
-        )
-    return _Parameters(signature.replace(parameters=params), variadic, model)

@@ -28,6 +28,8 @@ class ShopConfig(AppConfig):
                     "status": str(task_result.status),
                     "attempts": task_result.attempts,
                     "errors": [e.exception_class_path for e in task_result.errors],
+                    "started_at": _iso(task_result.started_at),
+                    "last_attempted_at": _iso(task_result.last_attempted_at),
                 }
                 with open(path, "a") as log:
                     log.write(json.dumps(line) + "\n")
@@ -36,3 +38,7 @@ class ShopConfig(AppConfig):
 
         for name in ("task_enqueued", "task_started", "task_finished"):
             getattr(signals, name).connect(record(name), weak=False)
+
+
+def _iso(at):
+    return None if at is None else at.isoformat()

@@ -1,0 +1,50 @@
+"""The tests of Django's tests/tasks that cannot apply to pgqueue's backend, each with why:
+the one place any is left out (plugin.py skips them with this reason, and fails the run if
+one no longer exists). Keyed "file::class::test"."""
+
+_SYNC_READ_IN_ASYNC = (
+    "calls the synchronous {call} inside an async test: Django refuses a database backend's "
+    "synchronous queries there (SynchronousOnlyOperation) and documents {twin} for async "
+    "code; DummyBackend keeps its results in memory, so only it can answer"
+)
+
+EXCLUDED: dict[str, str] = {
+    "test_tasks.py::TaskTestCase::test_get_missing_result": _SYNC_READ_IN_ASYNC.format(
+        call="Task.get_result()", twin="aget_result()"
+    ),
+    "test_tasks.py::TaskTestCase::test_refresh_result": _SYNC_READ_IN_ASYNC.format(
+        call="TaskResult.refresh()", twin="arefresh()"
+    ),
+    "test_tasks.py::TaskTestCase::test_using_correct_backend": (
+        "asserts the backend is an instance of Django's DummyBackend class"
+    ),
+    "test_tasks.py::TaskTestCase::test_get_backend": (
+        "asserts the backends are instances of Django's DummyBackend and ImmediateBackend classes"
+    ),
+    "test_immediate_backend.py::ImmediateBackendTestCase::test_using_correct_backend": (
+        "asserts the backend is an instance of Django's ImmediateBackend class, with no OPTIONS"
+    ),
+    "test_immediate_backend.py::ImmediateBackendTestCase::test_cannot_get_result": (
+        "asserts get_result is unsupported, as in ImmediateBackend; pgqueue's backend "
+        "supports it (supports_get_result = True)"
+    ),
+    "test_immediate_backend.py::ImmediateBackendTestCase::test_cannot_refresh_result": (
+        "asserts refresh is unsupported, as in ImmediateBackend; pgqueue's backend supports it "
+        "(supports_get_result = True)"
+    ),
+    "test_immediate_backend.py::ImmediateBackendTestCase::test_cannot_pass_run_after": (
+        "asserts run_after is refused, as in ImmediateBackend; pgqueue's backend supports it "
+        "(supports_defer = True)"
+    ),
+    "test_immediate_backend.py::ImmediateBackendTestCase::test_throws_keyboard_interrupt": (
+        "expects the task's KeyboardInterrupt to reach the caller of enqueue(), which runs the "
+        "task itself in ImmediateBackend; a database backend's task runs in a worker, where a "
+        "handler's KeyboardInterrupt fails the job, never its enqueuer"
+    ),
+    "test_immediate_backend.py::ImmediateBackendTransactionTestCase"
+    "::test_doesnt_wait_until_transaction_commit_by_default": (
+        "expects the task to run inside the enqueuing transaction; pgqueue's job is part of "
+        "that transaction, so no worker can see it before the commit (the point of a "
+        "transactional queue)"
+    ),
+}
