@@ -129,7 +129,9 @@ class Worker:
         if self.settings.queues == (ALL_QUEUES,):
             known = sorted({"default", *(task.options.queue for task in self.registry)})
             self.settings = self.settings.model_copy(update={"queues": tuple(known)})
-        self._extra_observers = tuple(observers)
+        self.tally = WorkerTally()
+        # Others may join later (metrics.registry_for_worker), and stay for every run.
+        self.observers = Observers([self.tally, *observers])
         # Guards the start and stop of a run against a second start or a stop from another
         # thread; reentrant, so a stop() from a signal handler of the same thread cannot block.
         self._state = threading.RLock()
@@ -143,8 +145,9 @@ class Worker:
         opens new connections and services, and counts its jobs from zero."""
         self.id = 0
         self.stats = WorkerStats()
-        self.tally = WorkerTally()
-        self.observers = Observers([self.tally, *self._extra_observers])
+        tally = WorkerTally()
+        self.observers.all = [tally if seen is self.tally else seen for seen in self.observers.all]
+        self.tally = tally
         self.services = Services()
         self.scheduler = None
         self.pruner = None

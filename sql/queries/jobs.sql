@@ -496,11 +496,11 @@ WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where i
 -- entering CTEs, and the recorded and room CTEs with its last row. A statement of its own,
 -- so that job_claim pays nothing for rate limits.
 -- A queue's limit holds where its jobs' handlers start, not only at the claim: a handler
--- starts up to %(start_margin)s after its claim's time (the worker puts back, attempt
+-- starts up to the start margin after its claim's time (the worker puts back, attempt
 -- unspent, a job it could not start by then), so the claim counts the starts of a period and
 -- that margin before it, and no period-long window of handler starts holds more than the
 -- limit, however the starts of two claims a period apart are delayed in their workers
--- (tests/integration/test_rate_limits.py, test_handler_starts_never_exceed_the_queue_limit).
+-- (tests/integration/test_rate_limits.py records handlers' starts and checks every window).
 WITH queue_limit AS (
     -- Locks the queue's rate_limits row until this claim commits: claims of a limited queue
     -- take turns here, each counting the starts of those before it.

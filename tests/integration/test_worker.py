@@ -362,8 +362,11 @@ def test_a_stopped_worker_starts_again_as_a_new_worker_and_runs_jobs(
     queue: Queue, dsn: str, schema: str, conn: Any
 ) -> None:
     """run_async() again after a run ended: a new registration (a new id, the old row gone),
-    claims on wake-ups, heartbeats, jobs run; a third run too."""
+    claims on wake-ups, heartbeats, jobs run; a third run too. An observer added after the
+    Worker was made (as --metrics-port adds one) hears every run's jobs."""
     worker, seen, runs = _restartable(queue, dsn, schema)
+    heard = _Heard()
+    worker.observers.all.append(heard)
     ids: list[int] = []
     for run in range(3):
         with worker_in_thread(worker):
@@ -373,6 +376,24 @@ def test_a_stopped_worker_starts_again_as_a_new_worker_and_runs_jobs(
         assert count(conn, schema, "workers") == 0  # each run deregisters at its end
     assert len(set(ids)) == 3
     assert count(conn, schema, "job_history", "status = 'succeeded'") == 15
+    assert len(heard.finished) == 15
+    assert sum(worker.tally.outcomes.values()) == 5  # the last run's own count
+
+
+class _Heard:
+    """An observer that keeps the ids of the jobs it heard finish."""
+
+    def __init__(self) -> None:
+        self.finished: list[int] = []
+
+    def job_started(self, job: Any) -> None:
+        pass
+
+    def job_finished(self, job: Any, outcome: Any) -> None:
+        self.finished.append(job.id)
+
+    def claimed(self, seconds: float, jobs: int) -> None:
+        pass
 
 
 def test_a_worker_that_failed_to_start_starts_again(
