@@ -195,10 +195,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._forced = asyncio.Event()
         loop = self._loop
-        if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._on_signal, sig)
         try:
+            if handle_signals:  # raises outside the main thread: this run ends, not the next
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, self._on_signal, sig)
             await self._serve()
         finally:
             if handle_signals:

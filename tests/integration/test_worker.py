@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -430,6 +431,28 @@ def test_starting_a_running_worker_is_refused_and_it_runs_on(
         _serve_one_batch(queue, worker, seen, runs, conn, first=0)
     conn.commit()
     assert count(conn, schema, "workers") == 0
+
+
+def test_a_run_that_could_not_start_leaves_the_worker_startable(
+    queue: Queue, dsn: str, schema: str, conn: Any
+) -> None:
+    """run() sets signal handlers, which only the main thread can: in another thread it
+    fails at once, and the worker can still be started."""
+    worker, seen, runs = _restartable(queue, dsn, schema)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except Exception as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert len(failures) == 1 and "main thread" in str(failures[0])
+    with worker_in_thread(worker):
+        _serve_one_batch(queue, worker, seen, runs, conn, first=0)
 
 
 def test_a_stop_before_the_start_ends_that_run_at_once_and_the_next_runs(
