@@ -40,6 +40,7 @@ from bench.report import Run, guarded
 from bench.server import database, scratch_schema
 from bench.workflows import Drain, fill, workers
 from pgqueue import Queue
+from pgqueue.models import RATE_START_MARGIN
 from pgqueue.queries import query
 
 # The cost scenarios' limits, (starts, per seconds): far above what one connection claims, so
@@ -82,6 +83,7 @@ class RatedDrain(Drain):
         self.claim = query(statement, schema)
         self.params["limited_tasks"] = limited
         self.params["job_limits"] = bool(limited)
+        self.params["start_margin"] = RATE_START_MARGIN
 
 
 def cost(dsn: str, jobs: int) -> dict[str, Any]:

@@ -20,6 +20,10 @@ Invariants:
   claims only what the limit has room for. One that got fewer jobs than it asked for because
   the limit was full is left out until the statement said it has room again, and its hint
   does not move: the jobs it did not take are still there.
+- A queue's rate limit holds at its handlers' starts: jobs claimed under one must start
+  within RATE_START_MARGIN of the claim (job_claim_rated counts the starts of a period and
+  that margin back); each carries the time it must start by (ClaimedJob.start_by), and the
+  executor puts back one that could not start in time.
 - While any task or key has a rate limit, the queues where a job with a key or of a limited
   task was seen are claimed with job_claim_rated, which puts jobs over their task's or key's
   limit back as scheduled; they count as walked, and the promotion is due when the first of
@@ -32,6 +36,7 @@ nothing else is raised here.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections import deque
@@ -40,7 +45,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from pgqueue.link import Link
-from pgqueue.models import ClaimedJob, WorkerSettings
+from pgqueue.models import RATE_START_MARGIN, ClaimedJob, WorkerSettings
 from pgqueue.observe import Observers
 from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
@@ -320,18 +325,21 @@ class Claimer:
             "now": None,
             "limited_tasks": sorted(self.limited_tasks),
             "job_limits": bool(self.limited_tasks or self.key_limits),
+            "start_margin": RATE_START_MARGIN,
         }
 
         room_in: float | None = None
         back_in: float | None = None
+        sent: float | None = None  # when a claim under the queue's rate limit was sent
 
         async def claim(conn: AsyncConn) -> Claimed:
-            nonlocal room_in, back_in
+            nonlocal room_in, back_in, sent
             if queue in self.rated or (
                 queue in self._keyed and (self.limited_tasks or self.key_limits)
             ):
                 for attempt in range(CLAIM_RETRIES):
                     try:
+                        sent = time.monotonic() if queue in self.rated else None
                         rated, room_in, back_in = await self.store.claim_rated(conn, params)
                         return rated
                     except psycopg.errors.DeadlockDetected:
@@ -360,6 +368,10 @@ class Claimer:
         if after == FLOOR:
             self.stats.unhinted_claims += 1
         jobs = claimed.jobs
+        if sent is not None and jobs:
+            # The claim's time, which the limit counts, is after it was sent.
+            start_by = sent + RATE_START_MARGIN.total_seconds()
+            jobs = [dataclasses.replace(job, start_by=start_by) for job in jobs]
         self.observers.claimed(seconds, len(jobs))
         self.stats.claimed += len(jobs)
         if claimed.walked == 0:

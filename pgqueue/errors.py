@@ -11,6 +11,7 @@
     ├── JobNotFoundError        no job has that id, live or in history
     ├── JobStateError           the job's state does not allow it (retry a succeeded job, ...)
     ├── MigrationError          a migration failed; the transaction was rolled back
+    ├── WorkerStateError        a Worker was started while it was already running
     └── EmbeddedServerError     the throwaway local PostgreSQL could not start
 
 Messages say what was wrong, with the offending value, and what to do about it.
@@ -64,3 +65,7 @@ class JobNotFoundError(PgQueueError, LookupError):
 
 class JobStateError(PgQueueError):
     """The job's state does not allow the operation; nothing was changed."""
+
+
+class WorkerStateError(PgQueueError, RuntimeError):
+    """A Worker was started while it was already running; the running worker goes on."""

@@ -7,7 +7,8 @@ an attempt during which cancellation was requested ends as cancelled, however it
 handler does escapes as an exception, not SystemExit, KeyboardInterrupt or an exception whose
 str() raises: the worker lives on and the job's failure is recorded. The one exception that
 does escape is asyncio.CancelledError, raised when the worker is stopping; the job is then
-put back rather than failed.
+put back rather than failed. A job past the time its queue's rate limit needs it to start by
+(ClaimedJob.start_by) is not started: it is put back, its attempt unspent.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
-from pgqueue.models import ClaimedJob, RetryPolicy
+from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
 from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, to_json_result
 from pgqueue.service import Health
 from pgqueue.values import Unreadable
@@ -105,6 +106,7 @@ class Executor:
         try:
             task, args, kwargs = self._prepare(job, connection, cancel, progress)
             if task.is_async:
+                _check_start(job)
                 if cancel is not None:
                     _interrupt_on_request(cancel)
                 value = await _call(task.fn(*args, **kwargs), task.policy.timeout)
@@ -112,11 +114,15 @@ class Executor:
                 # In a copy of this task's context, as asyncio.to_thread does: what the worker
                 # set for the job (its trace span) holds in the handler's thread too.
                 call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
+                if job.start_by is not None:  # checked in the thread, right before the call
+                    call = functools.partial(_started_in_time, job, call)
                 value = await _within(self._thread(call), task.policy.timeout)
         except asyncio.CancelledError:
             if cancel is not None and cancel.requested and not _stopping():
                 return self._cancelled(job, started)
             raise
+        except StartedLateError:
+            return self._late(job, started)
         except BaseException as exc:
             if cancel is not None and cancel.requested:
                 return self._cancelled(job, started)
@@ -211,6 +217,18 @@ class Executor:
     def _cancelled(self, job: ClaimedJob, started: float) -> Outcome:
         log.info("job %s %s attempt %s cancelled on request", job.id, job.task, job.attempt)
         return cancelled(job, time.monotonic() - started)
+
+    def _late(self, job: ClaimedJob, started: float) -> Outcome:
+        """Put back, attempt unspent: the handler could not start by the time its queue's
+        rate limit counts on (the worker's event loop or threads were busy)."""
+        log.warning(
+            "job %s %s could not start within %g s of its claim, as its queue's rate limit "
+            "requires: put back to run again",
+            job.id,
+            job.task,
+            RATE_START_MARGIN.total_seconds(),
+        )
+        return Outcome(job, "retry", time.monotonic() - started, retry_in=0.0, snooze=True)
 
     def _snoozed(self, job: ClaimedJob, snooze: Snooze, started: float) -> Outcome:
         log.info(
@@ -312,6 +330,22 @@ def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
         "traceback": "",
     }
     return Outcome(job, "cancelled", duration, error=error)
+
+
+class StartedLateError(Exception):
+    """A rate-limited job's handler was not started by its start_by time (claimer.py)."""
+
+
+def _check_start(job: ClaimedJob) -> None:
+    """Raise StartedLateError if the job's handler is past its time to start."""
+    if job.start_by is not None and time.monotonic() > job.start_by:
+        raise StartedLateError
+
+
+def _started_in_time(job: ClaimedJob, call: Callable[[], Any]) -> Any:
+    """In the handler's thread: call it, unless it is past its time to start."""
+    _check_start(job)
+    return call()
 
 
 class JobTimeoutError(Exception):

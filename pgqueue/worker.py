@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 from pgqueue.atomic import AtomicLane
 from pgqueue.claimer import Claimer, WorkerStats
 from pgqueue.completer import OUTCOME_BATCH, Completer
-from pgqueue.errors import ConfigurationError, DatabaseError
+from pgqueue.errors import ConfigurationError, DatabaseError, WorkerStateError
 from pgqueue.executor import Executor, cancelled
 from pgqueue.heartbeat import Heartbeat
 from pgqueue.horizon import HorizonWatch
@@ -111,7 +112,6 @@ class Worker:
         self.pruner: Pruner | None = None  # set at start with history_retention
         self.partitions: HistoryPartitions | None = None  # set at start, except in burst mode
         self.horizon: HorizonWatch | None = None
-        self.services = Services()
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -129,16 +129,35 @@ class Worker:
         if self.settings.queues == (ALL_QUEUES,):
             known = sorted({"default", *(task.options.queue for task in self.registry)})
             self.settings = self.settings.model_copy(update={"queues": tuple(known)})
+        self.tally = WorkerTally()
+        # Others may join later (metrics.registry_for_worker), and stay for every run.
+        self.observers = Observers([self.tally, *observers])
+        # Guards the start and stop of a run against a second start or a stop from another
+        # thread; reentrant, so a stop() from a signal handler of the same thread cannot block.
+        self._state = threading.RLock()
+        self._active = False  # between the start of a run and its end
+        self._stopping = False  # set: the current run stops, or, between runs, the next one
+        self._loop: asyncio.AbstractEventLoop | None = None  # the current run's
+        self._fresh_run()
+
+    def _fresh_run(self) -> None:
+        """What one run owns, new for each run: a restarted worker registers anew (a new id),
+        opens new connections and services, and counts its jobs from zero."""
         self.id = 0
         self.stats = WorkerStats()
-        self.tally = WorkerTally()
-        self.observers = Observers([self.tally, *observers])
+        tally = WorkerTally()
+        self.observers.all = [tally if seen is self.tally else seen for seen in self.observers.all]
+        self.tally = tally
+        self.services = Services()
+        self.scheduler = None
+        self.pruner = None
+        self.partitions = None
+        self.horizon = None
         self.abandoned_threads = 0
         self._running: dict[asyncio.Task[None], ClaimedJob] = {}
         self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
         self._progress: dict[int, tuple[ClaimedJob, Progress]] = {}  # the same jobs' reports
         self._unfinished: list[ClaimedJob] = []
-        self._stopping = False
         self._force = False
         self._maybe_more = True
         self._retried_seen = 0
@@ -146,7 +165,6 @@ class Worker:
         self._wakes = 0  # wake-ups so far: one during a claim means claim again
         self._short_at = time.monotonic()  # when a claim round last found less than it asked
         self.interest: WakeInterest | None = None  # made once registered; never when polling
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
         self._atomic_wake = asyncio.Event()
@@ -160,25 +178,46 @@ class Worker:
         asyncio.run(self.run_async(handle_signals=True))
 
     async def run_async(self, *, handle_signals: bool = False) -> None:
-        self._loop = asyncio.get_running_loop()
+        """Run until stop() (or, with burst, until the queues are empty).
+
+        A worker runs once at a time: starting it while it runs raises WorkerStateError. Once
+        a run has ended (stopped, or failed to start) it can be started again, and that run is
+        a new one: a new registration and worker id, new connections and services."""
+        with self._state:
+            if self._active:
+                raise WorkerStateError(
+                    f"worker {self.id or '(starting)'} is already running: stop it before "
+                    "starting it again, or create another Worker to run more at once"
+                )
+            self._active = True
+            self._fresh_run()
+            self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._forced = asyncio.Event()
-        if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._loop.add_signal_handler(sig, self._on_signal, sig)
+        loop = self._loop
         try:
+            if handle_signals:  # raises outside the main thread: this run ends, not the next
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, self._on_signal, sig)
             await self._serve()
         finally:
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
-                    self._loop.remove_signal_handler(sig)
+                    loop.remove_signal_handler(sig)
+            with self._state:
+                self._loop = None
+                self._stopping = False
+                self._active = False
 
     def stop(self, *, force: bool = False) -> None:
-        """Ask the worker to stop; safe to call from any thread or a signal handler."""
-        if self._loop is None:
-            self._stopping = True
-            return
-        self._loop.call_soon_threadsafe(self._request_stop, force)
+        """Ask the worker to stop; safe to call from any thread or a signal handler. Called
+        while the worker is not running, it stops the next run at once."""
+        with self._state:
+            loop = self._loop
+            if loop is None:
+                self._stopping = True
+                return
+        loop.call_soon_threadsafe(self._request_stop, force)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -209,3 +209,32 @@ def traced_sync_step(n: int) -> int:
 
     with trace.get_tracer("tests").start_as_current_span(f"inner sync {n}"):
         return n
+
+
+def _stamp_start(dsn: str, into: str, job_id: int, at: float) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.handler_starts (job_id, at) VALUES (%s, to_timestamp(%s))"
+            ).format(sql.Identifier(into)),
+            (job_id, at),
+        )
+
+
+@queue.task(name="stamp_start")
+def stamp_start(dsn: str, into: str, ctx: JobContext) -> None:
+    """Writes when its handler started (this process's wall clock, read first thing) to the
+    test's table `into.handler_starts`: what a rate-limited service would see."""
+    _stamp_start(dsn, into, ctx.job_id, time.time())
+
+
+@queue.task(name="astamp_start")
+async def astamp_start(dsn: str, into: str, ctx: JobContext) -> None:
+    """stamp_start as an `async def` handler (the write itself runs in a thread)."""
+    import asyncio
+
+    at = time.time()
+    await asyncio.to_thread(_stamp_start, dsn, into, ctx.job_id, at)

@@ -492,14 +492,28 @@ WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where i
 -- first job put back falls due. Workers run it for queues with a limit, and while some task
 -- or key has one, for queues where they met a job with a key or of a limited task
 -- (pgqueue/claimer.py). It is job_claim with these changes, kept in step
--- with it: the allowance CTE, picked's LIMIT and task, the admitted and entering CTEs, and
--- the recorded CTE with its last row. A statement of its own, so that job_claim pays nothing
--- for rate limits.
-WITH allowance AS (
+-- with it: the queue_limit and allowance CTEs, picked's LIMIT and task, the admitted and
+-- entering CTEs, and the recorded and room CTEs with its last row. A statement of its own,
+-- so that job_claim pays nothing for rate limits.
+-- A queue's limit holds where its jobs' handlers start, not only at the claim: a handler
+-- starts up to the start margin after its claim's time (the worker puts back, attempt
+-- unspent, a job it could not start by then), so the claim counts the starts of a period and
+-- that margin before it, and no period-long window of handler starts holds more than the
+-- limit, however the starts of two claims a period apart are delayed in their workers
+-- (tests/integration/test_rate_limits.py records handlers' starts and checks every window).
+WITH queue_limit AS (
     -- Locks the queue's rate_limits row until this claim commits: claims of a limited queue
     -- take turns here, each counting the starts of those before it.
-    SELECT {schema}.rate_allow(%(queue)s, %(limit)s,
-                               coalesce(%(now)s::timestamptz, now())) AS n
+    SELECT max_starts, period + %(start_margin)s::interval AS reach, starts, counts
+    FROM {schema}.rate_limits
+    WHERE queue = %(queue)s
+    FOR UPDATE
+), allowance AS (
+    SELECT coalesce(
+        (SELECT greatest(least(%(limit)s, l.max_starts - {schema}.rate_used(
+                    l.starts, l.counts, l.reach, coalesce(%(now)s::timestamptz, now()))), 0)
+         FROM queue_limit AS l),
+        %(limit)s) AS n
 ), picked AS (
     SELECT id, priority, concurrency_key AS key, task
     FROM {schema}.jobs
@@ -572,14 +586,26 @@ WITH allowance AS (
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
               j.concurrency_key, j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 ), recorded AS (
-    -- The claimed jobs' starts, at their started_at; in how many seconds there is room again.
+    -- The claimed jobs' starts, at their started_at.
     SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
-                                coalesce(%(now)s::timestamptz, now())) AS room_in,
+                                coalesce(%(now)s::timestamptz, now())) AS queue_recorded,
            CASE WHEN %(job_limits)s::boolean
                 THEN {schema}.job_rate_record(ARRAY(SELECT task FROM claimed),
                                               ARRAY(SELECT concurrency_key FROM claimed),
                                               coalesce(%(now)s::timestamptz, now()))
                 ELSE 0 END AS jobs_recorded
+), room AS (
+    -- In how many seconds the queue has room again, counting its starts as the allowance
+    -- does (a period and the margin back), this claim's included; 0: now, or no limit.
+    SELECT CASE WHEN {schema}.rate_used(p.kept_starts, p.kept_counts, l.reach,
+                                        coalesce(%(now)s::timestamptz, now())) < l.max_starts
+                THEN 0
+                ELSE {schema}.rate_room_in(p.kept_starts, p.kept_counts, l.reach, l.max_starts,
+                                           coalesce(%(now)s::timestamptz, now()))
+           END AS room_in
+    FROM queue_limit AS l,
+         {schema}.rate_push(l.starts, l.counts, coalesce(%(now)s::timestamptz, now()),
+                            (SELECT count(*) FROM claimed)::integer, l.max_starts) AS p
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
        NULL::float8 AS room_in, NULL::float8 AS back_in, trace_context, waited
@@ -592,13 +618,13 @@ UNION ALL
 SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
 FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NOT NULL
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, room_in,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       coalesce((SELECT room_in FROM room), 0),
        (SELECT extract(epoch FROM min(back_at) - coalesce(%(now)s::timestamptz, now()))::float8
         FROM admitted),
        NULL, NULL
 FROM recorded
-WHERE jobs_recorded IS NOT NULL;
-
+WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 
 -- name: job_claim_unkeyed
 -- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before

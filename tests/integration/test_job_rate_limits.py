@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pgqueue import ConfigurationError, Queue, Worker
+from pgqueue.models import RATE_START_MARGIN
 from pgqueue.store.jobs import JobsStore
 from tests import apps
 from tests.conftest import (
@@ -42,6 +43,7 @@ def _claim(dsn: str, schema: str, queue: str, limit: int, at: datetime) -> Any:
         "now": at,
         "limited_tasks": [],
         "job_limits": True,
+        "start_margin": RATE_START_MARGIN,
     }
 
     async def claim() -> Any:

@@ -1,22 +1,28 @@
 """Rate limits: at most N jobs of a queue start in any window of the period, across every
-worker process. Start times are the jobs' started_at, the time the limit records them at."""
+worker process: counting the jobs' started_at, the time the limit records them at, and the
+times their handlers really start."""
 
 from __future__ import annotations
 
 import bisect
+import logging
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from pgqueue import ConfigurationError, Queue
+from pgqueue import ConfigurationError, JobContext, Queue, Worker
 from tests import apps
 from tests.conftest import (
     clean_exit_logs,
     count,
     stop_worker_processes,
     wait_until,
+    worker_in_thread,
     worker_process,
 )
 
@@ -103,6 +109,62 @@ def test_worker_processes_never_start_more_than_the_limit_in_any_window(
     assert max(starts) - min(starts) >= (jobs // limit - 1) * period
 
 
+@pytest.mark.parametrize("task", [apps.stamp_start, apps.astamp_start], ids=["def", "async"])
+def test_handler_starts_never_exceed_the_queue_limit_in_any_window(
+    dsn: str, schema: str, tmp_path: Path, task: Any
+) -> None:
+    """What the service a limit protects sees: each handler writes the time it started, read
+    first thing. Three worker processes, kept busy by another queue, drain a backlog of a
+    5-a-second queue: no window of a second holds more than 5 handler starts (a backlog
+    drains in full windows a period apart, where a few milliseconds more between one
+    window's claim and its handlers' start than the next one's would put 10 in a second)."""
+    limit, period, jobs = 5, 1.0, 30
+    queue = Queue(dsn, schema=schema)
+    queue.migrate()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {}.handler_starts (job_id bigint, at timestamptz)").format(
+                sql.Identifier(schema)
+            )
+        )
+    queue.set_rate_limit("rated", limit, per=period)
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    args = ("--queues", "rated,free", "--concurrency", "8", "--poll-interval", "0.5")
+    procs = [worker_process(dsn, schema, *args, log=log) for log in logs]
+    try:
+        with psycopg.connect(dsn) as conn:
+            wait_until(lambda: count(conn, schema, "workers") == 3, what="3 workers")
+            conn.commit()
+        queue.enqueue_many([task.with_options(queue="rated").job(dsn, schema) for _ in range(jobs)])
+        queue.enqueue_many([apps.sleepy.with_options(queue="free").job(0.0) for _ in range(300)])
+        with psycopg.connect(dsn) as conn:
+
+            def done() -> bool:
+                conn.commit()
+                return count(conn, schema, "job_history", "queue = 'rated'") == jobs
+
+            wait_until(done, what="the rated queue")
+            starts = [
+                row[0]
+                for row in conn.execute(
+                    sql.SQL("SELECT extract(epoch FROM at)::float8 FROM {}.handler_starts").format(
+                        sql.Identifier(schema)
+                    )
+                )
+            ]
+            attempts = conn.execute(
+                sql.SQL(
+                    "SELECT DISTINCT attempt, status FROM {}.job_history WHERE queue = 'rated'"
+                ).format(sql.Identifier(schema))
+            ).fetchall()
+    finally:
+        stop_worker_processes(procs)
+        queue.close()
+    clean_exit_logs(procs, logs)
+    assert len(starts) == jobs and attempts == [(1, "succeeded")]
+    assert _most_in_any_window(starts, period) <= limit
+
+
 def test_the_limit_counts_recorded_starts_and_says_when_it_has_room(
     queue: Queue, dsn: str, schema: str
 ) -> None:
@@ -136,3 +198,53 @@ def test_the_limit_counts_recorded_starts_and_says_when_it_has_room(
         assert starts == (3, [2, 1, 2])  # the pair at 0 is no longer needed
         assert call(f"rate_allow('sms', 10, {at(100)})") == 5
         assert call("rate_allow('no-limit', 7, now())") == 7
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["def", "async"])
+def test_a_rated_job_that_cannot_start_soon_after_its_claim_is_put_back_and_runs_later(
+    queue: Queue, dsn: str, schema: str, sync: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job claimed together with a more urgent one whose `async def` handler blocks the
+    event loop starts too late for its queue's limit: it is put back, its attempt unspent,
+    and runs at a later claim."""
+    attempts: list[int] = []
+
+    @queue.task(name="hog", queue="rated")
+    async def hog() -> None:
+        time.sleep(0.5)  # blocks the worker's event loop, as a careless handler would
+
+    if sync:
+
+        @queue.task(name="marked", queue="rated")
+        def marked(ctx: JobContext) -> None:
+            attempts.append(ctx.attempt)
+    else:
+
+        @queue.task(name="amarked", queue="rated")
+        async def amarked(ctx: JobContext) -> None:
+            attempts.append(ctx.attempt)
+
+    queue.set_rate_limit("rated", 10, per=1)
+    queue.enqueue(hog.job(), priority=-1)
+    queue.enqueue((marked if sync else amarked).job())
+    worker = Worker(queue, dsn=dsn, schema=schema, queues=["rated"], poll_interval=0.2)
+    with (
+        caplog.at_level(logging.WARNING, logger="pgqueue.job"),
+        worker_in_thread(worker),
+        psycopg.connect(dsn) as conn,
+    ):
+
+        def done() -> bool:
+            conn.commit()
+            return count(conn, schema, "job_history") == 2
+
+        wait_until(done, what="both jobs")
+        history = conn.execute(
+            sql.SQL("SELECT task, attempt, status FROM {}.job_history ORDER BY id").format(
+                sql.Identifier(schema)
+            )
+        ).fetchall()
+    name = "marked" if sync else "amarked"
+    assert history == [("hog", 1, "succeeded"), (name, 1, "succeeded")]
+    assert attempts == [1]  # its handler ran once, at the second claim
+    assert any("could not start within" in r.getMessage() for r in caplog.records)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -12,9 +13,10 @@ import pytest
 from psycopg import sql
 from pydantic import BaseModel
 
-from pgqueue import JobContext, Queue, RetryPolicy, Worker
+from pgqueue import DatabaseError, JobContext, Queue, RetryPolicy, Worker
+from pgqueue.errors import WorkerStateError
 from pgqueue.testing import drain, enqueued_jobs
-from tests.conftest import count
+from tests.conftest import count, run_python, wait_until, worker_in_thread
 
 NO_WAIT = RetryPolicy(base=0, jitter=0)
 
@@ -305,3 +307,192 @@ def test_session_settings_stay_on_the_workers_own_connections(queue: Queue, dsn:
         "atomic_async": default,
         "atomic_sync": default,
     }
+
+
+def _restartable(queue: Queue, dsn: str, schema: str) -> tuple[Worker, Any, list[tuple[int, int]]]:
+    """A worker that claims only when woken (its poll is a minute away) and heartbeats
+    often, and its task, whose handler records (argument, worker id) for each run."""
+    runs: list[tuple[int, int]] = []
+
+    @queue.task(name="seen")
+    async def seen(i: int, ctx: JobContext) -> None:
+        assert ctx.worker_id is not None
+        runs.append((i, ctx.worker_id))
+
+    worker = Worker(
+        queue, dsn=dsn, schema=schema, poll_interval=60, heartbeat_interval=0.2, lease_timeout=30
+    )
+    return worker, seen, runs
+
+
+def _serve_one_batch(
+    queue: Queue,
+    worker: Worker,
+    seen: Any,
+    runs: list[tuple[int, int]],
+    conn: Any,
+    first: int,
+    before: int = 0,
+) -> int:
+    """While `worker` runs: once it has claimed, enqueue five jobs (only a wake-up can bring
+    them to it before its next poll), wait for them to run under its id and for a heartbeat
+    of its row; returns its id (`before`: the id of its previous run)."""
+    wait_until(
+        lambda: worker.id not in (0, before) and worker.stats.claims >= 1, what="a first claim"
+    )
+    worker_id = worker.id
+    queue.enqueue_many([seen.job(first + n) for n in range(5)])
+    wait_until(lambda: len(runs) >= first + 5, what="the batch to run")
+    assert sorted(runs[first:]) == [(first + n, worker_id) for n in range(5)]
+
+    def beaten() -> bool:
+        conn.commit()
+        row = conn.execute(
+            sql.SQL("SELECT heartbeat_at > started_at FROM {}.workers WHERE id = %s").format(
+                sql.Identifier(queue.settings.schema_name)
+            ),
+            [worker_id],
+        ).fetchone()
+        return row is not None and bool(row[0])
+
+    wait_until(beaten, what="a heartbeat of the worker's row")
+    return worker_id
+
+
+def test_a_stopped_worker_starts_again_as_a_new_worker_and_runs_jobs(
+    queue: Queue, dsn: str, schema: str, conn: Any
+) -> None:
+    """run_async() again after a run ended: a new registration (a new id, the old row gone),
+    claims on wake-ups, heartbeats, jobs run; a third run too. An observer added after the
+    Worker was made (as --metrics-port adds one) hears every run's jobs."""
+    worker, seen, runs = _restartable(queue, dsn, schema)
+    heard = _Heard()
+    worker.observers.all.append(heard)
+    ids: list[int] = []
+    for run in range(3):
+        with worker_in_thread(worker):
+            before = ids[-1] if ids else 0
+            ids.append(_serve_one_batch(queue, worker, seen, runs, conn, 5 * run, before))
+        conn.commit()
+        assert count(conn, schema, "workers") == 0  # each run deregisters at its end
+    assert len(set(ids)) == 3
+    assert count(conn, schema, "job_history", "status = 'succeeded'") == 15
+    assert len(heard.finished) == 15
+    assert sum(worker.tally.outcomes.values()) == 5  # the last run's own count
+
+
+class _Heard:
+    """An observer that keeps the ids of the jobs it heard finish."""
+
+    def __init__(self) -> None:
+        self.finished: list[int] = []
+
+    def job_started(self, job: Any) -> None:
+        pass
+
+    def job_finished(self, job: Any, outcome: Any) -> None:
+        self.finished.append(job.id)
+
+    def claimed(self, seconds: float, jobs: int) -> None:
+        pass
+
+
+def test_a_worker_that_failed_to_start_starts_again(
+    dsn: str, schema: str, conn: Any, queue: Queue
+) -> None:
+    """A start that fails (here: the schema is not migrated yet) leaves a worker that starts
+    normally once the cause is gone."""
+    bare = f"{schema}_late"
+    worker, seen, runs = _restartable(queue, dsn, bare)
+    late = Queue(dsn, schema=bare)
+    try:
+        with pytest.raises(DatabaseError, match="pgqueue migrate"):
+            asyncio.run(worker.run_async())
+        late.migrate()
+        with worker_in_thread(worker):
+            _serve_one_batch(late, worker, seen, runs, conn, first=0)
+    finally:
+        late.close()
+        conn.rollback()  # its reads of the schema hold a lock the DROP would wait for
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(bare)))
+
+
+def test_starting_a_running_worker_is_refused_and_it_runs_on(
+    queue: Queue, dsn: str, schema: str, conn: Any
+) -> None:
+    worker, seen, runs = _restartable(queue, dsn, schema)
+    with worker_in_thread(worker):
+        wait_until(lambda: worker.id > 0, what="the worker to register")
+        with pytest.raises(WorkerStateError, match=r"already running.*another Worker"):
+            asyncio.run(worker.run_async())
+        with pytest.raises(WorkerStateError):
+            worker.run()
+        _serve_one_batch(queue, worker, seen, runs, conn, first=0)
+    conn.commit()
+    assert count(conn, schema, "workers") == 0
+
+
+def test_a_run_that_could_not_start_leaves_the_worker_startable(
+    queue: Queue, dsn: str, schema: str, conn: Any
+) -> None:
+    """run() sets signal handlers, which only the main thread can: in another thread it
+    fails at once, and the worker can still be started."""
+    worker, seen, runs = _restartable(queue, dsn, schema)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except Exception as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert len(failures) == 1 and "main thread" in str(failures[0])
+    with worker_in_thread(worker):
+        _serve_one_batch(queue, worker, seen, runs, conn, first=0)
+
+
+def test_a_stop_before_the_start_ends_that_run_at_once_and_the_next_runs(
+    queue: Queue, dsn: str, schema: str, conn: Any
+) -> None:
+    worker, seen, runs = _restartable(queue, dsn, schema)
+    worker.stop()
+    asyncio.run(worker.run_async())  # returns: it was asked to stop
+    with worker_in_thread(worker):
+        _serve_one_batch(queue, worker, seen, runs, conn, first=0)
+
+
+_RUN_TWICE = """
+import sys
+from pgqueue import Queue, Worker
+from tests import apps
+
+dsn, schema = sys.argv[1], sys.argv[2]
+queue = Queue(dsn, schema=schema)
+worker = Worker(apps.queue, dsn=dsn, schema=schema, burst=True)
+for run in range(2):
+    queue.enqueue_many([apps.noop.job() for _ in range(4)])
+    worker.run()
+    print(worker.id, worker.stats.claimed)
+queue.close()
+"""
+
+
+def test_run_in_a_process_runs_again_after_it_ended(dsn: str, schema: str, conn: Any) -> None:
+    """The blocking run(): a burst run ends once its queues are empty; run() again claims
+    the jobs enqueued since, as a new worker."""
+    done = run_python("-c", _RUN_TWICE, dsn, schema)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [tuple(map(int, line.split())) for line in done.stdout.splitlines()]
+    assert len(runs) == 2 and runs[0][0] != runs[1][0]
+    assert [claimed for _, claimed in runs] == [4, 4]
+    by_worker = conn.execute(
+        sql.SQL(
+            "SELECT worker_id, count(*) FROM {}.job_history WHERE status = 'succeeded'"
+            " GROUP BY worker_id ORDER BY worker_id"
+        ).format(sql.Identifier(schema))
+    ).fetchall()
+    assert by_worker == [(runs[0][0], 4), (runs[1][0], 4)]
