@@ -42,9 +42,9 @@ from psycopg import sql
 from bench import options
 from bench.report import Run, guarded
 from bench.server import database
+from pgqueue.history.retention import Cutoff, PruneReport, prune
 from pgqueue.migrate import apply
 from pgqueue.queries import query
-from pgqueue.retention import Cutoff, PruneReport, prune
 
 QUEUES = [f"q{n}" for n in range(10)]  # q0 holds about half the rows, q9 about 0.1%
 INDEX = "job_history_queue_status_idx"

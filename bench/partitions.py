@@ -35,7 +35,7 @@ from bench import options
 from bench.history import fill, table_state
 from bench.report import Run, guarded
 from bench.server import database, scratch_schema
-from pgqueue.retention import Cutoff, prune
+from pgqueue.history.retention import Cutoff, prune
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

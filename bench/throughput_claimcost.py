@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 
 from bench.throughput_systems import QUEUE, SCHEMA
-from pgqueue.claimer import CEILING, FLOOR
 from pgqueue.queries import query
+from pgqueue.worker.claimer import CEILING, FLOOR
 
 
 def top_up(conn: psycopg.Connection[Any], size: int) -> None:

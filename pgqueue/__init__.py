@@ -35,7 +35,7 @@ from pgqueue.models import (
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, NewJob, Signature, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit
-from pgqueue.worker import Worker
+from pgqueue.worker.worker import Worker
 from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
 
 __all__ = [

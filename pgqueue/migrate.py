@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from psycopg.pq import TransactionStatus
 
-from pgqueue import partitions
+from pgqueue.history import partitions
 from pgqueue.queries import Migration, migrations
 from pgqueue.store.migrations import GRANTS, apply_plan, grant_sql, pending
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async

@@ -28,7 +28,6 @@ from pgqueue.errors import (
     DatabaseError,
     InvalidArgumentsError,
 )
-from pgqueue.link import redact
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
     ATOMIC_MAX_TIMEOUT,
@@ -55,6 +54,7 @@ from pgqueue.models import (
 )
 from pgqueue.queries import Migration, channel
 from pgqueue.registry import NewJob, Registry, Task, derived_name
+from pgqueue.runtime.link import redact
 from pgqueue.schedule import Periodic, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store

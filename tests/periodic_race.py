@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 
 from pgqueue import Queue
-from pgqueue.periodic import Scheduler
+from pgqueue.worker.scheduler import Scheduler
 
 queue = Queue()
 

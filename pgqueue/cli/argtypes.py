@@ -152,6 +152,6 @@ def queue_name(text: str) -> str:
 
 def final_statuses(text: str) -> tuple[str, ...]:
     """Comma-separated statuses a finished job can have."""
-    from pgqueue.retention import FINAL_STATUSES
+    from pgqueue.history.retention import FINAL_STATUSES
 
     return _some_of(text, FINAL_STATUSES, "a finished status")

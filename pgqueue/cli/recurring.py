@@ -19,10 +19,10 @@ from typing import Any
 
 from pgqueue.cli import words
 from pgqueue.errors import ConfigurationError
-from pgqueue.periodic import MAX_SLEEP
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.schedule import Entry, Periodic
 from pgqueue.store.periodic import StoredPeriodic
+from pgqueue.worker.scheduler import MAX_SLEEP
 
 # A running scheduler passes over its definitions at least every MAX_SLEEP; three missed
 # passes is no scheduler, not a slow one.

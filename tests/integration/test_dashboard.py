@@ -30,8 +30,8 @@ from psycopg import sql
 from pgqueue import Chain, Queue, chain, chord, group
 from pgqueue.migrate import grant_role
 from pgqueue.models import RelayState
-from pgqueue.periodic import Scheduler
 from pgqueue.testing import drain
+from pgqueue.worker.scheduler import Scheduler
 from tests.apps import always_fails, needs_file, noop, wf_collect, wf_step
 from tests.apps import queue as app_queue
 from tests.conftest import ROOT, count, env_without_dsn, free_port, wait_until

@@ -132,7 +132,7 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
     worker ran them, and they ran twice. Two queues make a round of two claims; the fault is
     real (the claim backend is terminated), the patch only times it: just before the round's
     second claim, once the first has returned jobs."""
-    from pgqueue import claimer as claimer_module
+    from pgqueue.worker import claimer as claimer_module
 
     dsn = own_database
     with psycopg.connect(dsn, autocommit=True) as conn:

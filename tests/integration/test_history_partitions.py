@@ -16,10 +16,10 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue
+from pgqueue.history.partitions import AHEAD_DAYS, HistoryPartitions
+from pgqueue.history.retention import Cutoff, prune
 from pgqueue.migrate import apply, grant_role
-from pgqueue.partitions import AHEAD_DAYS, HistoryPartitions
 from pgqueue.queries import migrations, query
-from pgqueue.retention import Cutoff, prune
 from pgqueue.testing import drain
 
 

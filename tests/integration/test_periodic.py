@@ -15,8 +15,8 @@ import psycopg
 from psycopg import sql
 
 from pgqueue import Queue, Worker
-from pgqueue.periodic import Scheduler
 from pgqueue.store.periodic import PeriodicStore
+from pgqueue.worker.scheduler import Scheduler
 from tests.apps import read_runs
 from tests.conftest import ROOT, count, wait_until, worker_in_thread
 

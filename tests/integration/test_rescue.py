@@ -21,8 +21,8 @@ from psycopg import sql
 
 from pgqueue import JobContext, Queue, Worker
 from pgqueue.queries import dead_channel
-from pgqueue.rescuer import ORPHAN_PASSES, Rescuer
 from pgqueue.testing import drain
+from pgqueue.worker.rescuer import ORPHAN_PASSES, Rescuer
 from tests import apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
 

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue, Worker
-from pgqueue.interest import NOTHING
+from pgqueue.worker.interest import NOTHING
 from tests.conftest import committed, count, wait_until, worker_in_thread
 
 
@@ -69,7 +69,7 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
     # so the job it announced waited for the next poll. Here the poll is a minute away.
     import asyncio
 
-    from pgqueue import claimer as claimer_module
+    from pgqueue.worker import claimer as claimer_module
 
     ran = threading.Event()
     t = queue.task(name="t")(lambda: ran.set())

@@ -13,8 +13,8 @@ import logging
 import time
 from datetime import timedelta
 
-from pgqueue.link import Link
-from pgqueue.service import Loop
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Loop
 from pgqueue.store.health import HorizonHolder, horizon_holders_async
 from pgqueue.store.plan import AsyncConn
 

@@ -25,15 +25,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pgqueue.errors import PgQueueError
-from pgqueue.executor import Outcome
-from pgqueue.link import Link
 from pgqueue.models import ClaimedJob, TaskPolicy
 from pgqueue.registry import NewJob, Registry
-from pgqueue.service import Loop
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Loop
 from pgqueue.store import concurrency
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
+from pgqueue.worker.executor import Outcome
 
 log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()

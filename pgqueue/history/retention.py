@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.link import Link
-from pgqueue.partitions import LOCK_MS
-from pgqueue.service import Loop
+from pgqueue.history.partitions import LOCK_MS
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Loop
 from pgqueue.store.history import partitions_drop_plan, prune_batch_plan
 from pgqueue.store.plan import AsyncConn, Params, Rows, SyncConn, run, run_async
 

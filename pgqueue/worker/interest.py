@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 
 import psycopg
 
-from pgqueue.claimer import Claimer
-from pgqueue.link import Link
+from pgqueue.runtime.link import Link
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
+from pgqueue.worker.claimer import Claimer
 
 Skip = tuple[int, int]  # the priorities, from and to, whose wake-ups a queue's row skips
 NOTHING: Skip = (32768, 32767)  # an empty range: every wake-up is wanted

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from pgqueue.models import ClaimedJob
 
 if TYPE_CHECKING:
-    from pgqueue.executor import Outcome
+    from pgqueue.worker.executor import Outcome
 
 log = logging.getLogger("pgqueue.worker")
 

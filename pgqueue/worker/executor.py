@@ -30,7 +30,7 @@ from typing import Any
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
 from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, to_json_result
-from pgqueue.service import Health
+from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
 
 log = logging.getLogger("pgqueue.job")

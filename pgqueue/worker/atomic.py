@@ -28,13 +28,13 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.executor import Executor, Outcome
-from pgqueue.link import connect
 from pgqueue.models import ClaimedJob
-from pgqueue.observe import Observers
+from pgqueue.runtime.link import connect
 from pgqueue.store import plan
 from pgqueue.store.jobs import Finished, claim_atomic_plan, finish_plan
 from pgqueue.store.plan import AsyncConn, SyncConn
+from pgqueue.worker.executor import Executor, Outcome
+from pgqueue.worker.observe import Observers
 
 log = logging.getLogger("pgqueue.worker")
 _BACKSTOP_MARGIN_MS = 30_000

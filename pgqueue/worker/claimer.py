@@ -44,13 +44,13 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from pgqueue.link import Link
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, WorkerSettings
-from pgqueue.observe import Observers
+from pgqueue.runtime.link import Link
 from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
+from pgqueue.worker.observe import Observers
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1

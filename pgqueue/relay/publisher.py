@@ -37,10 +37,10 @@ import psycopg
 from psycopg import sql
 
 from pgqueue.errors import ConfigurationError, DatabaseError
-from pgqueue.link import connect, redact
 from pgqueue.models import SCHEMA_NAME, RelayState, check_name
 from pgqueue.queries import outbox_channel
-from pgqueue.sinks import Outgoing, Sink
+from pgqueue.relay.sinks import Outgoing, Sink
+from pgqueue.runtime.link import connect, redact
 from pgqueue.store import relays as relays_store
 from pgqueue.store.outbox import OutboxStore, Staged
 from pgqueue.store.plan import AsyncConn

@@ -36,15 +36,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
-from pgqueue.atomic import AtomicLane
-from pgqueue.claimer import Claimer, WorkerStats
-from pgqueue.completer import OUTCOME_BATCH, Completer
 from pgqueue.errors import ConfigurationError, DatabaseError, WorkerStateError
-from pgqueue.executor import Executor, cancelled
-from pgqueue.heartbeat import Heartbeat
-from pgqueue.horizon import HorizonWatch
-from pgqueue.interest import WakeInterest
-from pgqueue.link import Link
+from pgqueue.history.partitions import HistoryPartitions
+from pgqueue.history.retention import Pruner
 from pgqueue.models import (
     ALL_QUEUES,
     ATOMIC_MAX_TIMEOUT,
@@ -52,16 +46,11 @@ from pgqueue.models import (
     QueueSettings,
     WorkerSettings,
 )
-from pgqueue.notifier import Notifier
-from pgqueue.observe import JobObserver, Observers, WorkerTally
-from pgqueue.partitions import HistoryPartitions
-from pgqueue.periodic import Scheduler
 from pgqueue.queries import migrations
 from pgqueue.registry import CancelSignal, Progress, Registry
-from pgqueue.rescuer import Rescuer
-from pgqueue.retention import Pruner
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Every, Health, Service, Services
 from pgqueue.schedule import Schedules
-from pgqueue.service import Every, Health, Service, Services
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.migrations import pending_async
 from pgqueue.store.plan import AsyncConn, run_async
@@ -70,6 +59,17 @@ from pgqueue.store.workers import WorkersStore
 from pgqueue.store.workflows import write_progress
 from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
+from pgqueue.worker.atomic import AtomicLane
+from pgqueue.worker.claimer import Claimer, WorkerStats
+from pgqueue.worker.completer import OUTCOME_BATCH, Completer
+from pgqueue.worker.executor import Executor, cancelled
+from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.horizon import HorizonWatch
+from pgqueue.worker.interest import WakeInterest
+from pgqueue.worker.notifier import Notifier
+from pgqueue.worker.observe import JobObserver, Observers, WorkerTally
+from pgqueue.worker.rescuer import Rescuer
+from pgqueue.worker.scheduler import Scheduler
 
 log = logging.getLogger("pgqueue.worker")
 STRAGGLER_THREADS = 64

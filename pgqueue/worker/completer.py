@@ -19,10 +19,10 @@ import time
 
 import psycopg
 
-from pgqueue.executor import Outcome
-from pgqueue.link import Link
-from pgqueue.service import Health
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Health
 from pgqueue.store.jobs import JobsStore
+from pgqueue.worker.executor import Outcome
 
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL

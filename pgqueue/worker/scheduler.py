@@ -24,9 +24,9 @@ import dataclasses
 import logging
 from datetime import datetime, timedelta
 
-from pgqueue.link import Link
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Loop
 from pgqueue.schedule import Entry, Plan, Schedules, plan
-from pgqueue.service import Loop
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.periodic import PeriodicStore, Tick, TickJob
 from pgqueue.store.plan import AsyncConn, run_async

@@ -16,7 +16,7 @@ from typing import TypeVar
 import psycopg
 
 from pgqueue.errors import DatabaseError
-from pgqueue.service import Health
+from pgqueue.runtime.service import Health
 from pgqueue.store.plan import AsyncConn
 
 log = logging.getLogger("pgqueue.worker")

@@ -15,8 +15,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from pgqueue.link import Link
-from pgqueue.service import Loop
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Loop
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
 from pgqueue.wakeup import CancelRequest, PauseChange, Position, RatesChange, Wake, parse

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from pgqueue.link import connect
-from pgqueue.service import Loop
+from pgqueue.runtime.link import connect
+from pgqueue.runtime.service import Loop
 from pgqueue.store.history import partitions_step_plan
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
