@@ -276,9 +276,9 @@ def worker_process(
     *args: str,
     log: Path,
     env: dict[str, str] | None = None,
-    app: str = "tests.apps:queue",
+    app: str = "tests.apps.tasks:queue",
 ) -> Any:
-    """`python -m pgqueue worker tests.apps:queue` (or `app`) as a real process, its output
+    """`python -m pgqueue worker tests.apps.tasks:queue` (or `app`) as a real process, its output
     in `log`.
 
     Output goes to a file, not a pipe: a pipe nobody reads fills up and blocks the worker.
@@ -312,14 +312,14 @@ def worker_process(
 def settings_worker_process(
     dsn: str, schema: str, settings: dict[str, Any], *, log: Path, env: dict[str, str] | None = None
 ) -> Any:
-    """tests/run_worker.py as a real process: a Worker with any settings, output in `log`."""
+    """tests/apps/run_worker.py as a real process: a Worker with any settings, output in `log`."""
     import json
     import subprocess
 
     full_env = env_without_dsn(env)
     with open(log, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.run_worker", dsn, schema, json.dumps(settings)],
+            [sys.executable, "-m", "tests.apps.run_worker", dsn, schema, json.dumps(settings)],
             cwd=ROOT,
             env=full_env,
             stdout=out,

@@ -28,7 +28,7 @@ import pytest
 
 from pgqueue import Queue
 from pgqueue.worker.scheduler import Scheduler
-from tests.apps import always_fails, needs_file, noop, sleepy
+from tests.apps.tasks import always_fails, needs_file, noop, sleepy
 from tests.conftest import (
     ROOT,
     count,

@@ -17,7 +17,7 @@ from psycopg import sql
 from pgqueue import ConfigurationError, JobContext, Queue, RetryPolicy, Worker
 from pgqueue.testing import drain
 from pgqueue.worker.rescuer import Rescuer
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until
 
 

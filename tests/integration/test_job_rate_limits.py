@@ -16,7 +16,7 @@ import pytest
 from pgqueue import ConfigurationError, Queue, Worker
 from pgqueue.models import RATE_START_MARGIN
 from pgqueue.store.jobs import JobsStore
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     count,

@@ -23,7 +23,7 @@ from psycopg import sql
 
 from pgqueue import Queue, Worker
 from pgqueue.queries import channel
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     listen_for_wakes,

@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from pgqueue import ConfigurationError, JobContext, Queue, Worker
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     count,

@@ -17,7 +17,7 @@ import psycopg
 
 from bench import tenants_overadmit as overadmit
 from pgqueue import Queue
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import count, wait_until, worker_process
 
 WORKERS = 4

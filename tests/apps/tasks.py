@@ -1,4 +1,5 @@
-"""Tasks for tests that run workers as real processes (`python -m pgqueue worker tests.apps:queue`).
+"""Tasks for tests that run workers as real processes
+(`python -m pgqueue worker tests.apps.tasks:queue`).
 
 Each handler records its run by appending a line to a file in $PGQUEUE_TEST_RUNS, one file
 per process, so a test can count exactly how many times each job ran without extra queries.

@@ -1,13 +1,13 @@
 """An application with one recurring job, for tests that run real worker processes
-(`python -m pgqueue worker tests.periodic_app:queue`). Kept apart from tests.apps so the
-workers of other tests never schedule it. Each run is recorded like tests.apps records."""
+(`python -m pgqueue worker tests.apps.periodic_app:queue`). Kept apart from tests.apps.tasks so the
+workers of other tests never schedule it. Each run is recorded like tests.apps.tasks records."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from pgqueue import JobContext, Queue
-from tests.apps import _record
+from tests.apps.tasks import _record
 
 queue = Queue()
 

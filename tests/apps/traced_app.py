@@ -1,4 +1,4 @@
-"""tests.apps' queue, in a worker process that exports its spans as JSON lines to the file
+"""tests.apps.tasks' queue, in a worker process that exports its spans as JSON lines to the file
 named by PGQUEUE_TEST_SPANS: what OpenTelemetry's SDK does for a real exporter, readable by
 the test that started the worker (tests/integration/test_tracing.py)."""
 
@@ -12,7 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from tests.apps import queue
+from tests.apps.tasks import queue
 
 __all__ = ["queue"]
 

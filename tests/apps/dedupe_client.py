@@ -1,6 +1,6 @@
 """One enqueueing process of the dedupe race test (tests/integration/test_dedupe.py).
 
-python -m tests.dedupe_client DSN SCHEMA OUT GO KEYS ROUNDS WINDOW SEED
+python -m tests.apps.dedupe_client DSN SCHEMA OUT GO KEYS ROUNDS WINDOW SEED
 
 Waits for the file GO, then runs ROUNDS transactions, each enqueuing a shuffled sample of the
 KEYS keys (some twice in one batch, beside jobs without a key) and committing, or every

@@ -1,6 +1,6 @@
 """One of several processes racing scheduler passes over the same injected instants.
 
-python -m tests.periodic_race DSN SCHEMA WORKER_ID FOLDER FIRST_EPOCH STEPS
+python -m tests.apps.periodic_race DSN SCHEMA WORKER_ID FOLDER FIRST_EPOCH STEPS
 
 Writes FOLDER/ready-WORKER_ID once connected, waits for FOLDER/go, then runs one pass at
 each instant FIRST_EPOCH + k seconds (k < STEPS), as fast as it can, and exits 0.

@@ -1,6 +1,6 @@
-"""Run a Worker over tests.apps:queue as a real process with any WorkerSettings.
+"""Run a Worker over tests.apps.tasks:queue as a real process with any WorkerSettings.
 
-python -m tests.run_worker DSN SCHEMA '{"concurrency": 2, "lease_timeout": 1}'
+python -m tests.apps.run_worker DSN SCHEMA '{"concurrency": 2, "lease_timeout": 1}'
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 import sys
 
 from pgqueue import Worker
-from tests import apps
+from tests.apps import tasks as apps
 
 
 def main() -> None:
