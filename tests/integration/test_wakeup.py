@@ -64,7 +64,7 @@ def test_poll_only_worker_opens_no_listener_and_still_runs_jobs(
 def test_wake_up_that_arrives_during_a_claim_is_not_lost(
     queue: Queue, dsn: str, monkeypatch: Any
 ) -> None:
-    # Regression (bench/throughput.py saw 1 s maxima): the fetch loop set "nothing more to
+    # Regression (bench/throughput/suite.py saw 1 s maxima): the fetch loop set "nothing more to
     # claim" after a claim returned, erasing a wake-up that had arrived while the claim ran,
     # so the job it announced waited for the next poll. Here the poll is a minute away.
     import asyncio
