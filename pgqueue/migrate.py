@@ -20,7 +20,7 @@ __all__ = ["apply", "apply_async", "grant_role", "grant_sql", "is_migrated", "pe
 
 def apply(conn: SyncConn, schema: str) -> list[Migration]:
     """Apply pending migrations in one transaction; returns those applied (maybe none).
-    Then, on an autocommit connection, the history partitions' upkeep (partitions.py), each
+    Then, on an autocommit connection, the history partitions' upkeep (history/partitions.py), each
     step its own transaction, so that a new schema keeps history by day from its first job
     (inside a caller's transaction, the workers do it).
 

@@ -2,7 +2,7 @@
 
 Owns: deleting finished jobs older than a cutoff (optionally of some statuses or one queue):
 with no filter, first the history's daily partitions that lie wholly before the cutoff, each
-dropped at once (pgqueue/partitions.py); then what is left, in bounded batches,
+dropped at once (history/partitions.py); then what is left, in bounded batches,
 `DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short transaction; and,
 when no filter is given, periodic ticks older than the cutoff. Workers with
 `history_retention` set prune every `prune_interval` (± 50%), one worker at a time: each batch

@@ -1,7 +1,7 @@
 """A worker's heartbeat: the lease that keeps its running jobs its own.
 
 Owns: one thread with its own connection that refreshes the worker's row every interval, from the
-worker's start to its stop (a service, pgqueue/service.py). It runs beside the event loop, so a
+worker's start to its stop (a service, runtime/service.py). It runs beside the event loop, so a
 handler that hogs the loop (or a slow claim) cannot make a live worker look dead. If the row was
 removed because the worker was presumed dead, the next beat puts it back under the same id and logs
 that its jobs were rescued. Connection faults are retried with backoff and logged once per outage;

@@ -1,6 +1,6 @@
 """Finds running jobs whose worker died and applies each task's on_lost policy.
 
-Owns: the rescue loop, a service of every worker (pgqueue/service.py): every rescue_interval
+Owns: the rescue loop, a service of every worker (runtime/service.py): every rescue_interval
 (± 50%) one rescue pass, then a sweep of the concurrency slots of dead workers
 (pgqueue/store/concurrency.py). A pass runs inside a transaction that first takes a
 try-advisory lock, so only one rescuer acts at a time. A job

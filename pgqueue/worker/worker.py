@@ -2,7 +2,7 @@
 
 Owns: the loop that claims jobs and runs them, at most `concurrency` at once (`async def`
 handlers as tasks on the event loop, `def` handlers in the executor's threads), and the order
-of its services (pgqueue/service.py), started in this order and stopped in reverse: the claim
+of its services (runtime/service.py), started in this order and stopped in reverse: the claim
 and completion connections, the worker's registration, the heartbeat, the completer, the
 executor, the rescuer, the cancel watch, the horizon watch, the periodic scheduler, the
 history partitions' upkeep and the history pruner (each only when there is something for it

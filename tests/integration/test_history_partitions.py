@@ -1,5 +1,5 @@
 """The history partitioned by day (sql/migrations/0016_history_partitions.sql,
-pgqueue/partitions.py): retention drops whole days, with no DELETE; an installation upgraded
+pgqueue/history/partitions.py): retention drops whole days, with no DELETE; an installation upgraded
 with history in place moves to partitions in short steps and keeps every row; a row whose day
 has no partition is never refused."""
 
