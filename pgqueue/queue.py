@@ -55,7 +55,7 @@ from pgqueue.models import (
 from pgqueue.queries import Migration, channel
 from pgqueue.registry import NewJob, Registry, Task, derived_name
 from pgqueue.runtime.link import redact
-from pgqueue.schedule import Periodic, Schedules
+from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
 from pgqueue.store import outbox as outbox_store
@@ -285,7 +285,7 @@ class _Base(abc.ABC):
             else:
                 found = target if isinstance(target, Task) else self.task(target)
             job = found.job(**(args or {}))
-            definition = Periodic(
+            definition = RecurringJob(
                 name=name or found.name,
                 task=found.name,
                 args=job.args,

@@ -1,7 +1,7 @@
 """The scheduler every worker runs for the recurring jobs its application defines.
 
 Owns: one pass (one transaction on the worker's `periodic` connection) that locks the
-definitions' rows, decides with schedule.plan which ticks are due, claims them in
+definitions' rows, decides with schedule.decide which ticks are due, claims them in
 periodic_ticks and enqueues a job for each tick it claimed through the ordinary job_insert
 (so workers are woken the standard way), then sleeps until the next tick of any definition.
 
@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Loop
-from pgqueue.schedule import Entry, Plan, Schedules, plan
+from pgqueue.schedule import Entry, PassDecision, Schedules, decide
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.periodic import PeriodicStore, Tick, TickJob
 from pgqueue.store.plan import AsyncConn, run_async
@@ -87,7 +87,7 @@ class Scheduler(Loop):
             states = await self.store.lock(conn, sorted(entries), now)
             db_now = states[0].now
             plans = {
-                s.name: plan(entries[s.name].periodic, s.definition, s.last_tick, db_now)
+                s.name: decide(entries[s.name].periodic, s.definition, s.last_tick, db_now)
                 for s in states
             }
             wanted = [Tick(name, tick) for name, p in plans.items() for tick in p.enqueue]
@@ -135,7 +135,7 @@ class Scheduler(Loop):
         return links
 
 
-def _report(name: str, p: Plan, entry: Entry) -> None:
+def _report(name: str, p: PassDecision, entry: Entry) -> None:
     if p.changed:
         log.info(
             "periodic job %s: definition changed; ticks missed before the change are not caught up",
