@@ -179,7 +179,7 @@ class WorkerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         w = self.worker
-        running = len(w._running) + sum(not lane.idle for lane in w.lanes)
+        running = len(w._running) + sum(not lane.idle for lane in w.atomic_lanes)
         yield GaugeMetricFamily(
             "pgqueue_worker_jobs_running", "Jobs this worker runs now.", running
         )

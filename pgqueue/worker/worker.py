@@ -168,8 +168,8 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._forced: asyncio.Event | None = None
         self._atomic_wake = asyncio.Event()
-        self._lanes: list[asyncio.Task[None]] = []
-        self.lanes: list[AtomicLane] = []
+        self._atomic_tasks: list[asyncio.Task[None]] = []  # one running each of atomic_lanes
+        self.atomic_lanes: list[AtomicLane] = []
 
     # -- public -----------------------------------------------------------------------------
 
@@ -254,7 +254,7 @@ class Worker:
             await self._fetch_loop()
         finally:
             self._stopping = True  # also after a burst ends: atomic lanes stop with it
-            await self._drain(self._lanes)
+            await self._drain(self._atomic_tasks)
             if self.id:
                 await self._cancel_unfinished()
                 await self._release_unfinished()
@@ -343,10 +343,10 @@ class Worker:
                     lambda queue: self._controls_changed(),
                 )
             )
-        self.lanes = self._atomic_lanes()
-        self._lanes = [
+        self.atomic_lanes = self._make_atomic_lanes()
+        self._atomic_tasks = [
             asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
-            for n, lane in enumerate(self.lanes)
+            for n, lane in enumerate(self.atomic_lanes)
         ]
 
     def _mode(self) -> str:
@@ -511,7 +511,7 @@ class Worker:
 
         "Nothing claimable" is only believed after a claim from the floor came back empty:
         a wake-up naming a job below the hint may still be on its way."""
-        if self._running or not all(lane.idle for lane in self.lanes):
+        if self._running or not all(lane.idle for lane in self.atomic_lanes):
             return False
         await self.completer.flushed()
         retried_before, self._retried_seen = self._retried_seen, self.completer.retried
@@ -643,7 +643,7 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
-    def _atomic_lanes(self) -> list[AtomicLane]:
+    def _make_atomic_lanes(self) -> list[AtomicLane]:
         """`atomic_concurrency` lanes for the async atomic tasks, as many for the sync ones."""
         atomic = [t for t in self.registry if t.atomic and t.fn is not None]
         if not atomic or self.settings.atomic_concurrency == 0:
