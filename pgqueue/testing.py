@@ -13,8 +13,10 @@ from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.store import plan
 from pgqueue.store.jobs import list_live_plan
 from pgqueue.store.plan import SyncConn
-from pgqueue.worker.claimer import WorkerStats
+from pgqueue.worker.observe import WorkerStats
 from pgqueue.worker.worker import Worker
+
+__all__ = ["WorkerStats", "adrain", "drain", "enqueued_jobs"]
 
 
 def drain(queue: Queue | AsyncQueue, *, dsn: str | None = None, **settings: Any) -> WorkerStats:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import psycopg
@@ -50,12 +49,11 @@ from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
-from pgqueue.worker.observe import Observers
+from pgqueue.worker.observe import Observers, WorkerStats
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1
 CEILING: Position = (32767, MAX_ID)  # above every (priority, id)
-RECENT_CLAIMS = 4096
 CLAIM_RETRIES = 5
 
 
@@ -72,20 +70,6 @@ class _Batch:
     def __len__(self) -> int:
         """The jobs to run (test_faults.py counts a claim's result this way)."""
         return len(self.jobs)
-
-
-@dataclass
-class WorkerStats:
-    claimed: int = 0
-    claims: int = 0
-    empty_claims: int = 0  # claim statements that found nothing to run or park
-    unhinted_claims: int = 0
-    promoted: int = 0
-    started: float = field(default_factory=time.monotonic)
-    # The most recent claim statements as (seconds, unhinted), newest last; readers may pop.
-    recent_claims: deque[tuple[float, bool]] = field(
-        default_factory=lambda: deque(maxlen=RECENT_CLAIMS)
-    )
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """What a worker tells observers as it works: each job's start and outcome, and each claim.
 
 Owns: the JobObserver protocol, the worker's own tally (WorkerTally, which its heartbeat
-reports for the dashboard), and the JSON log observer behind `pgqueue worker --log-format
-json`. Metrics (pgqueue/metrics.py) and traces (pgqueue/tracing.py) are observers too.
+reports for the dashboard), what its claims did (WorkerStats, which testing.drain returns),
+and the JSON log observer behind `pgqueue worker --log-format json`. Metrics
+(pgqueue/metrics.py) and traces (pgqueue/tracing.py) are observers too.
 
 Invariants: the worker calls job_started and job_finished for one job in the same asyncio task
 (or the same thread, for a sync atomic job), so an observer may keep per-job context in a
@@ -19,8 +20,9 @@ import statistics
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -75,6 +77,26 @@ def outcome_name(outcome: Outcome) -> str:
     if outcome.status == "retry":
         return "snoozed" if outcome.snooze else "retried"
     return outcome.status
+
+
+RECENT_CLAIMS = 4096
+
+
+@dataclass
+class WorkerStats:
+    """What a worker's claims did since it started (written by its claimer); what
+    `pgqueue.testing.drain` returns."""
+
+    claimed: int = 0
+    claims: int = 0
+    empty_claims: int = 0  # claim statements that found nothing to run or park
+    unhinted_claims: int = 0
+    promoted: int = 0
+    started: float = field(default_factory=time.monotonic)
+    # The most recent claim statements as (seconds, unhinted), newest last; readers may pop.
+    recent_claims: deque[tuple[float, bool]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_CLAIMS)
+    )
 
 
 class WorkerTally:

@@ -60,14 +60,14 @@ from pgqueue.store.workflows import write_progress
 from pgqueue.values import tolerate
 from pgqueue.wakeup import Position
 from pgqueue.worker.atomic import AtomicLane
-from pgqueue.worker.claimer import Claimer, WorkerStats
+from pgqueue.worker.claimer import Claimer
 from pgqueue.worker.completer import OUTCOME_BATCH, Completer
 from pgqueue.worker.executor import Executor, cancelled
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.horizon import HorizonWatch
 from pgqueue.worker.interest import WakeInterest
 from pgqueue.worker.notifier import Notifier
-from pgqueue.worker.observe import JobObserver, Observers, WorkerTally
+from pgqueue.worker.observe import JobObserver, Observers, WorkerStats, WorkerTally
 from pgqueue.worker.rescuer import Rescuer
 from pgqueue.worker.scheduler import Scheduler
 
