@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from pgqueue import bulk, migrate
 from pgqueue import dsn as dsn_rule
+from pgqueue.dsn import redact
 from pgqueue.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -54,7 +55,6 @@ from pgqueue.models import (
 )
 from pgqueue.queries import Migration, channel
 from pgqueue.registry import NewJob, Registry, Task, derived_name
-from pgqueue.runtime.link import redact
 from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store

@@ -61,8 +61,8 @@ from bench.chaos.faults import (
 from bench.chaos.server import Server, describe, own_database, server
 from bench.report import Run, guarded
 from bench.server import Server as Described
+from pgqueue.dsn import redact
 from pgqueue.migrate import apply
-from pgqueue.runtime.link import redact
 
 SCENARIOS = ("kill9", "restart", "terminate", "rollback", "longtx")
 FAULTS = {"kill9": (2, 5), "restart": (2, 3), "terminate": (3, 6)}  # (short, full) counts

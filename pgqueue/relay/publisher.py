@@ -36,11 +36,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgqueue.dsn import redact
 from pgqueue.errors import ConfigurationError, DatabaseError
 from pgqueue.models import SCHEMA_NAME, RelayState, check_name
 from pgqueue.queries import outbox_channel
 from pgqueue.relay.sinks import Outgoing, Sink
-from pgqueue.runtime.link import connect, redact
+from pgqueue.runtime.link import connect
 from pgqueue.store import relays as relays_store
 from pgqueue.store.outbox import OutboxStore, Staged
 from pgqueue.store.plan import AsyncConn

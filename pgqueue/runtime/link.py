@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import psycopg
 
+from pgqueue.dsn import redact
 from pgqueue.errors import DatabaseError
 from pgqueue.runtime.service import Health
 from pgqueue.store.plan import AsyncConn
@@ -145,14 +146,3 @@ class Link:
 
 def _is_connection_fault(conn: AsyncConn) -> bool:
     return conn.broken or conn.closed
-
-
-def redact(dsn: str) -> str:
-    """The DSN with any password masked, for error messages."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "an invalid DSN"
-    if "password" in info:
-        info["password"] = "***"
-    return psycopg.conninfo.make_conninfo("", **info)
