@@ -12,7 +12,7 @@ from psycopg.pq import TransactionStatus
 
 from pgqueue.history import partitions
 from pgqueue.queries import Migration, migrations
-from pgqueue.store.migrations import GRANTS, apply_plan, grant_sql, pending
+from pgqueue.store.migrations import apply_plan, grant_sql, pending
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
 __all__ = ["apply", "apply_async", "grant_role", "grant_sql", "is_migrated", "pending", "render"]
@@ -59,9 +59,6 @@ def render(schema: str, selected: list[Migration] | None = None) -> str:
 
 def is_migrated(conn: SyncConn, schema: str) -> bool:
     return not pending(conn, schema)
-
-
-ROLE_KINDS = tuple(GRANTS)
 
 
 def grant_role(conn: SyncConn, schema: str, role: str, kind: str) -> None:

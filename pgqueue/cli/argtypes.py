@@ -53,13 +53,6 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
-    return value
-
-
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
 

@@ -48,7 +48,6 @@ class Completer:
         self._writing: list[Outcome] = []
         self.written = 0
         self.retried = 0
-        self.discarded = 0
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -163,7 +162,6 @@ class Completer:
         self.written += moved
         self.retried += retried
         if moved < len(batch):
-            self.discarded += len(batch) - moved
             log.warning(
                 "%d of %d outcomes were not written: those jobs were moved by another actor "
                 "(put back, rescued or finished elsewhere)",

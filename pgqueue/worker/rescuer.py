@@ -67,7 +67,6 @@ class Rescuer(Loop):
         self.queues = list(queues)
         self.store = JobsStore(schema)
         self.workers = WorkersStore(schema)
-        self.out_of_range = 0
         self.rescued = 0
         self.passes = 0
 
@@ -81,7 +80,7 @@ class Rescuer(Loop):
         if await self.link.run(lambda conn: concurrency.sweep(conn, self.schema)):
             self.on_claimable()  # waiting jobs of keys with room are queued again
         if self.queues:
-            self.out_of_range += await self.link.run(self.fail_out_of_range)
+            await self.link.run(self.fail_out_of_range)
 
     async def fail_out_of_range(self, conn: AsyncConn) -> int:
         """Fail the scheduled jobs of this worker's queues that no worker could ever run: their
