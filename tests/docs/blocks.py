@@ -9,8 +9,9 @@ that, and renders as nothing:
   run (a module a later block imports, or that `pgqueue worker NAME:queue` loads).
 - `<!-- test: skip REASON -->`: the block is not run; the reason says what runs it instead.
   Skips are counted, and must stay rare.
-- A comment holding a block of its own, `<!-- test: setup` then a fenced block then `-->`,
-  is run where it stands but not shown: what an example needs that a reader already has.
+- A comment holding a block of its own, `<!-- test: setup` (or `<!-- test: check`) then a
+  fenced block then `-->`, is run where it stands but not shown: what an example needs that a
+  reader already has, or an assertion that the examples before it did what the page says.
   `<!-- test: after` likewise holds SQL run on the server once the page's database is
   dropped (roles are the server's, not the database's).
 
@@ -32,7 +33,7 @@ PARSE = {"yaml", "json"}
 READ_ONLY = {"ini", "dockerfile", "cron", "text", "mermaid"}
 
 TOKEN = re.compile(
-    r"<!-- test: (?P<hidden>setup|after)\n```(?P<hlang>\w+)\n(?P<hcode>.*?)\n```\n-->"
+    r"<!-- test: (?P<hidden>setup|check|after)\n```(?P<hlang>\w+)\n(?P<hcode>.*?)\n```\n-->"
     r"|<!-- (?P<directive>file: \S+|test: skip\b.*?) -->\n(?=[ \t]*```)"
     r"|^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<code>.*?)^(?P=indent)```[ \t]*$",
     re.S | re.M,

@@ -130,7 +130,11 @@ def test_a_click_in_the_navigation_opens_the_page(tab: Any, served: str) -> None
 
 def test_the_search_box_finds_a_term(tab: Any, served: str) -> None:
     tab.goto(served)
-    tab.click("label.md-search__icon, .md-search__input")
-    tab.fill("input.md-search__input", "PgBouncer")
-    result = tab.wait_for_selector("li.md-search-result__item a[href*='how-to/pgbouncer']")
+    tab.click(".md-search__input")
+    # Typed as a reader types, key by key; the index is built in a web worker after the page
+    # loads, and a query typed before it is ready runs once it is.
+    tab.locator("input.md-search__input").press_sequentially("PgBouncer")
+    result = tab.wait_for_selector(
+        "li.md-search-result__item a[href*='how-to/pgbouncer']", timeout=60_000
+    )
     assert "PgBouncer" in result.inner_text()
