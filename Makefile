@@ -55,7 +55,7 @@ $(VENV)/.docs-installed: $(VENV)/.installed
 	touch $@
 
 docs: $(VENV)/.docs-installed
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) $(DJANGO_VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache

@@ -25,7 +25,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+import pgqueue
+
+# The checkout the site documents: where the pgqueue package lives, not where this file is,
+# so a copy of docs/ (tests/docs/test_build.py builds one) documents the same code.
+ROOT = Path(pgqueue.__file__).resolve().parents[1]
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 HELP_COLUMNS = "100"  # the width the CLI page and its test render `--help` at
 
