@@ -88,8 +88,9 @@ def page_env(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Itera
         }
         namespace: dict[str, Any] = {"__name__": "docs_example"}
         yield {"dsn": url, "folder": tmp_path, "env": env, "namespace": namespace}
-        for value in list(namespace.values()):  # what the examples opened: queues, engines
-            if isinstance(value, Queue):
+        # What the examples opened: queues, connections, engines.
+        for value in list(namespace.values()):
+            if isinstance(value, (Queue, psycopg.Connection)):
                 value.close()
             elif type(value).__name__ == "Engine" and hasattr(value, "dispose"):
                 value.dispose()
