@@ -324,7 +324,8 @@ def sql_definition(name: str) -> tuple[str, str, str]:
         if not line.startswith("--"):
             break
         comment.append(line[2:].removeprefix(" "))
-    params = "\n".join(
+    comment[0] = re.sub(r"^\d{4}: ", "", comment[0])  # the migration's number, said above
+    params = ",\n".join(
         "    " + p.strip() for p in match.group(1).replace("{{}}", "{}").split(",\n")
     )
     signature = f"pgqueue.{name}(\n{params}\n) {match.group(2).strip()}"
@@ -368,7 +369,7 @@ def errors() -> str:
     def line(cls: type, depth: int) -> list[str]:
         others = [b.__module__ + "." + b.__qualname__ for b in cls.__bases__[1:]]
         also = f" (also a `{'`, `'.join(others)}`)" if others else ""
-        doc = inspect.cleandoc(cls.__doc__ or "").split("\n")[0]
+        doc = " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())
         rows = [f"{'    ' * depth}- [`{cls.__name__}`](#pgqueue.{cls.__name__}){also}: {doc}"]
         for sub in classes:
             if sub.__bases__[0] is cls:
