@@ -51,5 +51,16 @@ test: lint
 
 check: test
 
+# The documentation site (mkdocs.yml), built in strict mode into site/: a broken link or an
+# API name that no longer exists fails it. Its tools are the `docs` extra, added to .venv here
+# only, so `make test`'s setup is unchanged.
+.PHONY: docs
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
 	rm -rf $(VENV) $(DJANGO_VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache

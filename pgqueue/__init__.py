@@ -13,6 +13,7 @@ from pgqueue.errors import (
     PgQueueError,
     TaskError,
     UnknownTaskError,
+    WorkerStateError,
 )
 from pgqueue.models import (
     Cancellation,
@@ -76,6 +77,7 @@ __all__ = [
     "UnknownTaskError",
     "Worker",
     "WorkerSettings",
+    "WorkerStateError",
     "Workflow",
     "WorkflowJob",
     "chain",

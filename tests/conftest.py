@@ -146,7 +146,7 @@ def worker_in_thread(worker: Any, *, force: bool = False) -> Iterator[Any]:
         assert not thread.is_alive()
 
 
-FLOOR = (-32768, 0)  # below every (priority, id), as in pgqueue.claimer
+FLOOR = (-32768, 0)  # below every (priority, id), as in pgqueue.worker.claimer
 CEILING = (32767, 2**63 - 1)  # above every (priority, id)
 
 

@@ -50,7 +50,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def timed_read(conn: psycopg.Connection[Any], schema: str, after: int) -> dict[str, float]:
     statement = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + query("outbox_read", schema)
-    plan = "\n".join(r[0] for r in conn.execute(statement, {"after": after, "limit": 500}))
+    params = {"after": after, "open": [], "later": None, "limit": 500}  # no transaction open
+    plan = "\n".join(r[0] for r in conn.execute(statement, params))
     top = next(line for line in plan.splitlines() if "Buffers:" in line)  # the whole read's
     buffers = sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
     ms = float(re.search(r"Execution Time: ([\d.]+) ms", plan).group(1))  # type: ignore[union-attr]

@@ -15,9 +15,8 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel
 
-from pgqueue import health
+from pgqueue import health, words
 from pgqueue import migrate as migrations
-from pgqueue.cli import words
 from pgqueue.cli.target import (
     UsageError,
     checked_listen_dsn,

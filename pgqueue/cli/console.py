@@ -13,8 +13,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from pgqueue import health
-from pgqueue.cli import recurring, words
+from pgqueue import health, words
+from pgqueue.cli import recurring
 from pgqueue.models import Job, JobPage, Workflow
 from pgqueue.store.workers import WorkerRow
 

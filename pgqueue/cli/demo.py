@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pgqueue.cli.console import make_console
-from pgqueue.cli.words import plural
 from pgqueue.errors import ConfigurationError as UsageError
 from pgqueue.migrate import apply
 from pgqueue.queue import Queue
+from pgqueue.words import plural
 from pgqueue.worker.worker import Worker
 
 

@@ -17,7 +17,7 @@ import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
-from pgqueue.cli import words
+from pgqueue import words
 from pgqueue.errors import ConfigurationError
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.schedule import Entry, RecurringJob

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue import health
+from pgqueue import health, words
 from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError
 from pgqueue.models import Job, JobStatus
 from pgqueue.queue import Queue
@@ -182,7 +182,7 @@ def recurring(conn: SyncConn, schema: str) -> list[Recurring]:
         next_run, problem = None, None
         try:
             periodic = RecurringJob.model_validate(definition | {"name": row.name})
-            schedule = describe_schedule(periodic)
+            schedule = words.schedule(periodic.cron, periodic.every, periodic.timezone)
             next_run = periodic.next_after(max(row.last_tick, datetime.now(timezone.utc)))
         except (ValueError, ConfigurationError) as exc:
             problem = f"cannot read this definition: {exc}"
@@ -201,28 +201,6 @@ def recurring(conn: SyncConn, schema: str) -> list[Recurring]:
     return found
 
 
-def describe_schedule(periodic: RecurringJob) -> str:
-    """'every 5 min', 'every 1 h 30 min', or the cron expression as written (with its zone
-    when not UTC)."""
-    if periodic.every is not None:
-        return f"every {human_span(periodic.every)}"
-    zone = "" if periodic.timezone == "UTC" else f" ({periodic.timezone})"
-    return f"{periodic.cron}{zone}"
-
-
-def human_span(span: timedelta) -> str:
-    """A whole number of seconds in its largest units: '2 s', '5 min', '1 h 30 min', '2 d'."""
-    if span < timedelta(seconds=1):
-        return f"{span.total_seconds() * 1000:.0f} ms"
-    left = int(span.total_seconds())
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if left >= size:
-            parts.append(f"{left // size} {unit}")
-            left %= size
-    return " ".join(parts) or "0 s"
-
-
 @dataclass
 class HealthPage:
     holders: list[health.HorizonHolder]
@@ -237,11 +215,13 @@ def health_page(conn: SyncConn, schema: str, warning: timedelta = HORIZON_WARNIN
     status = health.status(conn, schema)
     report = health.watch(conn, warning, act=False)
     if report.clear:
-        verdict = f"clear: no transaction has held the horizon for {human_span(warning)} or more"
+        verdict = (
+            f"clear: no transaction has held the horizon for {words.duration(warning)} or more"
+        )
     else:
         oldest = report.remaining[0]
         verdict = (
-            f"held: {len(report.remaining)} holder(s) older than {human_span(warning)}; the "
+            f"held: {len(report.remaining)} holder(s) older than {words.duration(warning)}; the "
             "oldest is "
             f"{oldest.kind} {oldest.pid or oldest.name} ({oldest.application_name or '-'})"
         )

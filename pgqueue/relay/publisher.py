@@ -12,9 +12,13 @@ to the sinks, and deletes each one only after its broker confirmed it. Invariant
 - a message a lane could not publish holds back the rest of that lane's batch, and the hint
   goes back to it, so nothing of a key overtakes it.
 The hint keeps reads off the entries of deleted messages that VACUUM may not have removed
-(a long transaction holds them): reads start after the last message handled; a committed
-staging behind the hint names its first id in its notice, which moves the hint back, and
-the hint goes back to the start every `hint_reset_interval` (jittered) for any notice lost.
+(a long transaction holds them): reads start after the last message handled, and behind it
+take only the messages of the transactions the previous read saw open, so each read returns
+what a read from the first id would, and a transaction whose ids straddle the hint is
+published whole, in order, once it commits (outbox_read in sql/queries/outbox.sql says why).
+Messages staged again by `retry` are behind the hint and of transactions long over: their
+notice moves the hint back, and the hint goes back to the start every
+`hint_reset_interval` (jittered) for any notice lost.
 A broker that is down is retried with backoff; the database going away ends the lead, and
 the relay reconnects and competes for it again.
 """
@@ -43,7 +47,7 @@ from pgqueue.queries import outbox_channel
 from pgqueue.relay.sinks import Outgoing, Sink
 from pgqueue.runtime.link import connect
 from pgqueue.store import relays as relays_store
-from pgqueue.store.outbox import OutboxStore, Staged
+from pgqueue.store.outbox import Open, OutboxStore, Staged
 from pgqueue.store.plan import AsyncConn
 
 log = logging.getLogger("pgqueue.relay")
@@ -184,12 +188,14 @@ class Relay:
     async def _lead(self, conn: AsyncConn) -> None:
         assert self._stopping is not None
         hint, failures = 0, 0
+        seen = Open()  # the transactions the last read saw open; none before the first
         reset_at = self._next_reset()
         while not self._stopping.is_set():
             await self._report(conn)
             if time.monotonic() >= reset_at:
                 hint, reset_at = 0, self._next_reset()
-            batch = await self._store.read(conn, hint, self.batch_size)
+            read = await self._store.read(conn, hint, seen, self.batch_size)
+            batch, seen = read.messages, read.open
             if not batch:
                 hint = await self._wait(conn, hint, self.poll_interval)
                 continue

@@ -35,6 +35,23 @@ class Staged:
         return self.destination.partition(":")[2]
 
 
+@dataclass(frozen=True)
+class Open:
+    """The transactions open in a read's snapshot: `xids`, and every xid from `later` on.
+    Opaque to Python: passed back to the next read as they came."""
+
+    xids: tuple[str, ...] = ()
+    later: str | None = None
+
+
+@dataclass(frozen=True)
+class Read:
+    """A read's committed staged messages, in id order, and the transactions it saw open."""
+
+    messages: list[Staged]
+    open: Open
+
+
 def insert_plan(
     schema: str, messages: Sequence[Message], max_payload_bytes: int | None
 ) -> Plan[list[int]]:
@@ -122,11 +139,16 @@ class OutboxStore:
         row = await fetch_one(conn, query("outbox_lead", self.schema), {"name": name})
         return bool(row[0])
 
-    async def read(self, conn: AsyncConn, after: int, limit: int) -> list[Staged]:
-        rows = await fetch(
-            conn, query("outbox_read", self.schema), {"after": after, "limit": limit}
+    async def read(self, conn: AsyncConn, after: int, seen: Open, limit: int) -> Read:
+        """Up to `limit` committed staged messages after `after`, and at or behind it those
+        of the transactions `seen` open by the previous read (see outbox_read)."""
+        params = {"after": after, "open": list(seen.xids), "later": seen.later, "limit": limit}
+        rows = await fetch(conn, query("outbox_read", self.schema), params)
+        xids, later = rows[0][0], rows[0][1]
+        return Read(
+            messages=[Staged(*row[2:]) for row in rows if row[2] is not None],
+            open=Open(tuple(xids), later),
         )
-        return [Staged(*row) for row in rows]
 
     async def delete(self, conn: AsyncConn, ids: Sequence[int]) -> None:
         await fetch(conn, query("outbox_delete", self.schema), {"ids": list(ids)})

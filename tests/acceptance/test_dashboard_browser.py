@@ -379,9 +379,9 @@ def test_recurring_schedules_read_as_durations_and_cron_as_written(
         for row in page.locator("table[data-testid=recurring] tbody tr").all()
     }
     assert shown == {
-        "often": "every 2 s",
-        "twice-a-shift": "every 1 h 30 min",
-        "quarterly": "*/15 * * * *",
+        "often": "every 2 seconds",
+        "twice-a-shift": "every 1 hour 30 minutes",
+        "quarterly": "every 15 minutes",
     }
     shoot(page, "recurring")
     app.close()

@@ -40,6 +40,7 @@ EXPECTED = [
     "UnknownTaskError",
     "Worker",
     "WorkerSettings",
+    "WorkerStateError",
     "Workflow",
     "WorkflowJob",
     "chain",

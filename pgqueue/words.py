@@ -1,5 +1,5 @@
-"""How the `pgqueue` command words counts, durations and schedules for people. Plain text,
-no rich: commands without tables use it too."""
+"""How pgqueue words counts, durations and schedules for people: the command and the dashboard
+say them the same way. Plain text, no rich."""
 
 from __future__ import annotations
 

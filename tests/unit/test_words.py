@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from pgqueue.cli.words import duration, plural, schedule
+from pgqueue.words import duration, plural, schedule
 
 
 def test_counts_take_the_plural_only_when_not_one() -> None:
