@@ -43,6 +43,7 @@ from pgqueue.models import (
     JobOptions,
     JobPage,
     Message,
+    NewJob,
     OutboxStats,
     QueuePause,
     QueueSettings,
@@ -54,7 +55,7 @@ from pgqueue.models import (
     duration,
 )
 from pgqueue.queries import Migration, channel
-from pgqueue.registry import NewJob, Registry, Task, derived_name
+from pgqueue.registry import Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store

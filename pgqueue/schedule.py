@@ -22,8 +22,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import TASK_NAME, Settings, check_name, one_of
-from pgqueue.registry import NewJob
+from pgqueue.models import TASK_NAME, NewJob, Settings, check_name, one_of
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 SECOND = timedelta(seconds=1)

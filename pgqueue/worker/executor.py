@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from pgqueue.codec import to_json_result
 from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
-from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, to_json_result
+from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.registry import encode_json
+from pgqueue.codec import encode_json
 from pgqueue.runtime.service import Health
 from pgqueue.store.plan import SyncConn
 from pgqueue.store.workers import WorkersStore

@@ -25,8 +25,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pgqueue.errors import PgQueueError
-from pgqueue.models import ClaimedJob, TaskPolicy
-from pgqueue.registry import NewJob, Registry
+from pgqueue.models import ClaimedJob, NewJob, TaskPolicy
+from pgqueue.registry import Registry
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Loop
 from pgqueue.store import concurrency
