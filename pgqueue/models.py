@@ -94,8 +94,9 @@ SchemaName = Annotated[str, _matching(SCHEMA_NAME, "schema names")]
 # always bounded, by default and at most by these.
 ATOMIC_DEFAULT_TIMEOUT = timedelta(seconds=60)
 ATOMIC_MAX_TIMEOUT = timedelta(minutes=15)
-# How long after its claim a job of a rate-limited queue may still start: the limit counts the
-# starts of a period and this margin back (job_claim_rated), so it holds at handlers' starts.
+# How long after its claim a job claimed under rate limits (a queue's, a task's or a key's)
+# may still start: each limit counts the starts of a period and this margin back
+# (job_claim_rated, job_rate_admit), so it holds at handlers' starts.
 # Wider costs a limit's backlog some rate (a period and this margin between two full
 # windows); narrower puts back more jobs that a busy worker could not start in time.
 RATE_START_MARGIN = timedelta(milliseconds=100)
@@ -452,9 +453,8 @@ class ClaimedJob:
     trace_context: dict[str, Any] | None = None
     # Seconds from when it was due (run_at) to this attempt's start: its wait in the queue.
     waited: float | None = None
-    # The time.monotonic() by which its handler must start, or the job is put back: its
-    # queue's rate limit counts on handlers starting within a margin of their claim. None:
-    # any time.
+    # The time.monotonic() by which its handler must start, or the job is put back: rate
+    # limits count on handlers starting within a margin of their claim. None: any time.
     start_by: float | None = None
 
 

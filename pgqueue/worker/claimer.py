@@ -20,10 +20,11 @@ Invariants:
   claims only what the limit has room for. One that got fewer jobs than it asked for because
   the limit was full is left out until the statement said it has room again, and its hint
   does not move: the jobs it did not take are still there.
-- A queue's rate limit holds at its handlers' starts: jobs claimed under one must start
-  within RATE_START_MARGIN of the claim (job_claim_rated counts the starts of a period and
-  that margin back); each carries the time it must start by (ClaimedJob.start_by), and the
-  executor puts back one that could not start in time.
+- Rate limits (a queue's, a task's, a key's) hold at handlers' starts: every job of a
+  job_claim_rated claim must start within RATE_START_MARGIN of the claim (the statement and
+  job_rate_admit count the starts of a period and that margin back); each carries the time
+  it must start by (ClaimedJob.start_by), and the executor puts back one that could not
+  start in time.
 - While any task or key has a rate limit, the queues where a job with a key or of a limited
   task was seen are claimed with job_claim_rated, which puts jobs over their task's or key's
   limit back as scheduled; they count as walked, and the promotion is due when the first of
@@ -314,7 +315,7 @@ class Claimer:
 
         room_in: float | None = None
         back_in: float | None = None
-        sent: float | None = None  # when a claim under the queue's rate limit was sent
+        sent: float | None = None  # when a claim under rate limits (job_claim_rated) was sent
 
         async def claim(conn: AsyncConn) -> Claimed:
             nonlocal room_in, back_in, sent
@@ -323,7 +324,7 @@ class Claimer:
             ):
                 for attempt in range(CLAIM_RETRIES):
                     try:
-                        sent = time.monotonic() if queue in self.rated else None
+                        sent = time.monotonic()
                         rated, room_in, back_in = await self.store.claim_rated(conn, params)
                         return rated
                     except psycopg.errors.DeadlockDetected:

@@ -7,7 +7,7 @@ an attempt during which cancellation was requested ends as cancelled, however it
 handler does escapes as an exception, not SystemExit, KeyboardInterrupt or an exception whose
 str() raises: the worker lives on and the job's failure is recorded. The one exception that
 does escape is asyncio.CancelledError, raised when the worker is stopping; the job is then
-put back rather than failed. A job past the time its queue's rate limit needs it to start by
+put back rather than failed. A job past the time its rate limits need it to start by
 (ClaimedJob.start_by) is not started: it is put back, its attempt unspent.
 """
 
@@ -220,11 +220,12 @@ class Executor:
         return cancelled(job, time.monotonic() - started)
 
     def _late(self, job: ClaimedJob, started: float) -> Outcome:
-        """Put back, attempt unspent: the handler could not start by the time its queue's
-        rate limit counts on (the worker's event loop or threads were busy)."""
+        """Put back, attempt unspent: the handler could not start by the time its rate
+        limits (its queue's, task's or key's) count on (the worker's event loop or threads
+        were busy)."""
         log.warning(
-            "job %s %s could not start within %g s of its claim, as its queue's rate limit "
-            "requires: put back to run again",
+            "job %s %s could not start within %g s of its claim, as rate limits require: "
+            "put back to run again",
             job.id,
             job.task,
             RATE_START_MARGIN.total_seconds(),

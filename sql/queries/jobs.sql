@@ -495,12 +495,14 @@ WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where i
 -- with it: the queue_limit and allowance CTEs, picked's LIMIT and task, the admitted and
 -- entering CTEs, and the recorded and room CTEs with its last row. A statement of its own,
 -- so that job_claim pays nothing for rate limits.
--- A queue's limit holds where its jobs' handlers start, not only at the claim: a handler
--- starts up to the start margin after its claim's time (the worker puts back, attempt
--- unspent, a job it could not start by then), so the claim counts the starts of a period and
--- that margin before it, and no period-long window of handler starts holds more than the
--- limit, however the starts of two claims a period apart are delayed in their workers
--- (tests/integration/test_rate_limits.py records handlers' starts and checks every window).
+-- Every limit holds where its jobs' handlers start, not only at the claim: a handler starts
+-- up to the start margin after its claim's time (the worker puts back, attempt unspent, a
+-- job of this claim it could not start by then), so the claim counts the starts of a period
+-- and that margin before it, the queue's here and the tasks' and keys' in job_rate_admit
+-- (migration 0025), and no period-long window of handler starts holds more than the limit,
+-- however the starts of two claims a period apart are delayed in their workers
+-- (test_rate_limits.py and test_job_rate_limits.py record handlers' starts and check every
+-- window).
 WITH queue_limit AS (
     -- Locks the queue's rate_limits row until this claim commits: claims of a limited queue
     -- take turns here, each counting the starts of those before it.
@@ -526,14 +528,16 @@ WITH queue_limit AS (
     LIMIT (SELECT n FROM allowance)
     FOR UPDATE SKIP LOCKED
 ), admitted AS (
-    -- Locks the picked jobs' tasks' and keys' limits (0012), and puts back the jobs over them;
+    -- Locks the picked jobs' tasks' and keys' limits (0012, 0025), and puts back the jobs over
+    -- them, each for when a window of its period and the start margin has room;
     -- with %(job_limits)s false (no task or key has a limit) it is not called at all.
     SELECT a.job, a.back_at
     FROM {schema}.job_rate_admit(
         ARRAY(SELECT id FROM picked ORDER BY priority, id),
         ARRAY(SELECT task FROM picked ORDER BY priority, id),
         ARRAY(SELECT key FROM picked ORDER BY priority, id),
-        coalesce(%(now)s::timestamptz, now())) AS a
+        coalesce(%(now)s::timestamptz, now()),
+        %(start_margin)s::interval) AS a
     WHERE %(job_limits)s::boolean
     UNION ALL
     SELECT id, NULL::timestamptz FROM picked WHERE NOT %(job_limits)s::boolean

@@ -6,6 +6,7 @@ the queue's other jobs run meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -14,20 +15,29 @@ import psycopg
 import pytest
 
 from pgqueue import ConfigurationError, Queue, Worker
+from pgqueue.migrate import apply
 from pgqueue.models import RATE_START_MARGIN
+from pgqueue.queries import migrations, query
 from pgqueue.store.jobs import JobsStore
 from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     count,
+    drop_schema,
     stop_worker_processes,
     wait_until,
     worker_in_thread,
     worker_process,
 )
-from tests.integration.test_rate_limits import _most_in_any_window
+from tests.integration.test_rate_limits import (
+    _most_in_any_window,
+    handler_starts_of_a_limited_backlog,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+# A limit counts the starts of its period and this margin back, and puts jobs back for a
+# start's time plus both: the reach of its window.
+M = RATE_START_MARGIN.total_seconds()
 
 
 def _claim(dsn: str, schema: str, queue: str, limit: int, at: datetime) -> Any:
@@ -112,34 +122,36 @@ def test_a_task_over_its_limit_is_put_back_and_the_queue_runs_on(
     queue: Queue, dsn: str, schema: str
 ) -> None:
     """A limit of 2 per 10 s: of five jobs of the task, the claim takes two and the other
-    tasks' jobs behind them; the three left are put back, spread a window's worth apart,
-    with their attempts unspent."""
+    tasks' jobs behind them; the three left are put back, spread a window's reach (its
+    period and the start margin) apart, with their attempts unspent."""
     queue.set_task_rate_limit(apps.noop, 2, per=10)
     queue.enqueue_many([apps.noop.with_options(queue="q").job() for _ in range(5)])
     queue.enqueue_many([apps.sleepy.with_options(queue="q").job(0.0) for _ in range(3)])
     claimed, room_in, back_in = _claim(dsn, schema, "q", 10, T0)
     assert sorted(j.task for j in claimed.jobs) == ["noop"] * 2 + ["sleepy"] * 3
-    assert len(claimed.parked) == 3 and room_in == 0 and back_in == 10.0
+    assert len(claimed.parked) == 3 and room_in == 0 and back_in == pytest.approx(10 + M)
     with psycopg.connect(dsn) as conn:
-        assert _scheduled(conn, schema) == [("noop", 10.0, 0), ("noop", 10.0, 0), ("noop", 20.0, 0)]
-        # The window is full until 10 s: a job enqueued now goes after those put back.
+        scheduled = _scheduled(conn, schema)
+        assert [(task, attempt) for task, _, attempt in scheduled] == [("noop", 0)] * 3
+        assert [at for _, at, _ in scheduled] == pytest.approx([10 + M, 10 + M, 2 * (10 + M)])
+        # The window is full until then: a job enqueued now goes after those put back.
         queue.enqueue(apps.noop.with_options(queue="q").job())
         claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=1))
-        assert claimed.jobs == [] and len(claimed.parked) == 1 and back_in == 19.0
-        assert _scheduled(conn, schema)[-1] == ("noop", 20.0, 0)
-        # At 10 s the first two are due (the promotion makes them queued): both start.
-        conn.execute(
-            f'UPDATE "{schema}".jobs SET status = %s WHERE run_at <= %s',
-            ("queued", T0 + timedelta(seconds=10)),
-        )
+        assert claimed.jobs == [] and len(claimed.parked) == 1
+        assert back_in == pytest.approx(2 * (10 + M) - 1)
+        assert _scheduled(conn, schema)[-1][1] == pytest.approx(2 * (10 + M))
+        # Then the first two are due (the promotion makes them queued): both start.
+        due = T0 + timedelta(seconds=10) + RATE_START_MARGIN
+        conn.execute(f'UPDATE "{schema}".jobs SET status = %s WHERE run_at <= %s', ("queued", due))
         conn.commit()
-        claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=10))
+        claimed, _, back_in = _claim(dsn, schema, "q", 10, due)
         assert [j.task for j in claimed.jobs] == ["noop", "noop"] and back_in is None
 
 
 def test_jobs_put_back_get_the_times_the_window_frees(queue: Queue, dsn: str, schema: str) -> None:
     """Starts at 0, 2 and 4 s fill a limit of 3 per 10 s: four jobs put back at 5 s get 10,
-    12 and 14 s (as each start leaves the window), then 20 s, one place each."""
+    12 and 14 s and the margin (as each start leaves the window's reach), then twice the
+    reach, one place each."""
     queue.set_task_rate_limit(apps.noop, 3, per=10)
     for second in (0, 2, 4):
         queue.enqueue(apps.noop.with_options(queue="q").job())
@@ -147,9 +159,57 @@ def test_jobs_put_back_get_the_times_the_window_frees(queue: Queue, dsn: str, sc
         assert len(claimed.jobs) == 1
     queue.enqueue_many([apps.noop.with_options(queue="q").job() for _ in range(4)])
     claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=5))
-    assert claimed.jobs == [] and back_in == 5.0
+    assert claimed.jobs == [] and back_in == pytest.approx(5 + M)
     with psycopg.connect(dsn) as conn:
-        assert [at for _, at, _ in _scheduled(conn, schema)] == [10.0, 12.0, 14.0, 20.0]
+        assert [at for _, at, _ in _scheduled(conn, schema)] == pytest.approx(
+            [10 + M, 12 + M, 14 + M, 2 * (10 + M)]
+        )
+
+
+def test_an_upgraded_installation_keeps_its_limits_and_the_earlier_admit_still_answers(
+    dsn: str,
+) -> None:
+    """A schema migrated before the start margin, with a task's window full (2 starts at 0 s
+    of 2 per 10 s), upgraded by migrate: the window is kept; job_rate_admit called as an
+    earlier worker calls it (no margin) puts a job back for when the claims' window frees,
+    and the claim of this version for then and the margin."""
+    schema = f"pgq_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute(query("migration_table_create", schema))
+        for migration in migrations():
+            if migration.name == "rate_start_margin":
+                break
+            conn.execute(migration.render(schema))
+            conn.execute(
+                query("migration_record", schema),
+                {"version": migration.version, "name": migration.name},
+            )
+        conn.execute(
+            f'INSERT INTO "{schema}".job_rate_limits (kind, name, max_starts, period, starts,'
+            " counts) VALUES ('task', 'noop', 2, interval '10 s', ARRAY[%s::timestamptz], '{2}')",
+            [T0],
+        )
+    queue = Queue(dsn, schema=schema)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            apply(conn, schema)
+        job = queue.enqueue(apps.noop.with_options(queue="q").job())
+        with psycopg.connect(dsn) as conn:  # rolled back: it only answers
+            back_at = conn.execute(
+                f'SELECT extract(epoch FROM back_at - %s)::float8 FROM "{schema}".job_rate_admit('
+                "ARRAY[%s::bigint], ARRAY['noop'], ARRAY[NULL]::text[], %s)",
+                [T0, job, T0 + timedelta(seconds=1)],
+            ).fetchall()
+            conn.rollback()
+        assert back_at == [(10.0,)]
+        claimed, _, back_in = _claim(dsn, schema, "q", 10, T0 + timedelta(seconds=1))
+        assert claimed.jobs == [] and back_in == pytest.approx(9 + M)
+        assert [(r.task, r.max_starts, r.period) for r in queue.rate_limits()] == [
+            ("noop", 2, 10.0)
+        ]
+    finally:
+        queue.close()
+        drop_schema(dsn, schema)
 
 
 def test_a_key_limit_and_the_default_give_each_key_its_own_window(
@@ -165,7 +225,7 @@ def test_a_key_limit_and_the_default_give_each_key_its_own_window(
         keys = conn.execute(
             f'SELECT concurrency_key, status FROM "{schema}".jobs ORDER BY id'
         ).fetchall()
-    assert len(claimed.jobs) == 6 and back_in == 5.0
+    assert len(claimed.jobs) == 6 and back_in == pytest.approx(5 + M)
     assert [s for _, s in keys] == ["running", "scheduled"] * 2 + ["running"] * 3 + [
         "scheduled",
         "running",
@@ -227,6 +287,37 @@ def test_task_and_key_limits_hold_across_worker_processes(
     # 50 starts at 10 a second take at least 4 s, 25 at 5 a second as long.
     assert max(task_starts) - min(task_starts) >= (50 // task_limit - 1) * period
     assert max(key_starts) - min(key_starts) >= (25 // key_limit - 1) * period
+
+
+@pytest.mark.parametrize("task", [apps.stamp_start, apps.astamp_start], ids=["def", "async"])
+def test_handler_starts_never_exceed_a_task_limit_in_any_window(
+    dsn: str, schema: str, tmp_path: Path, task: Any
+) -> None:
+    """As for a queue's limit (test_rate_limits.py): each handler writes the time it started,
+    and three worker processes drain a backlog of a task limited to 5 a second, in a queue
+    of its own with no limit: no window of a second holds more than 5 of its handlers'
+    starts, and none spent an attempt on being put back."""
+    jobs = [task.with_options(queue="rated").job(dsn, schema) for _ in range(30)]
+    starts = handler_starts_of_a_limited_backlog(
+        dsn, schema, tmp_path, lambda q: q.set_task_rate_limit(task, 5, per=1), jobs
+    )
+    assert _most_in_any_window(starts, 1.0) <= 5
+
+
+@pytest.mark.parametrize("task", [apps.stamp_start, apps.astamp_start], ids=["def", "async"])
+def test_handler_starts_never_exceed_a_key_limit_in_any_window(
+    dsn: str, schema: str, tmp_path: Path, task: Any
+) -> None:
+    """The same for a key limited to 5 a second: its jobs' handlers never start more than 5
+    times in any window of a second, and none spent an attempt on being put back."""
+    key = "slow-tenant"
+    jobs = [
+        task.with_options(queue="rated", concurrency_key=key).job(dsn, schema) for _ in range(30)
+    ]
+    starts = handler_starts_of_a_limited_backlog(
+        dsn, schema, tmp_path, lambda q: q.set_key_rate_limit(key, 5, per=1), jobs
+    )
+    assert _most_in_any_window(starts, 1.0) <= 5
 
 
 def test_a_running_worker_hears_of_a_task_limit_and_only_that_task_s_queue_pays_for_it(
