@@ -54,6 +54,15 @@ def dsn() -> Iterator[str]:
             server.stop()
 
 
+@pytest.fixture
+def server_folder() -> Iterator[Path]:
+    """A folder for a test's own embedded server, outside pytest's temporary root for the
+    reason `dsn` gives: another pytest run pruning old folders there deleted a running
+    server's data."""
+    with tempfile.TemporaryDirectory(prefix="pgqueue-server-") as folder:
+        yield Path(folder)
+
+
 @pytest.fixture(scope="session")
 def server_version(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:

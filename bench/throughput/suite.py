@@ -46,7 +46,9 @@ from bench.throughput.systems import SCHEMA
 
 SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer")
 WORKLOADS = ("drain", "enqueue", "idle", "steady", "claim", "raw")
+# Each system's import name, and the distribution whose version the results record.
 PACKAGES = {"pgqueue": "pgqueue", "procrastinate": "procrastinate", "pgqueuer": "pgqueuer"}
+DISTRIBUTIONS = PACKAGES | {"pgqueue": "pgqueue-py"}
 OBAN_NOTE = (
     "not run: oban-py (PyPI `oban`) requires Python >= 3.12; this machine has "
     f"Python {platform.python_version()} and no 3.12 package"
@@ -356,7 +358,7 @@ def run_raw(bench: Bench) -> None:
 
 def versions(systems: Sequence[str]) -> dict[str, str]:
     """The installed version of each system that ran."""
-    return {name: importlib.metadata.version(PACKAGES[name]) for name in systems}
+    return {name: importlib.metadata.version(DISTRIBUTIONS[name]) for name in systems}
 
 
 def install(bench: Bench) -> None:

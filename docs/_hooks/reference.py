@@ -8,7 +8,8 @@ Markdown built from the source of truth, so the page cannot drift from the code:
 - `log-fields`: the fields of `--log-format json`, from pgqueue/observe.py;
 - `settings`: every field of the settings models, its type, default and range;
 - `sql-functions`: the SQL functions applications call, from their latest migration;
-- `errors`: the exception tree of pgqueue/errors.py.
+- `errors`: the exception tree of pgqueue/errors.py;
+- `changelog`: CHANGELOG.md, written once at the root of the checkout.
 
 A new metric, log field or setting without a meaning written below fails the build (the
 site is built in strict mode), so whoever adds one also says what it means.
@@ -379,6 +380,12 @@ def errors() -> str:
     return "\n".join(line(errors_module.PgQueueError, 0)) + "\n"
 
 
+def changelog() -> str:
+    """CHANGELOG.md without its title: the page that shows it has its own."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    return text.split("\n", 1)[1].lstrip("\n")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "cli": cli,
     "metrics": metrics,
@@ -386,6 +393,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "settings": settings,
     "sql-functions": sql_functions,
     "errors": errors,
+    "changelog": changelog,
 }
 
 

@@ -1,8 +1,8 @@
 """The dashboard in a real browser: headless Chromium (Debian's package) driven by Playwright,
 against `pgqueue dashboard` and `pgqueue worker` running as real processes.
 
-With PGQUEUE_SCREENSHOTS set to a folder, each page's screenshot is saved there: the README's
-pictures come from `PGQUEUE_SCREENSHOTS=docs/screenshots pytest -k browser`.
+With PGQUEUE_SCREENSHOTS set to a folder, each page's screenshot is saved there: the dashboard
+how-to's pictures come from `PGQUEUE_SCREENSHOTS=docs/screenshots pytest -k browser`.
 """
 
 from __future__ import annotations

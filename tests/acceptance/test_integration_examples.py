@@ -36,7 +36,7 @@ def test_sqlalchemy_orders_ship_what_committed(tmp_path: Path) -> None:
     assert out.splitlines() == ["order tea: shipped", "order jam: shipped"]
 
 
-def test_the_readme_trigger_enqueues_a_welcome_mail_per_committed_user(tmp_path: Path) -> None:
+def test_the_documented_trigger_enqueues_a_welcome_mail_per_committed_user(tmp_path: Path) -> None:
     folder = _copy("sql_trigger", tmp_path)
     out = _run(folder, "welcome.py")
     lines = out.splitlines()
@@ -47,9 +47,9 @@ def test_the_readme_trigger_enqueues_a_welcome_mail_per_committed_user(tmp_path:
         "eve@example.com",
     ]
     assert all(", 'welcome mail to " in line and "succeeded" in line for line in lines), out
-    # The README shows this trigger as it is run here.
-    readme = (ROOT / "README.md").read_text()
-    assert (EXAMPLES / "sql_trigger" / "welcome.sql").read_text().strip() in readme
+    # The SQL how-to shows this trigger as it is run here.
+    page = (ROOT / "docs" / "how-to" / "sql.md").read_text()
+    assert (EXAMPLES / "sql_trigger" / "welcome.sql").read_text().strip() in page
 
 
 def test_django_signups_get_their_welcome_through_django_tasks(tmp_path: Path) -> None:

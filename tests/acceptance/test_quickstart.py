@@ -260,8 +260,11 @@ def test_the_installed_metadata_and_the_command_give_one_version() -> None:
     assert PYPROJECT["tool"]["hatch"]["version"]["path"] == "pgqueue/_version.py"
 
 
-def _readme_section(heading: str) -> str:
-    return (ROOT / "README.md").read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+def _docs_section(page: str, heading: str) -> str:
+    """A section of a documentation page, from its heading to the next of its level."""
+    text = (ROOT / "docs" / page).read_text()
+    level = heading.split(" ", 1)[0]
+    return text.split(f"\n{heading}\n", 1)[1].split(f"\n{level} ", 1)[0]
 
 
 def test_the_dashboard_tokens_minimum_is_written_where_a_user_sets_it() -> None:
@@ -270,7 +273,7 @@ def test_the_dashboard_tokens_minimum_is_written_where_a_user_sets_it() -> None:
     with pytest.raises(ConfigurationError, match="at least 16 characters"):
         Access(allow_actions=True, token="a" * 15)
     assert Access(allow_actions=True, token="a" * 16).guarded
-    section = _readme_section("## The dashboard, metrics, traces and logs")
+    section = _docs_section("how-to/dashboard.md", "## Secure it")
     assert "`PGQUEUE_DASHBOARD_TOKEN`, at least 16 characters" in section
     assert "at least 16 characters" in (Access.__doc__ or "")
 
@@ -280,7 +283,7 @@ def test_the_celery_sink_says_a_redis_broker_needs_celery_redis() -> None:
 
     (row,) = [
         line
-        for line in _readme_section("## Publishing to other systems: the outbox relay").splitlines()
+        for line in _docs_section("how-to/outbox-relay.md", "## The sinks").splitlines()
         if "CelerySink" in line
     ]
     assert "`celery[redis]` for a Redis broker" in row

@@ -1,7 +1,7 @@
 """What `python -m build` makes is complete: the sdist and the wheel carry every SQL file,
 template and static file, with the package's metadata; and the wheel, installed with its
-dependencies into a clean virtualenv, runs `pgqueue --version` and the quickstart against a real
-PostgreSQL.
+dependencies into a clean virtualenv, runs `pgqueue --version`, the quickstart and `pgqueue
+demo` against a real PostgreSQL.
 
 Every installed command runs from a directory outside the repository, with no PYTHONPATH, so the
 checkout's sql/ and pgqueue/ cannot stand in for what the wheel should carry. The build is
@@ -229,3 +229,14 @@ def test_installed_wheel_runs_the_quickstart_against_postgresql(
     assert job["result"] == f"receipt for order {match[1]} sent to a@example.com"
     for result in (migrated, placed, worked, shown):
         assert "embedded" not in result.stderr
+
+
+def test_installed_wheel_runs_the_demo_against_postgresql(
+    installed: Installed, own_database: str
+) -> None:
+    shown = installed.run("pgqueue", "demo", "--jobs", "200", env={"PGQUEUE_DSN": own_database})
+    assert shown.returncode == 0, shown.stderr
+    assert "jobs that ran:                          200 of 200" in shown.stdout, shown.stdout
+    assert "jobs from rolled-back transactions run: 0 (must be 0)" in shown.stdout
+    assert "jobs that ran twice:                    0 (must be 0)" in shown.stdout
+    assert "embedded" not in shown.stderr

@@ -96,10 +96,10 @@ def test_worker_listens_again_after_its_listener_backend_is_terminated(
     queue.close()
 
 
-def test_worker_rides_out_a_server_restart(tmp_path: Path) -> None:
+def test_worker_rides_out_a_server_restart(server_folder: Path) -> None:
     from pgqueue import embedded
 
-    server = embedded.start(tmp_path / "restarting")  # its own server: others are unaffected
+    server = embedded.start(server_folder / "restarting")  # its own server: others are unaffected
     try:
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             apply(conn, "pgqueue")
@@ -179,14 +179,14 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
     assert dict(runs) == {1: 1, 2: 1}
 
 
-def test_atomic_jobs_keep_running_after_a_server_restart(tmp_path: Path) -> None:
+def test_atomic_jobs_keep_running_after_a_server_restart(server_folder: Path) -> None:
     """Regression (found by bench/chaos/suite.py): an atomic lane whose reconnect failed while the
     server was down died silently, and atomic jobs were never run again. What an atomic job
     promises is exactly-once effects in the database: a handler cut off by the restart before
     its commit runs again, but its write lands once."""
     from pgqueue import embedded
 
-    server = embedded.start(tmp_path / "restarting-atomic")
+    server = embedded.start(server_folder / "restarting-atomic")
     try:
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             apply(conn, "pgqueue")
