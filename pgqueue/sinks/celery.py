@@ -1,5 +1,5 @@
 """The relay's `CelerySink` sink. It lives in `pgqueue.relay.sinks.celery`; this path stays
-for applications that import it here, as the README shows."""
+for applications that import it here, as the documentation shows."""
 
 from pgqueue.relay.sinks.celery import CelerySink
 

@@ -1,5 +1,5 @@
 """The relay's `RedisStreams` sink. It lives in `pgqueue.relay.sinks.redis`; this path stays
-for applications that import it here, as the README shows."""
+for applications that import it here, as the documentation shows."""
 
 from pgqueue.relay.sinks.redis import RedisStreams
 
