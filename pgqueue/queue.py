@@ -151,6 +151,7 @@ class _Base(abc.ABC):
 
     @property
     def schema(self) -> str:
+        """The PostgreSQL schema that holds this queue's tables and functions."""
         return self.settings.schema_name
 
     def _pool_options(self) -> dict[str, Any]:
@@ -658,6 +659,8 @@ class Queue(_Base):
         return self._pool
 
     def close(self) -> None:
+        """Close the queue's own pool, if it opened one; a later call without `conn=` opens
+        it again. Connections you passed in are yours and stay open."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -1188,6 +1191,18 @@ class _AsyncBorrowed:
 
     async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         _translate(exc, self.schema)
+
+
+def _document_twin(sync: type, twin: type) -> None:
+    """Give each public method of `twin` the docstring of its `sync` namesake: the docs are
+    written once, on Queue, and AsyncQueue's cannot drift from them (the twins test checks)."""
+    for name, member in vars(twin).items():
+        written = getattr(vars(sync).get(name), "__doc__", None)
+        if not name.startswith("_") and written and not member.__doc__:
+            member.__doc__ = written
+
+
+_document_twin(Queue, AsyncQueue)
 
 
 class _AsyncPooled:

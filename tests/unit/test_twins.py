@@ -1,4 +1,5 @@
-"""Queue and AsyncQueue are twins: the same public names, with the same parameters."""
+"""Queue and AsyncQueue are twins: the same public names, with the same parameters and the
+same docstrings."""
 
 from __future__ import annotations
 
@@ -23,3 +24,10 @@ def test_the_twins_methods_take_the_same_parameters() -> None:
         shape = [(p.name, p.kind, p.default) for p in inspect.signature(sync).parameters.values()]
         other = [(p.name, p.kind, p.default) for p in inspect.signature(twin).parameters.values()]
         assert shape == other, name
+
+
+def test_the_twins_methods_are_documented_once_and_read_the_same() -> None:
+    for name in sorted(_public(Queue)):
+        written = inspect.getdoc(getattr(Queue, name))
+        assert written, f"Queue.{name} has no docstring"
+        assert inspect.getdoc(getattr(AsyncQueue, name)) == written, name
