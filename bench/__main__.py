@@ -11,27 +11,28 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+# Each suite's module in bench/, and what it answers.
 SUITES = {
-    "throughput": ("bench.throughput", "drain, enqueue and idle latency against peers and raw SQL"),
-    "throughput-pairs": ("bench.throughput_pairs", "bulk enqueue against a raw COPY, in pairs"),
-    "degradation": ("bench.degradation", "claims while a long transaction holds the horizon"),
-    "chaos": ("bench.chaos", "kill -9, restarts and faults: nothing lost, nothing run twice"),
-    "tenants": ("bench.tenants", "keyed claims against keyless ones, and fairness"),
-    "tenants-overadmit": ("bench.tenants_overadmit", "the per-key limit under racing claims"),
-    "dedupe": ("bench.dedupe", "what a dedupe key costs at enqueue"),
-    "records": ("bench.records", "reading job records from a large history"),
-    "history": ("bench.history", "pruning and reading a history of 1M jobs"),
-    "rates": ("bench.rates", "what a rate limit costs a claim, and whether it holds its rate"),
-    "workflows": ("bench.workflows", "waiting jobs against the claim, and a big chord's fan-in"),
-    "workers": ("bench.many_workers", "32 worker processes idling and draining: what they cost"),
-    "memory": ("bench.memory", "a worker's RSS, idle and draining a large backlog"),
-    "enqueue-scale": ("bench.enqueue_scale", "enqueue from 1-64 connections against raw INSERT"),
-    "partitions": ("bench.partitions", "retention: drop a day of history against DELETE"),
-    "integrations": ("bench.integrations", "enqueue via Django and SQLAlchemy against psycopg"),
-    "relay-throughput": ("bench.relay_throughput", "the relay against each broker's bare client"),
-    "relay-degradation": ("bench.relay_degradation", "the relay's read under a held horizon"),
-    "relay-chaos": ("bench.relay_chaos", "the relay killed and its broker restarted: lost, twice"),
-    "dashboard": ("bench.dashboard", "dashboard pages and /metrics at 1M history; observed drain"),
+    "throughput": ("throughput.suite", "drain, enqueue and idle latency against peers and raw SQL"),
+    "throughput-pairs": ("throughput.pairs", "bulk enqueue against a raw COPY, in pairs"),
+    "degradation": ("degradation.suite", "claims while a long transaction holds the horizon"),
+    "chaos": ("chaos.suite", "kill -9, restarts and faults: nothing lost, nothing run twice"),
+    "tenants": ("tenants.suite", "keyed claims against keyless ones, and fairness"),
+    "tenants-overadmit": ("tenants.overadmit", "the per-key limit under racing claims"),
+    "dedupe": ("dedupe.suite", "what a dedupe key costs at enqueue"),
+    "records": ("records.suite", "reading job records from a large history"),
+    "history": ("history.suite", "pruning and reading a history of 1M jobs"),
+    "rates": ("rates.suite", "what a rate limit costs a claim, and whether it holds its rate"),
+    "workflows": ("workflows.suite", "waiting jobs against the claim, and a big chord's fan-in"),
+    "workers": ("workers.suite", "32 worker processes idling and draining: what they cost"),
+    "memory": ("memory.suite", "a worker's RSS, idle and draining a large backlog"),
+    "enqueue-scale": ("enqueue_scale.suite", "enqueue from 1-64 connections against raw INSERT"),
+    "partitions": ("partitions.suite", "retention: drop a day of history against DELETE"),
+    "integrations": ("integrations.suite", "enqueue via Django and SQLAlchemy against psycopg"),
+    "relay-throughput": ("relay.throughput", "the relay against each broker's bare client"),
+    "relay-degradation": ("relay.degradation", "the relay's read under a held horizon"),
+    "relay-chaos": ("relay.chaos", "the relay killed and its broker restarted: lost, twice"),
+    "dashboard": ("dashboard.suite", "dashboard pages and /metrics at 1M history; observed drain"),
 }
 
 
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SUITES:
         print(f"bench: no suite {name!r}; choose one of {', '.join(SUITES)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(SUITES[name][0])
+    module = importlib.import_module(f"bench.{SUITES[name][0]}")
     code: int | None = module.main(rest)
     return code or 0
 

@@ -25,6 +25,7 @@ from pgqueue.models import (
     JobPage,
     JobStatus,
     Message,
+    NewJob,
     OutboxStats,
     QueuePause,
     RateLimit,
@@ -34,9 +35,9 @@ from pgqueue.models import (
     WorkflowJob,
 )
 from pgqueue.queue import AsyncQueue, Queue
-from pgqueue.registry import JobContext, NewJob, Signature, Snooze, Task
+from pgqueue.registry import JobContext, Signature, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit
-from pgqueue.worker import Worker
+from pgqueue.worker.worker import Worker
 from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
 
 __all__ = [

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import pq
 
-from pgqueue.registry import NewJob, encode_args, too_large
+from pgqueue.codec import encode_args, too_large
+from pgqueue.models import NewJob
 from pgqueue.tenants import refuse_keyed_atomic
 
 # Below this many jobs the three round trips cost more than job_insert's JSON batch saves.

@@ -2,12 +2,15 @@
 
 The first of: the DSN given (in code, or `--dsn` on the command line), PGQUEUE_DSN,
 DATABASE_URL. An empty variable counts as unset. Nothing here connects or checks the DSN's
-form; a malformed one fails, naming itself, when first used.
+form; a malformed one fails, naming itself, when first used. `redact` masks a DSN's password
+wherever one is shown.
 """
 
 from __future__ import annotations
 
 import os
+
+import psycopg
 
 ENV_VARS = ("PGQUEUE_DSN", "DATABASE_URL")
 
@@ -29,3 +32,14 @@ def missing(kind: str) -> str:
         f"this {kind} has no dsn: pass conn= to use your connection, create it with "
         f"{kind}(dsn=...), or set PGQUEUE_DSN or DATABASE_URL before creating it"
     )
+
+
+def redact(dsn: str) -> str:
+    """The DSN with any password masked, for error messages."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "an invalid DSN"
+    if "password" in info:
+        info["password"] = "***"
+    return psycopg.conninfo.make_conninfo("", **info)

@@ -8,7 +8,7 @@ claims slow down; these reports name it (pid, application, age) so someone can a
 Invariants: nothing here writes to pgqueue's tables. `terminate` ends only client backends of
 this database that still hold the horizon with a transaction at least `min_age` old, never the
 calling connection and never pgqueue's own connections (application_name `pgqueue:...`, see
-pgqueue/link.py). That guard is in the statement itself (session_terminate_holder), checked at
+runtime/link.py). That guard is in the statement itself (session_terminate_holder), checked at
 the moment of the kill, so a pid that was listed and has since let go is spared.
 
 Fails: an unmigrated schema raises DatabaseError naming it; a session this role may not

@@ -37,12 +37,12 @@ from prometheus_client.registry import Collector
 from pgqueue import health
 from pgqueue.errors import DatabaseError
 from pgqueue.models import ClaimedJob
-from pgqueue.observe import outcome_name
 from pgqueue.store.workers import WorkersStore
+from pgqueue.worker.observe import outcome_name
 
 if TYPE_CHECKING:
-    from pgqueue.executor import Outcome
-    from pgqueue.worker import Worker
+    from pgqueue.worker.executor import Outcome
+    from pgqueue.worker.worker import Worker
 
 log = logging.getLogger("pgqueue.metrics")
 
@@ -179,7 +179,7 @@ class WorkerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         w = self.worker
-        running = len(w._running) + sum(not lane.idle for lane in w.lanes)
+        running = len(w._running) + sum(not lane.idle for lane in w.atomic_lanes)
         yield GaugeMetricFamily(
             "pgqueue_worker_jobs_running", "Jobs this worker runs now.", running
         )

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from psycopg.pq import TransactionStatus
 
-from pgqueue import partitions
+from pgqueue.history import partitions
 from pgqueue.queries import Migration, migrations
-from pgqueue.store.migrations import GRANTS, apply_plan, grant_sql, pending
+from pgqueue.store.migrations import apply_plan, grant_sql, pending
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
 __all__ = ["apply", "apply_async", "grant_role", "grant_sql", "is_migrated", "pending", "render"]
@@ -20,7 +20,7 @@ __all__ = ["apply", "apply_async", "grant_role", "grant_sql", "is_migrated", "pe
 
 def apply(conn: SyncConn, schema: str) -> list[Migration]:
     """Apply pending migrations in one transaction; returns those applied (maybe none).
-    Then, on an autocommit connection, the history partitions' upkeep (partitions.py), each
+    Then, on an autocommit connection, the history partitions' upkeep (history/partitions.py), each
     step its own transaction, so that a new schema keeps history by day from its first job
     (inside a caller's transaction, the workers do it).
 
@@ -59,9 +59,6 @@ def render(schema: str, selected: list[Migration] | None = None) -> str:
 
 def is_migrated(conn: SyncConn, schema: str) -> bool:
     return not pending(conn, schema)
-
-
-ROLE_KINDS = tuple(GRANTS)
 
 
 def grant_role(conn: SyncConn, schema: str, role: str, kind: str) -> None:

@@ -769,3 +769,30 @@ class JobFilter(Settings):
     def params(self) -> dict[str, Any]:
         statuses = None if self.status is None else [s.value for s in self.status]
         return self.model_dump(exclude={"status"}) | {"statuses": statuses}
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated job, ready to insert: its args are a JSON-ready object."""
+
+    task: str
+    args: dict[str, Any]
+    options: JobOptions
+    atomic: bool = False
+
+    def as_row(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "atomic": self.atomic,
+            "queue": opts.queue,
+            "task": self.task,
+            "args": self.args,
+            "priority": opts.priority,
+            "max_attempts": opts.max_attempts,
+            "run_at": opts.run_at.isoformat() if opts.run_at else None,
+            "delay": opts.delay.total_seconds() if opts.delay else None,
+            "dedupe_key": opts.dedupe_key,
+            "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
+            "concurrency_key": opts.concurrency_key,
+            "tags": list(opts.tags) if opts.tags else None,
+        }

@@ -22,13 +22,13 @@ from pydantic import ValidationError
 
 from pgqueue import bulk, migrate
 from pgqueue import dsn as dsn_rule
+from pgqueue.dsn import redact
 from pgqueue.errors import (
     ConfigurationError,
     ConnectionLostError,
     DatabaseError,
     InvalidArgumentsError,
 )
-from pgqueue.link import redact
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
     ATOMIC_MAX_TIMEOUT,
@@ -43,6 +43,7 @@ from pgqueue.models import (
     JobOptions,
     JobPage,
     Message,
+    NewJob,
     OutboxStats,
     QueuePause,
     QueueSettings,
@@ -54,8 +55,8 @@ from pgqueue.models import (
     duration,
 )
 from pgqueue.queries import Migration, channel
-from pgqueue.registry import NewJob, Registry, Task, derived_name
-from pgqueue.schedule import Periodic, Schedules
+from pgqueue.registry import Registry, Task, derived_name
+from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
 from pgqueue.store import outbox as outbox_store
@@ -286,7 +287,7 @@ class _Base(abc.ABC):
             else:
                 found = target if isinstance(target, Task) else self.task(target)
             job = found.job(**(args or {}))
-            definition = Periodic(
+            definition = RecurringJob(
                 name=name or found.name,
                 task=found.name,
                 args=job.args,

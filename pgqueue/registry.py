@@ -19,10 +19,19 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import PydanticSerializationError
 
+from pgqueue.codec import checked_json, is_utf8
 from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTaskError
-from pgqueue.models import LONGEST_WAIT, TASK_NAME, JobOptions, TaskPolicy, check_name, duration
+from pgqueue.models import (
+    LONGEST_WAIT,
+    TASK_NAME,
+    JobOptions,
+    NewJob,
+    TaskPolicy,
+    check_name,
+    duration,
+)
 
 R = TypeVar("R")
 
@@ -104,7 +113,7 @@ class JobContext:
             raise InvalidArgumentsError(
                 f"progress metadata is {size:,} bytes of JSON, over {PROGRESS_META_MAX_BYTES:,}"
             )
-        _checked_json(self.task, {"message": message, "meta": meta})
+        checked_json(self.task, {"message": message, "meta": meta})
         if self.progress is not None:
             report = {
                 "fraction": fraction,
@@ -142,33 +151,6 @@ class CancelSignal:
             callback()
         else:
             self._waiters.append(callback)
-
-
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated job, ready to insert: its args are a JSON-ready object."""
-
-    task: str
-    args: dict[str, Any]
-    options: JobOptions
-    atomic: bool = False
-
-    def as_row(self) -> dict[str, Any]:
-        opts = self.options
-        return {
-            "atomic": self.atomic,
-            "queue": opts.queue,
-            "task": self.task,
-            "args": self.args,
-            "priority": opts.priority,
-            "max_attempts": opts.max_attempts,
-            "run_at": opts.run_at.isoformat() if opts.run_at else None,
-            "delay": opts.delay.total_seconds() if opts.delay else None,
-            "dedupe_key": opts.dedupe_key,
-            "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
-            "concurrency_key": opts.concurrency_key,
-            "tags": list(opts.tags) if opts.tags else None,
-        }
 
 
 # Fills a NewJob's slots directly: the frozen dataclass's __init__ goes through
@@ -286,7 +268,7 @@ class Task(Generic[R]):
                     f"task {self.name!r} is declared without a function: pass its arguments "
                     "as keywords with JSON values"
                 )
-            return _checked_json(self.name, kwargs)
+            return checked_json(self.name, kwargs)
         later = {} if leave_out is None else {leave_out: None}
         try:
             bound = self._signature.bind(*args, **_with_context_placeholder(self, kwargs | later))
@@ -303,7 +285,7 @@ class Task(Generic[R]):
             raise InvalidArgumentsError(
                 f"task {self.name!r}: arguments are not JSON-serialisable: {exc}"
             ) from None
-        return _checked_json(self.name, dumped)
+        return checked_json(self.name, dumped)
 
     def _model_without(self, leave_out: str | None) -> type[BaseModel]:
         """The argument model, or one without the parameter `leave_out` (made once)."""
@@ -556,7 +538,7 @@ def _plain_value(kind: type, value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, str):
-        return "\x00" not in value and (value.isascii() or _utf8(value))
+        return "\x00" not in value and (value.isascii() or is_utf8(value))
     return True
 
 
@@ -595,134 +577,5 @@ def _with_context_placeholder(task: Task[Any], kwargs: dict[str, Any]) -> dict[s
     return kwargs | {task._context_param: None}
 
 
-def _checked_json(task: str, value: dict[str, Any]) -> dict[str, Any]:
-    for text in _strings(value):
-        if not _utf8(text):
-            raise InvalidArgumentsError(
-                f"task {task!r}: arguments contain a lone surrogate, which is not valid "
-                f"Unicode and cannot be stored: {text[:40]!r}"
-            )
-        if "\x00" in text:
-            raise InvalidArgumentsError(
-                f"task {task!r}: arguments contain a NUL character (\\x00), which PostgreSQL "
-                f"cannot store in jsonb: {text[:40]!r}"
-            )
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgumentsError(f"task {task!r}: arguments are not JSON: {exc}") from None
-    return value
-
-
-def _compact_encoder() -> Callable[[Any], str]:
-    """The stdlib's C JSON encoder, made once. json.dumps and JSONEncoder.encode make a new
-    one per call, which was half the cost of encoding a job's arguments.
-    It skips the circular-reference check: what reaches it was built as JSON data (validated
-    arguments, pydantic's dump, a worker's outcome rows), and a cycle in a NewJob built by
-    hand is still refused, by encode_args, as deeper than the recursion limit."""
-    stdlib = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # an interpreter without the C accelerator
-        return stdlib.encode
-    chunks = make(None, stdlib.default, json.encoder.encode_basestring_ascii, None,
-                  ":", ",", False, False, False)  # fmt: skip
-    return lambda value: "".join(chunks(value, 0))
-
-
-# Compact JSON text, NaN and infinities refused (ValueError); for acyclic JSON-ready data.
-encode_json = _compact_encoder()
-
-
-def encode_rows(rows: list[dict[str, Any]]) -> str:
-    """Job rows as one JSON parameter; a NewJob built by hand with arguments that are not
-    JSON (a set, NaN, a cycle) is an InvalidArgumentsError and nothing is stored."""
-    try:
-        return encode_json(rows)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArgumentsError(f"job arguments are not JSON: {exc}") from None
-
-
-# The C scanner under json.loads; decode_json uses it.
-_scan: Callable[[str, int], tuple[Any, int]]
-_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a class
-
-
-def decode_json(data: str | bytes) -> Any:
-    """json.loads for JSON text from PostgreSQL, the claim connection's loader (worker.py,
-    _claim_session), several times faster on a job's arguments. json.loads
-    of bytes first guesses their encoding in Python, then strips whitespace around the value
-    with regular expressions; this runs the C scanner on the UTF-8 text, and anything it does
-    not consume whole (surrounding whitespace, bad JSON, other encodings) goes to json.loads
-    as it came, so the result, or the error, is always json.loads'. A module function, not a
-    closure: psycopg makes and keeps a loader class per function."""
-    try:
-        text = data.decode() if isinstance(data, bytes) else data
-        value, end = _scan(text, 0)
-    except (UnicodeDecodeError, StopIteration, json.JSONDecodeError):
-        return json.loads(data)
-    return value if end == len(text) else json.loads(data)
-
-
-def encode_args(job: NewJob) -> str:
-    """A job's arguments as the JSON text stored; InvalidArgumentsError if they are not JSON
-    (a NewJob built by hand: task.job() has checked them)."""
-    try:
-        return encode_json(job.args)
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidArgumentsError(f"task {job.task!r}: arguments are not JSON: {exc}") from None
-
-
-def too_large(index: int, job: NewJob, size: int, limit: int) -> InvalidArgumentsError:
-    """The error for job `index` of a batch whose arguments are `size` bytes, over
-    max_payload_bytes `limit`."""
-    return InvalidArgumentsError(
-        f"job {index} ({job.task}) has {size:,} bytes of arguments, over "
-        f"max_payload_bytes={limit:,}: store large data elsewhere and pass a reference"
-    )
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield str(key)
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
-
-
 def _is_json_object(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-
-
-_INT64 = 2**63  # to_json_result returns ints in [-2**63, 2**63) as they are
-
-
-def to_json_result(value: Any, max_bytes: int | None = None) -> Any:
-    """A handler's return value as JSON-ready data; raises ValueError if it cannot be stored.
-
-    None, a bool or a 64-bit int is returned as it is: its JSON is far below any
-    max_payload_bytes (at least 1,024), and measuring it was a visible share of a short job's
-    time in the worker."""
-    if value is None or type(value) is bool or (type(value) is int and -_INT64 <= value < _INT64):
-        return value
-    if isinstance(value, (bool, int, float)):
-        data = value
-    else:
-        data = to_jsonable_python(value)
-        if any("\x00" in text for text in _strings(data)):
-            raise ValueError("the result contains a NUL character (\\x00), which jsonb rejects")
-    size = len(encode_json(data))
-    if max_bytes is not None and size > max_bytes:
-        raise ValueError(f"the result is {size:,} bytes, over max_payload_bytes={max_bytes:,}")
-    return data

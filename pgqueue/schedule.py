@@ -5,7 +5,7 @@ cronsim with Debian cron's semantics, in UTC or a named zone; or an interval ali
 Unix epoch, so `every=timedelta(hours=1)` ticks on the hour), and answering, for any instant,
 which ticks fall in a window and which came last. Ticks are whole seconds and timezone-aware,
 so every worker computes the same ticks for the same definition, whatever its clock.
-Also owns the decision of one scheduler pass (`plan`): which ticks to enqueue and which are
+Also owns the decision of one scheduler pass (`decide`): which ticks to enqueue and which are
 missed, given the latest tick already dealt with.
 Fails with ConfigurationError naming the bad expression, interval, zone or policy.
 """
@@ -22,8 +22,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import TASK_NAME, Settings, check_name, one_of
-from pgqueue.registry import NewJob
+from pgqueue.models import TASK_NAME, NewJob, Settings, check_name, one_of
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 SECOND = timedelta(seconds=1)
@@ -34,7 +33,7 @@ MAX_EVERY = timedelta(days=366)
 MAX_TICKS_PER_PASS = 1000
 
 
-class Periodic(Settings):
+class RecurringJob(Settings):
     """One recurring job: which task, with which fixed arguments, on which schedule.
 
     Exactly one of `cron` (5 fields: minute hour day-of-month month day-of-week, in
@@ -89,7 +88,7 @@ class Periodic(Settings):
         return value
 
     @model_validator(mode="after")
-    def _one_schedule(self) -> Periodic:
+    def _one_schedule(self) -> RecurringJob:
         if (self.cron is None) == (self.every is None):
             raise ValueError("give exactly one of cron='*/5 * * * *' or every=timedelta(...)")
         if self.every is not None and self.timezone != "UTC":
@@ -155,7 +154,7 @@ def _zone(name: str) -> timezone | ZoneInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class PassDecision:
     """What one scheduler pass does for one definition."""
 
     enqueue: list[datetime]
@@ -164,7 +163,9 @@ class Plan:
     changed: bool = False
 
 
-def plan(periodic: Periodic, stored: dict[str, Any], last_tick: datetime, now: datetime) -> Plan:
+def decide(
+    periodic: RecurringJob, stored: dict[str, Any], last_tick: datetime, now: datetime
+) -> PassDecision:
     """Decide one pass: every tick after `last_tick` up to `now` is dealt with exactly once.
 
     Ticks within grace of `now` are on time and each enqueued. Older ones were missed (no
@@ -189,14 +190,14 @@ def plan(periodic: Periodic, stored: dict[str, Any], last_tick: datetime, now: d
             break
         enqueue.append(tick)
     done = enqueue[-1] if enqueue else periodic.latest_at_or_before(now)
-    return Plan(enqueue, max(last_tick, done), missed, changed)
+    return PassDecision(enqueue, max(last_tick, done), missed, changed)
 
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """A registered definition with the validated job each tick enqueues."""
 
-    periodic: Periodic
+    periodic: RecurringJob
     job: NewJob
 
 
@@ -206,7 +207,7 @@ class Schedules:
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
 
-    def add(self, periodic: Periodic, job: NewJob) -> None:
+    def add(self, periodic: RecurringJob, job: NewJob) -> None:
         if periodic.name in self._entries:
             raise ConfigurationError(
                 f"periodic job {periodic.name!r} is defined twice; pass name= to tell them apart"

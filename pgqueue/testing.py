@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pgqueue.claimer import WorkerStats
 from pgqueue.models import Job
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.store import plan
 from pgqueue.store.jobs import list_live_plan
 from pgqueue.store.plan import SyncConn
-from pgqueue.worker import Worker
+from pgqueue.worker.observe import WorkerStats
+from pgqueue.worker.worker import Worker
+
+__all__ = ["WorkerStats", "adrain", "drain", "enqueued_jobs"]
 
 
 def drain(queue: Queue | AsyncQueue, *, dsn: str | None = None, **settings: Any) -> WorkerStats:

@@ -28,13 +28,12 @@ from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from pgqueue import queue as queue_module
-from pgqueue.models import ClaimedJob
-from pgqueue.observe import outcome_name
-from pgqueue.registry import NewJob
+from pgqueue.models import ClaimedJob, NewJob
 from pgqueue.store.jobs import trace_context
+from pgqueue.worker.observe import outcome_name
 
 if TYPE_CHECKING:
-    from pgqueue.executor import Outcome
+    from pgqueue.worker.executor import Outcome
 
 SYSTEM = "pgqueue"
 

@@ -20,7 +20,7 @@ from psycopg.abc import AdaptContext, Buffer
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import set_json_loads
 
-from pgqueue.registry import decode_json
+from pgqueue.codec import decode_json
 
 LATEST = datetime.max.replace(tzinfo=timezone.utc)  # what a later time, or infinity, reads as
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)

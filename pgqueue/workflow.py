@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.registry import NewJob, Signature
+from pgqueue.models import NewJob
+from pgqueue.registry import Signature
 
 OnFailure = Literal["cancel", "run"]
 MAX_JOBS = 100_000  # jobs in one workflow: one statement inserts them all

@@ -155,7 +155,7 @@ def worker_in_thread(worker: Any, *, force: bool = False) -> Iterator[Any]:
         assert not thread.is_alive()
 
 
-FLOOR = (-32768, 0)  # below every (priority, id), as in pgqueue.claimer
+FLOOR = (-32768, 0)  # below every (priority, id), as in pgqueue.worker.claimer
 CEILING = (32767, 2**63 - 1)  # above every (priority, id)
 
 
@@ -285,9 +285,9 @@ def worker_process(
     *args: str,
     log: Path,
     env: dict[str, str] | None = None,
-    app: str = "tests.apps:queue",
+    app: str = "tests.apps.tasks:queue",
 ) -> Any:
-    """`python -m pgqueue worker tests.apps:queue` (or `app`) as a real process, its output
+    """`python -m pgqueue worker tests.apps.tasks:queue` (or `app`) as a real process, its output
     in `log`.
 
     Output goes to a file, not a pipe: a pipe nobody reads fills up and blocks the worker.
@@ -321,14 +321,14 @@ def worker_process(
 def settings_worker_process(
     dsn: str, schema: str, settings: dict[str, Any], *, log: Path, env: dict[str, str] | None = None
 ) -> Any:
-    """tests/run_worker.py as a real process: a Worker with any settings, output in `log`."""
+    """tests/apps/run_worker.py as a real process: a Worker with any settings, output in `log`."""
     import json
     import subprocess
 
     full_env = env_without_dsn(env)
     with open(log, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.run_worker", dsn, schema, json.dumps(settings)],
+            [sys.executable, "-m", "tests.apps.run_worker", dsn, schema, json.dumps(settings)],
             cwd=ROOT,
             env=full_env,
             stdout=out,

@@ -5,7 +5,7 @@ Markdown built from the source of truth, so the page cannot drift from the code:
 
 - `cli`: every command's `--help`, from the argparse parser itself (pgqueue/cli/parser.py);
 - `metrics`: every Prometheus metric, its type, labels and help, from pgqueue/metrics.py;
-- `log-fields`: the fields of `--log-format json`, from pgqueue/observe.py;
+- `log-fields`: the fields of `--log-format json`, from pgqueue/worker/observe.py;
 - `settings`: every field of the settings models, its type, default and range;
 - `sql-functions`: the SQL functions applications call, from their latest migration;
 - `errors`: the exception tree of pgqueue/errors.py;
@@ -145,7 +145,7 @@ LOG_FIELDS = {
 
 def log_keys(cls_name: str) -> list[str]:
     """The keys a JSON log class writes: its dict literal's and those assigned after."""
-    tree = ast.parse((ROOT / "pgqueue/observe.py").read_text())
+    tree = ast.parse((ROOT / "pgqueue/worker/observe.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls_name)
     keys: list[str] = []
     for node in ast.walk(cls):

@@ -53,13 +53,6 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be greater than 0")
-    return value
-
-
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?")
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
 
@@ -152,6 +145,6 @@ def queue_name(text: str) -> str:
 
 def final_statuses(text: str) -> tuple[str, ...]:
     """Comma-separated statuses a finished job can have."""
-    from pgqueue.retention import FINAL_STATUSES
+    from pgqueue.history.retention import FINAL_STATUSES
 
     return _some_of(text, FINAL_STATUSES, "a finished status")

@@ -79,7 +79,7 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def worker(args: argparse.Namespace) -> int:
-    from pgqueue.worker import Worker
+    from pgqueue.worker.worker import Worker
 
     app: Queue | AsyncQueue | None = args.app_loaded
     if app is None:
@@ -157,7 +157,7 @@ def _require_migrated(conn: psycopg.Connection[Any], schema: str) -> None:
 
 def _observers(args: argparse.Namespace) -> list[Any]:
     """What the worker's options ask it to tell of each job."""
-    from pgqueue.observe import JsonFormatter, JsonLog
+    from pgqueue.worker.observe import JsonFormatter, JsonLog
 
     observers: list[Any] = []
     if args.log_format == "json":
@@ -212,7 +212,7 @@ def relay(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
-    from pgqueue.relay import Relay
+    from pgqueue.relay.publisher import Relay
 
     found = load_object(args.relay)
     if not isinstance(found, Relay):
@@ -344,7 +344,7 @@ def watchdog(args: argparse.Namespace) -> int:
 
 
 def prune(args: argparse.Namespace) -> int:
-    from pgqueue import retention
+    from pgqueue.history import retention
 
     if args.older_than.total_seconds() < CONFIRM_BELOW_SECONDS and not args.yes:
         _confirm(

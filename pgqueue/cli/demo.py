@@ -23,7 +23,7 @@ from pgqueue.errors import ConfigurationError as UsageError
 from pgqueue.migrate import apply
 from pgqueue.queue import Queue
 from pgqueue.words import plural
-from pgqueue.worker import Worker
+from pgqueue.worker.worker import Worker
 
 
 def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:

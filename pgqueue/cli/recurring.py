@@ -19,10 +19,10 @@ from typing import Any
 
 from pgqueue import words
 from pgqueue.errors import ConfigurationError
-from pgqueue.periodic import MAX_SLEEP
 from pgqueue.queue import AsyncQueue, Queue
-from pgqueue.schedule import Entry, Periodic
+from pgqueue.schedule import Entry, RecurringJob
 from pgqueue.store.periodic import StoredPeriodic
+from pgqueue.worker.scheduler import MAX_SLEEP
 
 # A running scheduler passes over its definitions at least every MAX_SLEEP; three missed
 # passes is no scheduler, not a slow one.
@@ -67,7 +67,7 @@ def _stored(
 ) -> Recurring:
     queue = entry.job.options.queue if entry is not None else None
     try:
-        periodic = Periodic.model_validate(dict(row.definition) | {"name": row.name})
+        periodic = RecurringJob.model_validate(dict(row.definition) | {"name": row.name})
     except (ValueError, ConfigurationError):
         periodic = None
     if periodic is None:

@@ -189,7 +189,7 @@ class _Guard(BaseHTTPMiddleware):
         else:
             response = await call_next(request)
         # The page's time in the dashboard, database included: browsers' developer tools
-        # show it, and bench/dashboard.py reads it.
+        # show it, and bench/dashboard/suite.py reads it.
         elapsed = (time.perf_counter() - started) * 1000
         response.headers["server-timing"] = f"app;dur={elapsed:.2f}"
         for name, value in SECURITY_HEADERS.items():

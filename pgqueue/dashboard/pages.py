@@ -22,7 +22,7 @@ from pgqueue import health, words
 from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError
 from pgqueue.models import Job, JobStatus
 from pgqueue.queue import Queue
-from pgqueue.schedule import Periodic
+from pgqueue.schedule import RecurringJob
 from pgqueue.store.health import QueueActivity, queue_activity
 from pgqueue.store.jobs import newest_id_plan
 from pgqueue.store.periodic import list_periodic
@@ -181,7 +181,7 @@ def recurring(conn: SyncConn, schema: str) -> list[Recurring]:
         schedule = str(definition.get("cron") or f"every {definition.get('every')}")
         next_run, problem = None, None
         try:
-            periodic = Periodic.model_validate(definition | {"name": row.name})
+            periodic = RecurringJob.model_validate(definition | {"name": row.name})
             schedule = words.schedule(periodic.cron, periodic.every, periodic.timezone)
             next_run = periodic.next_after(max(row.last_tick, datetime.now(timezone.utc)))
         except (ValueError, ConfigurationError) as exc:

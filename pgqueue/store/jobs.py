@@ -33,6 +33,7 @@ import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
 from pgqueue.bulk import Batch
+from pgqueue.codec import encode_args, encode_json, encode_rows, too_large
 from pgqueue.errors import DatabaseError, JobNotFoundError, JobStateError
 from pgqueue.models import (
     Cancellation,
@@ -43,9 +44,9 @@ from pgqueue.models import (
     JobOptions,
     JobPage,
     JobStatus,
+    NewJob,
 )
 from pgqueue.queries import channel, query, statement
-from pgqueue.registry import NewJob, encode_args, encode_json, encode_rows, too_large
 from pgqueue.store.plan import AsyncConn, Params, Plan, Rows, Step, SyncConn, fetch, fetch_one
 from pgqueue.store.workers import bound_idle
 from pgqueue.tenants import refuse_keyed_atomic

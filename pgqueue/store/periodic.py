@@ -9,8 +9,8 @@ from datetime import datetime
 
 from psycopg.rows import class_row
 
+from pgqueue.codec import encode_json
 from pgqueue.queries import query
-from pgqueue.registry import encode_json
 from pgqueue.store.plan import AsyncConn, SyncConn, fetch
 
 

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 from psycopg.rows import class_row, tuple_row
 
+from pgqueue.codec import encode_json
 from pgqueue.queries import dead_channel, query
-from pgqueue.registry import encode_json
 from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one
 
 

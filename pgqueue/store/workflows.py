@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pgqueue.codec import encode_args, encode_json, encode_rows, too_large
 from pgqueue.errors import JobNotFoundError, JobStateError
 from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
-from pgqueue.registry import encode_args, encode_json, encode_rows, too_large
 from pgqueue.store.jobs import reserve_ids_plan, trace_context
 from pgqueue.store.plan import AsyncConn, Plan, fetch
 from pgqueue.tenants import refuse_keyed_atomic

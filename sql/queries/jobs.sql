@@ -414,7 +414,7 @@ SELECT pg_sleep(%(seconds)s);
 -- index) and returned with parked = true so the hint moves past them; a saturated key's other
 -- queued jobs are parked too, up to 100,000 per key per claim, by concurrency_park (migration
 -- 0006), so no later claim walks them (fairness).
--- Jobs without a key only pass through empty CTEs (bench/tenants.py measures that).
+-- Jobs without a key only pass through empty CTEs (bench/tenants/suite.py measures that).
 WITH picked AS (
     SELECT id, priority, concurrency_key AS key
     FROM {schema}.jobs
@@ -632,7 +632,7 @@ WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 
 -- name: job_claim_unkeyed
 -- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before
--- keys existed (bench/tenants.py): same range scan, same guard. If a picked job has a key,
+-- keys existed (bench/tenants/suite.py): same range scan, same guard. If a picked job has a key,
 -- or its task is one of %(limited_tasks)s (those with a rate limit), it claims nothing and
 -- returns one row with parked = NULL: the worker switches that queue to job_claim, or to
 -- job_claim_rated while tasks or keys have limits, and claims again (the locks are released

@@ -23,7 +23,7 @@ def test_the_entry_point_lists_every_suite_and_each_has_a_main() -> None:
     assert listed.returncode == 0, listed.stderr
     for name, (module, _) in SUITES.items():
         assert name in listed.stdout
-        assert callable(importlib.import_module(module).main), module
+        assert callable(importlib.import_module(f"bench.{module}").main), module
     unknown = _bench("no-such-suite")
     assert unknown.returncode == 2 and "choose one of" in unknown.stderr
 

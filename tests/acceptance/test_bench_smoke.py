@@ -1,4 +1,4 @@
-"""The degradation bench (bench/degradation.py) as CI runs it: `--short`, a real process.
+"""The degradation bench (bench/degradation/suite.py) as CI runs it: `--short`, a real process.
 
 It must write a sample row per second for every strategy and mode, a summary with a claim
 time for each, and the charts; figures are not checked here (speed belongs in bench/).

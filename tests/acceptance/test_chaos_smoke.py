@@ -1,4 +1,4 @@
-"""The chaos suite (bench/chaos.py) as CI runs it: a short run of the faults that need no
+"""The chaos suite (bench/chaos/suite.py) as CI runs it: a short run of the faults that need no
 server restart, as a real process with real worker and producer processes.
 
 It must exit 0 and its results must show that the faults happened and that no committed job

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import count, drop_schema, run_python
 
 UNREACHABLE_DSN = "postgresql://nobody@127.0.0.1:1/x"
@@ -56,7 +56,13 @@ def test_migrate_rejects_malformed_dsn_with_exit_2() -> None:
 
 def test_worker_rejects_malformed_listen_dsn_with_exit_2(dsn: str) -> None:
     result = run_pgqueue(
-        "worker", "tests.apps:queue", "--dsn", dsn, "--poll-only", "--listen-dsn", "not a dsn=="
+        "worker",
+        "tests.apps.tasks:queue",
+        "--dsn",
+        dsn,
+        "--poll-only",
+        "--listen-dsn",
+        "not a dsn==",
     )
     assert_usage_error(result, "pgqueue: error: invalid --listen-dsn")
 
@@ -77,40 +83,40 @@ def test_worker_rejects_app_whose_module_does_not_import_with_exit_2(dsn: str) -
 
 
 def test_worker_rejects_app_without_colon_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps", "--dsn", dsn)
-    assert_usage_error(result, "'tests.apps' is not MODULE:ATTR")
+    result = run_pgqueue("worker", "tests.apps.tasks", "--dsn", dsn)
+    assert_usage_error(result, "'tests.apps.tasks' is not MODULE:ATTR")
 
 
 def test_worker_rejects_app_with_missing_attribute_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps:nope", "--dsn", dsn)
-    assert_usage_error(result, "module 'tests.apps' has no attribute 'nope'")
+    result = run_pgqueue("worker", "tests.apps.tasks:nope", "--dsn", dsn)
+    assert_usage_error(result, "module 'tests.apps.tasks' has no attribute 'nope'")
 
 
 def test_worker_rejects_app_that_is_a_task_not_a_queue_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps:record", "--dsn", dsn)
-    assert_usage_error(result, "tests.apps:record is a Task, not a pgqueue Queue")
+    result = run_pgqueue("worker", "tests.apps.tasks:record", "--dsn", dsn)
+    assert_usage_error(result, "tests.apps.tasks:record is a Task, not a pgqueue Queue")
 
 
 # -- option values, checked by argparse before anything connects ------------------------------
 
 
 def test_worker_rejects_concurrency_zero_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps:queue", "--concurrency", "0", "--dsn", dsn)
+    result = run_pgqueue("worker", "tests.apps.tasks:queue", "--concurrency", "0", "--dsn", dsn)
     assert_usage_error(result, "usage:", "argument --concurrency", "0 is not 1 or more")
 
 
 def test_worker_rejects_concurrency_that_is_not_a_number_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps:queue", "--concurrency", "abc", "--dsn", dsn)
+    result = run_pgqueue("worker", "tests.apps.tasks:queue", "--concurrency", "abc", "--dsn", dsn)
     assert_usage_error(result, "usage:", "argument --concurrency", "'abc' is not a whole number")
 
 
 def test_worker_rejects_negative_poll_interval_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps:queue", "--poll-interval", "-1", "--dsn", dsn)
+    result = run_pgqueue("worker", "tests.apps.tasks:queue", "--poll-interval", "-1", "--dsn", dsn)
     assert_usage_error(result, "usage:", "argument --poll-interval", "-1")
 
 
 def test_worker_rejects_queue_name_with_space_and_bang_with_exit_2(dsn: str) -> None:
-    result = run_pgqueue("worker", "tests.apps:queue", "--queues", "bad name!", "--dsn", dsn)
+    result = run_pgqueue("worker", "tests.apps.tasks:queue", "--queues", "bad name!", "--dsn", dsn)
     assert_usage_error(result, "usage:", "argument --queues", "invalid queue name 'bad name!'")
 
 
@@ -139,7 +145,7 @@ def test_worker_burst_runs_every_queued_job_once_then_exits_0(
 
     result = run_pgqueue(
         "worker",
-        "tests.apps:queue",
+        "tests.apps.tasks:queue",
         "--burst",
         "--schema",
         schema,
@@ -215,7 +221,7 @@ def test_database_errors_exit_1_with_a_message_not_a_traceback(
 def test_worker_refuses_a_lease_shorter_than_two_heartbeats(dsn: str) -> None:
     result = run_pgqueue(
         "worker",
-        "tests.apps:queue",
+        "tests.apps.tasks:queue",
         "--dsn",
         dsn,
         "--lease-timeout",

@@ -96,7 +96,13 @@ def test_a_worker_warns_about_tasks_on_queues_it_does_not_serve_and_all_serves_t
 
 def test_a_worker_on_an_unmigrated_schema_names_the_migrate_command_for_it(dsn: str) -> None:
     result = run_pgqueue(
-        "worker", "tests.apps:queue", "--dsn", dsn, "--schema", "pgq_never_migrated", "--burst"
+        "worker",
+        "tests.apps.tasks:queue",
+        "--dsn",
+        dsn,
+        "--schema",
+        "pgq_never_migrated",
+        "--burst",
     )
     assert result.returncode == 1, result.stderr
     # The error alone: no worker started, so no "worker ... stopped" line before it.
@@ -118,7 +124,7 @@ def test_version_and_a_top_level_help_for_users() -> None:
 
 
 def test_an_unknown_flag_prints_its_subcommands_usage() -> None:
-    result = run_pgqueue("worker", "tests.apps:queue", "--bogus")
+    result = run_pgqueue("worker", "tests.apps.tasks:queue", "--bogus")
     assert_usage_error(result, "usage: pgqueue worker", "unrecognized arguments: --bogus")
 
 
@@ -168,7 +174,7 @@ def test_absurd_worker_intervals_are_refused_naming_the_limit(dsn: str, schema: 
         ("--lease-timeout", "1e10", "lease_timeout must be at most 1 days"),
     ):
         result = run_pgqueue(
-            "worker", "tests.apps:queue", "--dsn", dsn, "--schema", schema, flag, value
+            "worker", "tests.apps.tasks:queue", "--dsn", dsn, "--schema", schema, flag, value
         )
         assert_usage_error(result, text)
 

@@ -1,4 +1,4 @@
-"""bench/dashboard.py at its smallest: every page answered with its server time, and every
+"""bench/dashboard/suite.py at its smallest: every page answered with its server time, and every
 drain drained all its jobs. The figures are the bench's; checked here: the report holds a
 time for each page and a rate for each drain mode."""
 

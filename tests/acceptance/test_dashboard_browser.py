@@ -27,8 +27,8 @@ import psycopg
 import pytest
 
 from pgqueue import Queue
-from pgqueue.periodic import Scheduler
-from tests.apps import always_fails, needs_file, noop, sleepy
+from pgqueue.worker.scheduler import Scheduler
+from tests.apps.tasks import always_fails, needs_file, noop, sleepy
 from tests.conftest import (
     ROOT,
     count,

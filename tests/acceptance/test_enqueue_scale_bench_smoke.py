@@ -1,4 +1,4 @@
-"""The enqueue-scale suite (bench/enqueue_scale.py) as CI runs it: `--short`, real worker
+"""The enqueue-scale suite (bench/enqueue_scale/suite.py) as CI runs it: `--short`, real worker
 processes busy and then waiting, real client processes. The figures are the bench's;
 checked here: every state and connection count was measured, busy workers were quiet (the
 enqueues measured there sent no wake-up), and the idle latency was read."""

@@ -1,4 +1,4 @@
-"""The history bench (bench/history.py) as CI runs it: `--short`, a real process.
+"""The history bench (bench/history/suite.py) as CI runs it: `--short`, a real process.
 
 It must time every read with and without the index, archiving, both prunes and VACUUM, and
 delete exactly what it says; figures are not checked here (speed belongs in bench/).

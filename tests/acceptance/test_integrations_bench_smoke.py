@@ -1,4 +1,4 @@
-"""The integrations suite (bench/integrations.py) as CI runs it: `--short`. The figures are
+"""The integrations suite (bench/integrations/suite.py) as CI runs it: `--short`. The figures are
 the bench's; checked here: every variant ran its transactions, each enqueue stored its job
 (the controls stored none), and the derived costs are present."""
 

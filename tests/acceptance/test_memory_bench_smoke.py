@@ -1,4 +1,4 @@
-"""The memory suite (bench/memory.py) as CI runs it: `--short`, a real worker process whose
+"""The memory suite (bench/memory/suite.py) as CI runs it: `--short`, a real worker process whose
 resident set is read from /proc while it drains. The figures are the bench's; checked here:
 it drained the backlog, took a sample every interval, and read plausible sizes."""
 

@@ -1,4 +1,4 @@
-"""The partitions suite (bench/partitions.py) as CI runs it: `--short`. The figures are the
+"""The partitions suite (bench/partitions/suite.py) as CI runs it: `--short`. The figures are the
 bench's; checked here: the partitioned schema dropped its oldest day as a table and deleted
 no row, leaving no dead tuple, while the one-table schema deleted the same rows in batches."""
 

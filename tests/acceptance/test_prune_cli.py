@@ -87,6 +87,6 @@ def test_worker_history_retention_out_of_range_is_a_usage_error_naming_the_setti
     dsn: str,
 ) -> None:
     result = run_pgqueue(
-        "worker", "tests.apps:queue", "--dsn", dsn, "--burst", "--history-retention", "5s"
+        "worker", "tests.apps.tasks:queue", "--dsn", dsn, "--burst", "--history-retention", "5s"
     )
     assert_usage_error(result, "history_retention=", "must be from 0:01:00")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from pgqueue import Queue
-from tests import apps
 from tests.acceptance.test_cli import assert_usage_error, run_pgqueue
+from tests.apps import tasks as apps
 
 
 def test_queues_pause_list_and_resume(dsn: str, schema: str) -> None:

@@ -279,7 +279,7 @@ def test_the_dashboard_tokens_minimum_is_written_where_a_user_sets_it() -> None:
 
 
 def test_the_celery_sink_says_a_redis_broker_needs_celery_redis() -> None:
-    import pgqueue.sinks.celery
+    import pgqueue.relay.sinks.celery
 
     (row,) = [
         line
@@ -287,4 +287,4 @@ def test_the_celery_sink_says_a_redis_broker_needs_celery_redis() -> None:
         if "CelerySink" in line
     ]
     assert "`celery[redis]` for a Redis broker" in row
-    assert "pip install 'celery[redis]'" in (pgqueue.sinks.celery.__doc__ or "")
+    assert "pip install 'celery[redis]'" in (pgqueue.relay.sinks.celery.__doc__ or "")

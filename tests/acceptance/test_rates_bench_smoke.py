@@ -1,4 +1,4 @@
-"""The rates bench (bench/rates.py) as CI runs it: `--short`, a real process.
+"""The rates bench (bench/rates/suite.py) as CI runs it: `--short`, a real process.
 
 It must drain every cost scenario whole and run both holds; the figures themselves are not
 checked here (speed belongs in bench/), except the one thing the limit promises: no second

@@ -1,4 +1,5 @@
-"""The dedupe and records benches (bench/dedupe.py, bench/records.py), tiny, as real processes.
+"""The dedupe and records benches (bench/dedupe/suite.py, bench/records/suite.py), tiny, as
+real processes.
 
 Each must finish, drop its schema and write results.json with every mode or read; figures
 are not checked here (speed belongs in bench/).

@@ -1,5 +1,5 @@
-"""The relay's suites as CI runs them (`--short`): bench/relay_chaos.py,
-bench/relay_throughput.py and bench/relay_degradation.py. The figures are the benches';
+"""The relay's suites as CI runs them (`--short`): bench/relay/chaos.py,
+bench/relay/throughput.py and bench/relay/degradation.py. The figures are the benches';
 checked here: the fault run lost and reordered nothing while it killed the leader and
 restarted the broker, every message reached the broker, and every round was read both ways."""
 

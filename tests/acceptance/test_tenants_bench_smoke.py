@@ -1,4 +1,4 @@
-"""The tenants bench (bench/tenants.py) as CI runs it: `--short`, a real process.
+"""The tenants bench (bench/tenants/suite.py) as CI runs it: `--short`, a real process.
 
 It must measure every scenario, the fairness run and its control, and draw its chart; the
 figures themselves are not checked here (speed belongs in bench/).

@@ -1,4 +1,4 @@
-"""The throughput bench (bench/throughput.py) as CI runs it: `--short`, a real process.
+"""The throughput bench (bench/throughput/suite.py) as CI runs it: `--short`, a real process.
 
 It must write results.json, results.md and every chart, with a row for every workload and
 every system that can run here (or a note saying why it cannot), each with positive figures.
@@ -93,7 +93,7 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
 
 
 def test_bulk_pairs_write_each_pair_and_their_ratio(dsn: str, tmp_path: Path) -> None:
-    """bench/throughput_pairs.py, tiny: pgqueue's bulk enqueue and the raw COPY, alternating."""
+    """bench/throughput/pairs.py, tiny: pgqueue's bulk enqueue and the raw COPY, alternating."""
     out = tmp_path / "pairs"
     command = ["--dsn", dsn, "--out", str(out), "--pairs", "2", "--jobs", "300", "--batch", "100"]
     result = _bench("throughput-pairs", *command, timeout=120)

@@ -1,4 +1,4 @@
-"""The many-workers suite (bench/many_workers.py) as CI runs it: `--short`, 32 real worker
+"""The many-workers suite (bench/workers/suite.py) as CI runs it: `--short`, 32 real worker
 processes polling through a real PgBouncer, idling, then draining. The figures are the
 bench's; what is checked here is what must hold at any speed: every job ran once, the
 recurring job was enqueued once a second across all 32 workers (not 32 times), the workers

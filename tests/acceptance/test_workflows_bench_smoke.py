@@ -1,4 +1,4 @@
-"""The workflows bench (bench/workflows.py) as CI runs it: `--short`, a real process.
+"""The workflows bench (bench/workflows/suite.py) as CI runs it: `--short`, a real process.
 
 It must drain both claim scenarios whole, finish both finish scenarios, and run every chord
 to its callback; the figures themselves are not checked here (speed belongs in bench/).

@@ -19,7 +19,7 @@ from psycopg import sql
 
 from pgqueue.contrib import django as integration
 from pgqueue.contrib.django.tasks import Backend
-from pgqueue.worker import Worker
+from pgqueue.worker.worker import Worker
 
 STANDS_IN_FOR = {
     "django.tasks.backends.dummy.DummyBackend": f"{__name__}.StoredBackend",

@@ -15,9 +15,9 @@ import pytest
 from psycopg import sql
 
 from pgqueue import ConfigurationError, JobContext, Queue, RetryPolicy, Worker
-from pgqueue.rescuer import Rescuer
 from pgqueue.testing import drain
-from tests import apps
+from pgqueue.worker.rescuer import Rescuer
+from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until
 
 

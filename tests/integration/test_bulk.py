@@ -12,8 +12,7 @@ from psycopg import sql
 
 from pgqueue import AsyncQueue, InvalidArgumentsError, Queue
 from pgqueue.bulk import COPY_MIN_JOBS
-from pgqueue.models import JobOptions
-from pgqueue.registry import NewJob
+from pgqueue.models import JobOptions, NewJob
 from pgqueue.testing import drain
 from tests.conftest import count, listen_for_wakes
 

@@ -21,7 +21,7 @@ from pgqueue import (
 )
 from pgqueue.queries import query
 from pgqueue.testing import drain
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     claim_params,
     settings_worker_process,

@@ -30,10 +30,10 @@ from psycopg import sql
 from pgqueue import Chain, Queue, chain, chord, group
 from pgqueue.migrate import grant_role
 from pgqueue.models import RelayState
-from pgqueue.periodic import Scheduler
 from pgqueue.testing import drain
-from tests.apps import always_fails, needs_file, noop, wf_collect, wf_step
-from tests.apps import queue as app_queue
+from pgqueue.worker.scheduler import Scheduler
+from tests.apps.tasks import always_fails, needs_file, noop, wf_collect, wf_step
+from tests.apps.tasks import queue as app_queue
 from tests.conftest import ROOT, count, env_without_dsn, free_port, wait_until
 
 pytest.importorskip("starlette", reason="the dashboard needs pgqueue-py[dashboard]")
@@ -351,11 +351,11 @@ REDIS_URL = os.environ.get("PGQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
 def relay_process(dsn: str, schema: str, folder: Path, name: str) -> Any:
-    """`pgqueue relay tests.relay_app:relay` as a real process (its sinks see no message)."""
+    """`pgqueue relay tests.apps.relay_app:relay` as a real process (its sinks see no message)."""
     env = env_without_dsn({"RELAY_FILE": str(folder / f"{name}.jsonl"), "REDIS_URL": REDIS_URL})
     with open(folder / f"{name}.log", "a") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "pgqueue", "relay", "tests.relay_app:relay",
+            [sys.executable, "-m", "pgqueue", "relay", "tests.apps.relay_app:relay",
              "--dsn", dsn, "--schema", schema],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -185,7 +185,7 @@ def _race(dsn: str, schema: str, tmp_path: Path, *, window: float, rounds: int) 
         args = [dsn, schema, str(out), str(go), "20", str(rounds), str(window), str(n)]
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.dedupe_client", *args],
+                [sys.executable, "-m", "tests.apps.dedupe_client", *args],
                 cwd=ROOT,
                 stderr=subprocess.PIPE,
                 text=True,

@@ -127,12 +127,12 @@ def test_worker_rides_out_a_server_restart(server_folder: Path) -> None:
 def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_breaks(
     own_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression (found by bench/chaos.py): when a claim round's later claim hit a broken
+    """Regression (found by bench/chaos/suite.py): when a claim round's later claim hit a broken
     connection, the jobs its earlier claim had returned were put back as orphans while the
     worker ran them, and they ran twice. Two queues make a round of two claims; the fault is
     real (the claim backend is terminated), the patch only times it: just before the round's
     second claim, once the first has returned jobs."""
-    from pgqueue import claimer as claimer_module
+    from pgqueue.worker import claimer as claimer_module
 
     dsn = own_database
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -180,7 +180,7 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
 
 
 def test_atomic_jobs_keep_running_after_a_server_restart(server_folder: Path) -> None:
-    """Regression (found by bench/chaos.py): an atomic lane whose reconnect failed while the
+    """Regression (found by bench/chaos/suite.py): an atomic lane whose reconnect failed while the
     server was down died silently, and atomic jobs were never run again. What an atomic job
     promises is exactly-once effects in the database: a handler cut off by the restart before
     its commit runs again, but its write lands once."""

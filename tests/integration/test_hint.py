@@ -324,9 +324,9 @@ def test_jobs_put_back_are_announced_with_their_lowest_position(
 
 
 def test_worker_that_keeps_up_claims_from_the_floor_only_once(queue: Queue, dsn: str) -> None:
-    # Regression (bench/degradation.py, 10 minutes with a snapshot held): after a claim from the
-    # floor found the queue empty, every following claim walked from the floor again while the
-    # worker kept the queue empty, 200 ms each by then. Wake-ups must be enough.
+    # Regression (bench/degradation/suite.py, 10 minutes with a snapshot held): after a claim
+    # from the floor found the queue empty, every following claim walked from the floor again
+    # while the worker kept the queue empty, 200 ms each by then. Wake-ups must be enough.
     done: list[int] = []
     t = queue.task(name="t")(lambda i: done.append(i))
     worker = _worker(queue, dsn, concurrency=4)

@@ -1,5 +1,5 @@
 """The history partitioned by day (sql/migrations/0016_history_partitions.sql,
-pgqueue/partitions.py): retention drops whole days, with no DELETE; an installation upgraded
+pgqueue/history/partitions.py): retention drops whole days, with no DELETE; an installation upgraded
 with history in place moves to partitions in short steps and keeps every row; a row whose day
 has no partition is never refused."""
 
@@ -16,10 +16,10 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue
+from pgqueue.history.partitions import AHEAD_DAYS, HistoryPartitions
+from pgqueue.history.retention import Cutoff, prune
 from pgqueue.migrate import apply, grant_role
-from pgqueue.partitions import AHEAD_DAYS, HistoryPartitions
 from pgqueue.queries import migrations, query
-from pgqueue.retention import Cutoff, prune
 from pgqueue.testing import drain
 
 

@@ -19,7 +19,7 @@ from pgqueue.migrate import apply
 from pgqueue.models import RATE_START_MARGIN
 from pgqueue.queries import migrations, query
 from pgqueue.store.jobs import JobsStore
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     count,

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import clean_exit_logs, count, stop_worker_processes, wait_until, worker_process
 
 JOBS = 5_000

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue
-from tests.apps import always_fails, noop
+from tests.apps.tasks import always_fails, noop
 from tests.conftest import (
     count,
     free_port,

@@ -15,9 +15,9 @@ import psycopg
 from psycopg import sql
 
 from pgqueue import Queue, Worker
-from pgqueue.periodic import Scheduler
 from pgqueue.store.periodic import PeriodicStore
-from tests.apps import read_runs
+from pgqueue.worker.scheduler import Scheduler
+from tests.apps.tasks import read_runs
 from tests.conftest import ROOT, count, wait_until, worker_in_thread
 
 UTC = timezone.utc
@@ -46,11 +46,11 @@ def passes(dsn: str, schema: str, queue: Queue, *instants: datetime) -> list[lis
 
 
 def periodic_worker(dsn: str, schema: str, *args: str, log: Path, env: dict[str, str]) -> Any:
-    """`python -m pgqueue worker tests.periodic_app:queue` as a real process."""
+    """`python -m pgqueue worker tests.apps.periodic_app:queue` as a real process."""
     import os
 
     full_env = {k: v for k, v in os.environ.items() if k not in ("PGQUEUE_DSN", "DATABASE_URL")}
-    command = [sys.executable, "-m", "pgqueue", "worker", "tests.periodic_app:queue"]
+    command = [sys.executable, "-m", "pgqueue", "worker", "tests.apps.periodic_app:queue"]
     with open(log, "w") as out:
         return subprocess.Popen(
             [*command, "--dsn", dsn, "--schema", schema, *args],
@@ -207,7 +207,7 @@ def test_racing_processes_enqueue_each_tick_exactly_once(
 ) -> None:
     """Four OS processes pass at the same 300 injected instants, released together."""
     first, steps, racers = 1_800_000_000, 300, 4  # a whole minute (and 2-minute) boundary
-    race = [sys.executable, "-m", "tests.periodic_race"]
+    race = [sys.executable, "-m", "tests.apps.periodic_race"]
     procs = [
         subprocess.Popen(
             [*race, dsn, schema, str(worker), str(tmp_path), str(first), str(steps)],

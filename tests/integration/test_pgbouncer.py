@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from pgqueue import AsyncQueue, Queue
-from tests import apps
+from tests.apps import tasks as apps
+from tests.apps.pgbouncer import pgbouncer
 from tests.conftest import (
     clean_exit_logs,
     count,
@@ -23,7 +24,6 @@ from tests.conftest import (
     wait_until,
     worker_process,
 )
-from tests.pgbouncer import pgbouncer
 
 POOL_SIZE = 20  # server connections PgBouncer keeps per database and user
 

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from pgqueue import JobStatus, Queue
 from pgqueue.values import LATEST
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import ROOT, settings_worker_process, wait_until
 
 HUGE_INT = "9" * 5000  # valid JSON and jsonb; Python's int() refuses over 4,300 digits

@@ -13,7 +13,7 @@ import pytest
 
 from pgqueue import AsyncQueue, ConfigurationError, Queue, Worker
 from pgqueue.testing import drain
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     committed,

@@ -1,5 +1,5 @@
 """Enqueues notify only the workers that wait for a wake-up (sql/migrations/0015_quiet_wake.sql,
-pgqueue/interest.py).
+pgqueue/worker/interest.py).
 
 Every transaction that notifies takes PostgreSQL's database-wide notification lock while it
 commits, so those commits run one at a time. While the workers are busy, nobody needs the
@@ -23,7 +23,7 @@ from psycopg import sql
 
 from pgqueue import Queue, Worker
 from pgqueue.queries import channel
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     listen_for_wakes,

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from pgqueue import ConfigurationError, JobContext, NewJob, Queue, Worker
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     count,
@@ -106,7 +106,7 @@ def test_worker_processes_never_start_more_than_the_limit_in_any_window(
     starts = [r[0] for r in rows]
     assert _most_in_any_window(starts, period) <= limit
     # 70 starts at 10 a second take at least 6 s. How close to the limit's rate a backlog
-    # drains is measured in bench/rates.py, not here, where the machine's load would decide.
+    # drains is measured in bench/rates/suite.py, not here, where the machine's load would decide.
     assert max(starts) - min(starts) >= (jobs // limit - 1) * period
 
 

@@ -53,7 +53,7 @@ def relay_process(dsn: str, schema: str, log: Path, out: Path, batch: int = 100)
     )
     with open(log, "a") as logged:
         return subprocess.Popen(
-            [sys.executable, "-m", "pgqueue", "relay", "tests.relay_app:relay",
+            [sys.executable, "-m", "pgqueue", "relay", "tests.apps.relay_app:relay",
              "--dsn", dsn, "--schema", schema, "--log-level", "debug"],
             cwd=ROOT, env=env, stdout=logged, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip

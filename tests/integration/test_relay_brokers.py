@@ -164,7 +164,7 @@ def test_a_real_celery_worker_runs_the_relayed_task_calls_once_each(
     env = env_without_dsn({"CELERY_TEST_BROKER": REDIS_URL, "CELERY_TEST_LIST": results})
     os.environ["CELERY_TEST_LIST"] = results
     from pgqueue.sinks.celery import CelerySink
-    from tests import celery_app
+    from tests.apps import celery_app
 
     celery_app.RESULTS = results
     ids = stage(
@@ -180,7 +180,7 @@ def test_a_real_celery_worker_runs_the_relayed_task_calls_once_each(
     relay_until(relay, settled(dsn, schema))
     with open(tmp_path / "celery.log", "w") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+            [sys.executable, "-m", "celery", "-A", "tests.apps.celery_app", "worker",
              "--pool", "solo", "--concurrency", "1", "--without-heartbeat", "--without-gossip",
              "--without-mingle", "--loglevel", "WARNING"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -329,7 +329,7 @@ def relay_process(dsn: str, schema: str, broker: Broker, log: Path) -> Any:
     env = env_without_dsn({"RELAY_SINKS": broker.sink, "RELAY_BATCH": "50"} | broker.env())
     with open(log, "a") as logged:
         return subprocess.Popen(
-            [sys.executable, "-m", "pgqueue", "relay", "tests.relay_app:relay",
+            [sys.executable, "-m", "pgqueue", "relay", "tests.apps.relay_app:relay",
              "--dsn", dsn, "--schema", schema, "--log-level", "debug"],
             cwd=ROOT, env=env, stdout=logged, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip

@@ -21,9 +21,9 @@ from psycopg import sql
 
 from pgqueue import JobContext, Queue, Worker
 from pgqueue.queries import dead_channel
-from pgqueue.rescuer import ORPHAN_PASSES, Rescuer
 from pgqueue.testing import drain
-from tests import apps
+from pgqueue.worker.rescuer import ORPHAN_PASSES, Rescuer
+from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
 
 FAST: dict[str, Any] = {"heartbeat_interval": 0.2, "lease_timeout": 1.0, "rescue_interval": 0.2}

@@ -12,8 +12,8 @@ import pytest
 from psycopg import sql
 
 from pgqueue import ConfigurationError, Queue, Worker
-from pgqueue.link import Link
-from pgqueue.retention import Cutoff, Pruner, prune
+from pgqueue.history.retention import Cutoff, Pruner, prune
+from pgqueue.runtime.link import Link
 from tests.conftest import count, wait_until, worker_in_thread
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)

@@ -121,9 +121,9 @@ def test_the_worker_role_can_schedule_recurring_jobs_and_prune_history(
     import asyncio
     from datetime import datetime, timedelta, timezone
 
-    from pgqueue.link import Link
-    from pgqueue.periodic import Scheduler
-    from pgqueue.retention import Cutoff, Pruner, prune
+    from pgqueue.history.retention import Cutoff, Pruner, prune
+    from pgqueue.runtime.link import Link
+    from pgqueue.worker.scheduler import Scheduler
 
     worker_dsn, app_dsn = roles
     app = Queue(app_dsn, schema=schema)

@@ -11,7 +11,7 @@ import pytest
 
 from pgqueue import Queue
 from pgqueue.testing import enqueued_jobs
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import count, wait_until, worker_process
 
 

@@ -11,7 +11,7 @@ from psycopg import sql
 
 from pgqueue import Queue
 from pgqueue.testing import drain
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import count, listen_for_wakes
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column  # no
 
 from pgqueue import AsyncQueue, ConfigurationError, Queue  # noqa: E402
 from pgqueue.testing import drain  # noqa: E402
-from tests import apps  # noqa: E402
+from tests.apps import tasks as apps  # noqa: E402
 from tests.conftest import count  # noqa: E402
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psycopg
 
-from bench import tenants_overadmit as overadmit
+from bench.tenants import overadmit
 from pgqueue import Queue
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import count, wait_until, worker_process
 
 WORKERS = 4
@@ -106,7 +106,7 @@ def test_claims_and_finishes_of_the_same_keys_never_deadlock(dsn: str) -> None:
     take slot rows in key order; finishes once gave slots back in job-id order, and each
     deadlock between the two cost deadlock_timeout (1 s) before the retry (migration 0007).
     The run counts every deadlock its statements hit and the most jobs of a key it saw
-    running (bench/tenants_overadmit.py)."""
+    running (bench/tenants/overadmit.py)."""
     args = argparse.Namespace(
         processes=4,
         keys=10,

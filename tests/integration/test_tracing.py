@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue
-from tests.apps import always_fails, noop, traced_step, traced_sync_step
+from tests.apps.tasks import always_fails, noop, traced_step, traced_sync_step
 from tests.conftest import count, stop_worker_processes, wait_until, worker_process
 
 sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="needs opentelemetry-sdk")
@@ -57,7 +57,7 @@ def test_a_job_span_in_the_worker_is_the_child_of_its_enqueue_span(
     assert single.attributes["messaging.message.id"] == str(int(one))
     assert batch.attributes is not None and batch.attributes["messaging.batch.message_count"] == 3
     proc = worker_process(
-        dsn, schema, "--trace", log=tmp_path / "worker.log", app="tests.traced_app:queue",
+        dsn, schema, "--trace", log=tmp_path / "worker.log", app="tests.apps.traced_app:queue",
         env={"PGQUEUE_TEST_SPANS": str(spans_file)},
     )  # fmt: skip
     try:
@@ -123,7 +123,7 @@ def test_a_job_of_a_trace_the_enqueuer_dropped_records_no_span_nor_its_handlers(
         assert int(carried["traceparent"][-2:], 16) & 1 == 0  # its flags say: not sampled
         kept = queue.enqueue(traced_step.job(8))  # not instrumented: a root span of its own
         proc = worker_process(
-            dsn, schema, "--trace", log=tmp_path / "worker.log", app="tests.traced_app:queue",
+            dsn, schema, "--trace", log=tmp_path / "worker.log", app="tests.apps.traced_app:queue",
             env={"PGQUEUE_TEST_SPANS": str(spans_file)},
         )  # fmt: skip
         try:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue, Worker
-from pgqueue.interest import NOTHING
+from pgqueue.worker.interest import NOTHING
 from tests.conftest import committed, count, wait_until, worker_in_thread
 
 
@@ -64,12 +64,12 @@ def test_poll_only_worker_opens_no_listener_and_still_runs_jobs(
 def test_wake_up_that_arrives_during_a_claim_is_not_lost(
     queue: Queue, dsn: str, monkeypatch: Any
 ) -> None:
-    # Regression (bench/throughput.py saw 1 s maxima): the fetch loop set "nothing more to
+    # Regression (bench/throughput/suite.py saw 1 s maxima): the fetch loop set "nothing more to
     # claim" after a claim returned, erasing a wake-up that had arrived while the claim ran,
     # so the job it announced waited for the next poll. Here the poll is a minute away.
     import asyncio
 
-    from pgqueue import claimer as claimer_module
+    from pgqueue.worker import claimer as claimer_module
 
     ran = threading.Event()
     t = queue.task(name="t")(lambda: ran.set())

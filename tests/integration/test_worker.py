@@ -468,7 +468,7 @@ def test_a_stop_before_the_start_ends_that_run_at_once_and_the_next_runs(
 _RUN_TWICE = """
 import sys
 from pgqueue import Queue, Worker
-from tests import apps
+from tests.apps import tasks as apps
 
 dsn, schema = sys.argv[1], sys.argv[2]
 queue = Queue(dsn, schema=schema)

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from pgqueue import Queue
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import clean_exit_logs, count, stop_worker_processes, wait_until, worker_process
 
 

@@ -4,7 +4,7 @@ although its members finish at the same moment on different workers; also when a
 killed (SIGKILL) mid-step and steps fail and retry.
 
 Handlers record their start and end on one monotonic clock for all processes
-(tests/apps.py: wf_step, wf_collect); the checks read those records, not the database's view.
+(tests/apps/tasks.py: wf_step, wf_collect); the checks read those records, not the database's view.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue, chain, chord, group
-from tests import apps
+from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
     count,

@@ -10,7 +10,8 @@ import pytest
 
 from pgqueue import JobContext, Queue
 from pgqueue.errors import InvalidArgumentsError
-from pgqueue.registry import NewJob, Task
+from pgqueue.models import NewJob
+from pgqueue.registry import Task
 
 queue = Queue()
 

@@ -59,3 +59,13 @@ def test_all_is_sorted_and_pinned() -> None:
 def test_every_error_derives_from_pgqueue_error() -> None:
     errors = [getattr(pgqueue, n) for n in pgqueue.__all__ if n.endswith("Error")]
     assert all(issubclass(e, pgqueue.PgQueueError) for e in errors)
+
+
+def test_drain_returns_a_type_that_pgqueue_testing_exports() -> None:
+    import typing
+
+    from pgqueue import testing
+
+    assert "WorkerStats" in testing.__all__
+    assert typing.get_type_hints(testing.drain)["return"] is testing.WorkerStats
+    assert typing.get_type_hints(testing.adrain)["return"] is testing.WorkerStats

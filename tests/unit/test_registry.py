@@ -14,7 +14,7 @@ from pgqueue import (
     Queue,
     UnknownTaskError,
 )
-from pgqueue.registry import decode_json, to_json_result
+from pgqueue.codec import decode_json, to_json_result
 
 
 def test_task_with_star_args_is_refused_at_registration() -> None:

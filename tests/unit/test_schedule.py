@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pgqueue import ConfigurationError, Queue
-from pgqueue.schedule import Periodic, plan
+from pgqueue.schedule import RecurringJob, decide
 
 UTC = timezone.utc
 
@@ -17,8 +17,8 @@ def at(hour: int, minute: int, second: int = 0, day: int = 1, month: int = 1) ->
     return datetime(2026, month, day, hour, minute, second, tzinfo=UTC)
 
 
-def every_5m(**extra: Any) -> Periodic:
-    return Periodic(name="p", task="t", cron="*/5 * * * *", **extra)
+def every_5m(**extra: Any) -> RecurringJob:
+    return RecurringJob(name="p", task="t", cron="*/5 * * * *", **extra)
 
 
 def test_cron_ticks_fall_in_the_half_open_window() -> None:
@@ -37,23 +37,23 @@ def test_latest_tick_at_or_before_includes_an_exact_tick_and_ignores_fractions()
 
 
 def test_intervals_are_aligned_to_the_unix_epoch() -> None:
-    p = Periodic(name="p", task="t", every=timedelta(hours=1))
+    p = RecurringJob(name="p", task="t", every=timedelta(hours=1))
     assert p.next_after(at(10, 17)) == at(11, 0)
     assert p.latest_at_or_before(at(10, 17)) == at(10, 0)
-    seven = Periodic(name="p", task="t", every=timedelta(seconds=7))
+    seven = RecurringJob(name="p", task="t", every=timedelta(seconds=7))
     tick = seven.next_after(at(10, 0))
     assert int(tick.timestamp()) % 7 == 0 and tick > at(10, 0)
 
 
 def test_cron_in_a_zone_follows_its_daylight_saving_time() -> None:
-    p = Periodic(name="p", task="t", cron="0 9 * * *", timezone="Europe/Riga")
+    p = RecurringJob(name="p", task="t", cron="0 9 * * *", timezone="Europe/Riga")
     assert p.next_after(at(0, 0, day=15, month=1)) == at(7, 0, day=15, month=1)  # UTC+2
     assert p.next_after(at(0, 0, day=15, month=7)) == at(6, 0, day=15, month=7)  # UTC+3
 
 
 def test_default_grace_is_a_minute_or_the_interval_if_shorter() -> None:
     assert every_5m().effective_grace == timedelta(minutes=1)
-    fast = Periodic(name="p", task="t", every=timedelta(seconds=10))
+    fast = RecurringJob(name="p", task="t", every=timedelta(seconds=10))
     assert fast.effective_grace == timedelta(seconds=10)
 
 
@@ -77,25 +77,25 @@ def test_bad_definitions_fail_at_registration_naming_the_value(
     options: dict[str, Any], named: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=named):
-        Periodic(name="p", task="t", **options)
+        RecurringJob(name="p", task="t", **options)
 
 
 def test_a_pass_on_time_enqueues_the_tick() -> None:
     p = every_5m()
-    decided = plan(p, p.definition(), at(10, 0), at(10, 5, 2))
+    decided = decide(p, p.definition(), at(10, 0), at(10, 5, 2))
     assert decided.enqueue == [at(10, 5)] and decided.last_tick == at(10, 5)
     assert decided.missed is None and not decided.changed
 
 
 def test_a_pass_between_ticks_enqueues_nothing_and_keeps_its_place() -> None:
     p = every_5m()
-    decided = plan(p, p.definition(), at(10, 5), at(10, 7))
+    decided = decide(p, p.definition(), at(10, 5), at(10, 7))
     assert decided.enqueue == [] and decided.last_tick == at(10, 5)
 
 
 def test_missed_ticks_are_skipped_by_default() -> None:
     p = every_5m()
-    decided = plan(p, p.definition(), at(10, 0), at(10, 17))
+    decided = decide(p, p.definition(), at(10, 0), at(10, 17))
     assert decided.enqueue == []
     assert decided.missed == (at(10, 5), at(10, 15))
     assert decided.last_tick == at(10, 15)
@@ -103,17 +103,17 @@ def test_missed_ticks_are_skipped_by_default() -> None:
 
 def test_missed_ticks_run_once_for_the_latest_and_on_time_ticks_still_run() -> None:
     p = every_5m(missed="run_once")
-    assert plan(p, p.definition(), at(10, 0), at(10, 17)).enqueue == [at(10, 15)]
-    both = plan(p, p.definition(), at(10, 0), at(10, 20, 30))
+    assert decide(p, p.definition(), at(10, 0), at(10, 17)).enqueue == [at(10, 15)]
+    both = decide(p, p.definition(), at(10, 0), at(10, 20, 30))
     assert both.enqueue == [at(10, 15), at(10, 20)] and both.missed == (at(10, 5), at(10, 15))
 
 
 def test_a_changed_definition_catches_up_nothing_from_before_the_change() -> None:
     p = every_5m(missed="run_once")
     old = p.definition() | {"cron": "*/10 * * * *"}
-    decided = plan(p, old, at(10, 0), at(10, 17))
+    decided = decide(p, old, at(10, 0), at(10, 17))
     assert decided.changed and decided.enqueue == [] and decided.missed is None
-    on_time = plan(p, old, at(9, 0), at(10, 5, 30))
+    on_time = decide(p, old, at(9, 0), at(10, 5, 30))
     assert on_time.enqueue == [at(10, 5)]  # within grace: a change never drops a due tick
 
 

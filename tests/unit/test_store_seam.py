@@ -78,3 +78,16 @@ def test_the_store_signatures_name_no_any(module_name: str) -> None:
             annotations = getattr(member, "__annotations__", {})
             found += [f"{label}: {a}" for a in annotations.values() if "Any" in str(a)]
     assert found == []
+
+
+def test_the_store_imports_the_codec_not_the_task_registry() -> None:
+    importers = sorted(
+        str(path.relative_to(ROOT))
+        for path in STORE.glob("*.py")
+        if re.search(
+            r"^\s*(from pgqueue\.registry import|from pgqueue import registry)",
+            path.read_text(),
+            re.M,
+        )
+    )
+    assert importers == []

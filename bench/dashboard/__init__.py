@@ -1,0 +1,1 @@
+"""The dashboard suite (`suite.py`): its pages and /metrics at a large history."""

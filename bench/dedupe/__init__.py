@@ -1,0 +1,1 @@
+"""The dedupe suite (`suite.py`): what a dedupe key costs at enqueue."""

@@ -1,0 +1,1 @@
+"""The degradation suite (`suite.py`): claims while a long transaction holds the horizon."""

@@ -1,0 +1,1 @@
+"""The history suite (`suite.py`): pruning and reading a history of 1M jobs."""

@@ -1,0 +1,1 @@
+"""The integrations suite (`suite.py`): enqueue through Django and SQLAlchemy against psycopg."""

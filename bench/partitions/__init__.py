@@ -1,0 +1,1 @@
+"""The partitions suite (`suite.py`): dropping a day of history against DELETE."""

@@ -1,0 +1,1 @@
+"""The records suite (`suite.py`): reading job records from a large history."""

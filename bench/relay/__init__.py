@@ -1,0 +1,1 @@
+"""The relay suites: `relay-throughput`, `relay-degradation` and `relay-chaos`, one module each."""

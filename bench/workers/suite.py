@@ -1,0 +1,273 @@
+"""Many workers: --workers worker processes (32 by default) sharing one queue, idling, then
+draining a backlog, through PgBouncer.
+
+    python -m bench workers [--dsn DSN] [--workers 32] [--concurrency 10] [--pool 20]
+                            [--jobs 20000] [--idle 60] [--out DIR] [--short]
+
+Straight to PostgreSQL, each worker holds 4 connections (claim, complete, listen, heartbeat),
+so 32 of them need 128, past PostgreSQL's default max_connections of 100. So the workers run
+`--poll-only` through PgBouncer in transaction pooling mode (bench/pgbouncer.py), which
+shares --pool server connections among all of them. Each phase starts its own workers
+(bench/workers/app.py: a no-op task, and a recurring job every second that every
+worker's scheduler could enqueue):
+
+- `idle`: nothing to run for --idle seconds. The server connections in use, and the
+  server's max_connections; the heartbeat's row writes a second (the
+  workers table's updates, from PostgreSQL's statistics); the claims the workers ran, and how
+  many found nothing (from each worker's report as it stops); and the recurring job's ticks
+  against the seconds the phase lasted: each is enqueued once across all workers.
+- `drain`: --jobs no-op jobs enqueued at once, timed until the last has finished. Jobs a
+  second; that each ran once; the claims, how many came back empty, and how the jobs spread
+  over the workers.
+
+Writes results.json to its results folder (bench/report.py) and prints the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench import options, pgbouncer
+from bench.report import Run, guarded
+from bench.server import database, scratch_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+STOPPED = re.compile(r"stopped: (\d+) jobs claimed in (\d+) claims \((\d+) empty\), (\d+) put back")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = options.parser(
+        "workers",
+        __doc__.split("\n\n")[0],
+        short="the CI run: 32 workers, 2,000 jobs, 10 s idle",
+    )
+    parser.add_argument("--workers", type=int, default=32, help="worker processes (default 32)")
+    parser.add_argument("--concurrency", type=int, default=10, help="per worker (default 10)")
+    parser.add_argument(
+        "--pool", type=int, default=20, help="PgBouncer's server connections (default 20)"
+    )
+    parser.add_argument("--jobs", type=int, help="jobs to drain (default 20000)")
+    parser.add_argument("--idle", type=float, help="seconds of the idle phase (default 60)")
+    args = parser.parse_args(argv)
+    options.sized(args, short={"jobs": 2000, "idle": 10.0}, full={"jobs": 20000, "idle": 60.0})
+    options.positive(
+        parser,
+        {
+            "--workers": args.workers,
+            "--concurrency": args.concurrency,
+            "--pool": args.pool,
+            "--jobs": args.jobs,
+            "--idle": args.idle,
+        },
+    )
+    return args
+
+
+@contextmanager
+def running(
+    dsn: str, through: str, schema: str, count: int, concurrency: int, logs: Path
+) -> Iterator[list[Path]]:
+    """`count` worker processes, polling only through PgBouncer (`through`), until the block
+    ends; yields their log files, which hold each one's report once it stopped."""
+    logs.mkdir(parents=True, exist_ok=True)
+    files = [logs / f"worker-{n}.log" for n in range(count)]
+    command = [sys.executable, "-m", "pgqueue", "worker", "bench.workers.app:queue"]
+    command += ["--dsn", through, "--schema", schema, "--concurrency", str(concurrency)]
+    command += ["--poll-only", "--log-level", "info"]
+    procs = []
+    for path in files:
+        with open(path, "w") as out:
+            procs.append(
+                subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    try:
+        deadline = time.monotonic() + 120
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while _scalar(conn, schema, "SELECT count(*) FROM {}.workers") < count:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    raise RuntimeError(f"the workers did not all start: see {logs}")
+                time.sleep(0.2)
+        yield files
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=120)
+
+
+def _scalar(conn: psycopg.Connection[Any], schema: str, text: str) -> int:
+    row = conn.execute(sql.SQL(text).format(sql.Identifier(schema))).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _reports(files: list[Path]) -> list[tuple[int, int, int]]:
+    """Each worker's (jobs claimed, claims, empty claims), from its stop report."""
+    found = []
+    for path in files:
+        match = STOPPED.search(path.read_text())
+        if match is None:
+            raise RuntimeError(f"no stop report in {path}")
+        found.append((int(match[1]), int(match[2]), int(match[3])))
+    return found
+
+
+def _server_connections(conn: psycopg.Connection[Any]) -> int:
+    """Client backends of the database, this one left out: PgBouncer's server connections."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _updates(conn: psycopg.Connection[Any], schema: str, table: str) -> int:
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+        [schema, table],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def idle(
+    dsn: str, through: str, workers: int, concurrency: int, seconds: float, logs: Path
+) -> dict[str, Any]:
+    with (
+        scratch_schema(dsn, "bench_workers") as schema,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        row = conn.execute("SELECT current_setting('max_connections')::int").fetchone()
+        limit = int(row[0]) if row else 0
+        with running(dsn, through, schema, workers, concurrency, logs / "idle") as files:
+            time.sleep(2.0)  # every worker past its start
+            servers = _server_connections(conn)
+            beats = _updates(conn, schema, "workers")
+            ticks = _scalar(conn, schema, "SELECT count(*) FROM {}.periodic_ticks")
+            started = time.monotonic()
+            time.sleep(seconds)
+            elapsed = time.monotonic() - started
+            beats = _updates(conn, schema, "workers") - beats
+            ticks = _scalar(conn, schema, "SELECT count(*) FROM {}.periodic_ticks") - ticks
+        reports = _reports(files)
+    claims = sum(r[1] for r in reports)
+    return {
+        "workers": workers,
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 1),
+        "server_connections": servers,
+        "max_connections": limit,
+        "heartbeat_writes_per_second": round(beats / elapsed, 2),
+        "recurring_ticks": ticks,
+        "recurring_ticks_per_second": round(ticks / elapsed, 2),
+        "claims": claims,
+        "empty_claims": sum(r[2] for r in reports),
+        "claims_per_second": round(claims / (elapsed + 2.0), 1),
+    }
+
+
+def drain(
+    dsn: str, through: str, workers: int, concurrency: int, jobs: int, logs: Path
+) -> dict[str, Any]:
+    with (
+        scratch_schema(dsn, "bench_workers") as schema,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
+        with running(dsn, through, schema, workers, concurrency, logs / "drain") as files:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (queue, task, args)"
+                    " SELECT 'default', 'bench.noop', '{{}}' FROM generate_series(1, %s)"
+                ).format(sql.Identifier(schema)),
+                [jobs],
+            )
+            conn.execute(sql.SQL("SELECT {}.wake('default', 0, 1)").format(sql.Identifier(schema)))
+            started = time.monotonic()
+            finished = "SELECT count(*) FROM {}.job_history WHERE task = 'bench.noop'"
+            while _scalar(conn, schema, finished) < jobs:
+                if time.monotonic() - started > 1800:
+                    raise RuntimeError("the drain took over 30 minutes")
+                time.sleep(0.05)
+            elapsed = time.monotonic() - started
+            servers = _server_connections(conn)
+            once = _scalar(
+                conn,
+                schema,
+                "SELECT count(DISTINCT id) FROM {}.job_history"
+                " WHERE task = 'bench.noop' AND attempt = 1 AND status = 'succeeded'",
+            )
+        reports = _reports(files)
+    per_worker = sorted(r[0] for r in reports)
+    claims = sum(r[1] for r in reports)
+    return {
+        "workers": workers,
+        "concurrency": concurrency,
+        "jobs": jobs,
+        "seconds": round(elapsed, 2),
+        "jobs_per_second": round(jobs / elapsed, 1),
+        "server_connections": servers,
+        "ran_once": once,
+        "claims": claims,
+        "empty_claims": sum(r[2] for r in reports),
+        "empty_share": round(sum(r[2] for r in reports) / max(claims, 1), 3),
+        "jobs_per_claim": round(jobs / max(claims, 1), 2),
+        "jobs_per_worker": {
+            "min": per_worker[0],
+            "median": statistics.median(per_worker),
+            "max": per_worker[-1],
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    return guarded("workers", lambda: bench(Run("workers", argv, args.out, args.short), args))
+
+
+def bench(run: Run, args: argparse.Namespace) -> int:
+    with database(options.dsn(args.dsn)) as server:
+        out = run.folder(server)
+        logs = out / "logs"
+        with pgbouncer.running(server.dsn, args.pool) as through:
+            idled = idle(server.dsn, through, args.workers, args.concurrency, args.idle, logs)
+            drained = drain(server.dsn, through, args.workers, args.concurrency, args.jobs, logs)
+        figures = {"pool": args.pool, "idle": idled, "drain": drained}
+        run.write(out, "results.json", server, figures)
+    print(f"PostgreSQL {server.version}: {args.workers} workers at concurrency {args.concurrency}")
+    print(
+        f"idle {idled['seconds']} s: {idled['server_connections']} server connections through "
+        f"PgBouncer (max_connections {idled['max_connections']}), heartbeat "
+        f"writes {idled['heartbeat_writes_per_second']}/s, claims {idled['claims']} "
+        f"({idled['empty_claims']} empty), recurring ticks {idled['recurring_ticks']} "
+        f"in {idled['seconds']} s"
+    )
+    print(
+        f"drain {drained['jobs']} jobs in {drained['seconds']} s "
+        f"({drained['jobs_per_second']}/s) on {drained['server_connections']} server "
+        f"connections, ran once {drained['ran_once']}, claims "
+        f"{drained['claims']} ({drained['empty_claims']} empty, "
+        f"{drained['jobs_per_claim']} jobs a claim), jobs a worker {drained['jobs_per_worker']}"
+    )
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

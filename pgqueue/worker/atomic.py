@@ -1,0 +1,191 @@
+"""Atomic jobs: claim, handler and completion in one transaction.
+
+Owns: the worker's atomic lanes. Each lane has its own connection and runs one atomic job at
+a time: BEGIN; claim one job with a row lock (job_claim_atomic); run the handler with that
+connection in JobContext.connection, inside a savepoint; write the outcome (job_finish_many);
+COMMIT. The handler's writes commit together with the job's completion, or not at all: a
+failed attempt rolls them back to the savepoint and records the failure; a crash, a lost
+connection or a forced stop rolls back everything and the job is claimable again at once,
+without the rescuer (its attempt is not counted then).
+
+`async def` handlers get an AsyncConnection and run on the event loop; `def` handlers get a
+sync Connection, and their lane runs the whole transaction in one thread. Lanes of each kind
+claim only tasks of that kind.
+
+The transaction is bounded, because a long transaction is what holds back VACUUM:
+the task's timeout (default 60 s, at most 15 min) cancels an async handler; a sync handler
+cannot be interrupted, so one that returns past its timeout is rolled back and recorded as
+timed out; and idle_in_transaction_session_timeout is set a little past the timeout as a
+server-side backstop for a worker that hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pgqueue.models import ClaimedJob
+from pgqueue.runtime.link import connect
+from pgqueue.store import plan
+from pgqueue.store.jobs import Finished, claim_atomic_plan, finish_plan
+from pgqueue.store.plan import AsyncConn, SyncConn
+from pgqueue.worker.executor import Executor, Outcome
+from pgqueue.worker.observe import Observers
+
+log = logging.getLogger("pgqueue.worker")
+_BACKSTOP_MARGIN_MS = 30_000
+
+
+class _RollBack(Exception):
+    """Leaves the handler's savepoint, rolling back its writes, carrying the outcome."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+
+
+class AtomicLane:
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        schema: str,
+        queues: list[str],
+        tasks: list[str],
+        timeout_ms: int,
+        executor: Executor,
+        keep_history: bool,
+        worker_id: int,
+        stopping: Callable[[], bool],
+        wait: Callable[[], Any],
+        done: Callable[[], None],
+        sync: bool = False,
+        prepare: bool = True,
+        observers: Observers | None = None,
+    ) -> None:
+        self.observers = observers or Observers()
+        self.dsn = dsn
+        self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
+        self.schema = schema
+        self.executor = executor
+        self.keep_history = keep_history
+        self.stopping = stopping
+        self.wait = wait
+        self.done = done
+        self.idle = False  # True once the lane's last look found no atomic job
+        self.backstop_ms = timeout_ms + _BACKSTOP_MARGIN_MS
+        self.claim_params = {
+            "queues": queues,
+            "tasks": tasks,
+            "worker_id": worker_id,
+            "now": None,
+        }
+        self.ran = 0
+        self.sync = sync
+        self._conn: AsyncConn | None = None
+        self._sync_conn: SyncConn | None = None
+
+    async def run(self) -> None:
+        """Work atomic jobs until the worker stops; survives connection faults."""
+        try:
+            await self._loop()
+        finally:
+            await self._discard()
+
+    async def _work(self) -> bool:
+        if self.sync:
+            # The whole transaction runs in one thread: a sync handler and its connection.
+            return await asyncio.to_thread(self._one_sync)
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = await connect(self.dsn, prepare=self.prepare, name="pgqueue:atomic")
+        return await self._one(self._conn)
+
+    async def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+        sync_conn, self._sync_conn = self._sync_conn, None
+        if sync_conn is not None:
+            await asyncio.to_thread(sync_conn.close)
+
+    async def _loop(self) -> None:
+        delay, outage = 0.05, False
+        while not self.stopping():
+            # Not idle while looking: a lane that found nothing last time may be about to
+            # claim a job another lane just put back for a retry (burst mode reads this).
+            self.idle = False
+            try:
+                worked = await self._work()
+                delay, outage = 0.05, False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Connection faults (psycopg's, or DatabaseError while the server is down)
+                # and anything unexpected: the transaction is gone, the job is free again.
+                if not outage:
+                    log.error("atomic lane failed, reconnecting with backoff: %s", exc)
+                outage = True
+                await self._discard()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self.idle = not worked
+            if worked:
+                self.done()
+            else:
+                await self.wait()
+
+    def _claim(self) -> plan.Plan[ClaimedJob | None]:
+        return claim_atomic_plan(self.schema, self.claim_params, self.backstop_ms)
+
+    def _finish(self, outcome: Outcome) -> plan.Plan[Finished]:
+        return finish_plan(self.schema, [outcome], self.keep_history)
+
+    async def _one(self, conn: AsyncConn) -> bool:
+        async with conn.transaction():
+            # Plans read with a cursor of their own: the handler gets the connection as it is.
+            job = await plan.run_async(conn, self._claim(), together=False)
+            if job is None:
+                return False
+            self.observers.job_started(job)
+            try:
+                async with conn.transaction():  # a savepoint around the handler's writes
+                    outcome = await self.executor.run(job, connection=conn)
+                    if outcome.status != "succeeded":
+                        raise _RollBack(outcome)
+            except _RollBack as rollback:
+                outcome = rollback.outcome
+            await plan.run_async(conn, self._finish(outcome), together=False)
+        self.observers.job_finished(job, outcome)
+        self.ran += 1
+        return True
+
+    def _one_sync(self) -> bool:
+        """The sync twin of _one, run in a thread on a sync connection."""
+        if self._sync_conn is None or self._sync_conn.closed or self._sync_conn.broken:
+            self._sync_conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                application_name="pgqueue:atomic",
+                prepare_threshold=5 if self.prepare else None,
+            )
+        conn = self._sync_conn
+        with conn.transaction():
+            job = plan.run(conn, self._claim(), together=False)
+            if job is None:
+                return False
+            self.observers.job_started(job)
+            try:
+                with conn.transaction():  # a savepoint around the handler's writes
+                    outcome = self.executor.run_sync(job, conn)
+                    if outcome.status != "succeeded":
+                        raise _RollBack(outcome)
+            except _RollBack as rollback:
+                outcome = rollback.outcome
+            plan.run(conn, self._finish(outcome), together=False)
+        self.observers.job_finished(job, outcome)
+        self.ran += 1
+        return True

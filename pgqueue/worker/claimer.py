@@ -1,0 +1,409 @@
+"""Claiming: the per-queue hints, the claim statement and the promotion of due jobs.
+
+Owns: where each queue's next claim starts, and when due scheduled jobs are next promoted.
+
+Invariants:
+- A claim takes at most the free slots, in (priority, id) order, after the queue's hint: the
+  last position claimed, an index start bound, so dead entries below it are never walked.
+- A job that becomes claimable below the hint is announced by its wake-up (wakeup.py), which
+  moves the hint back, or opens a range at its more urgent priority. With no listener
+  (poll_only without a listen DSN) a short hinted claim is retried from the floor at once.
+- The only unhinted claim is the safety net, after a jittered hint_reset_interval, for a job no
+  wake-up named. test_hint.py pins each case.
+- Parked jobs (their concurrency key is full) are not run, but count as walked.
+- A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
+  (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
+  reconnects, and then every poll interval when nothing listens (a notice could be missed
+  only then), else every hint_reset_interval as a safety net. The claim statements never
+  read it.
+- A queue with a rate limit (learnt the same way) is claimed with job_claim_rated, which
+  claims only what the limit has room for. One that got fewer jobs than it asked for because
+  the limit was full is left out until the statement said it has room again, and its hint
+  does not move: the jobs it did not take are still there.
+- Rate limits (a queue's, a task's, a key's) hold at handlers' starts: every job of a
+  job_claim_rated claim must start within RATE_START_MARGIN of the claim (the statement and
+  job_rate_admit count the starts of a period and that margin back); each carries the time
+  it must start by (ClaimedJob.start_by), and the executor puts back one that could not
+  start in time.
+- While any task or key has a rate limit, the queues where a job with a key or of a limited
+  task was seen are claimed with job_claim_rated, which puts jobs over their task's or key's
+  limit back as scheduled; they count as walked, and the promotion is due when the first of
+  them is. The other queues' claim (job_claim_unkeyed) is told the limited tasks and hands
+  the queue over when it meets one, so they pay nothing for limits they never meet.
+
+Runs on the worker's claim connection; a claim that deadlocks on slot rows is retried, and
+nothing else is raised here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+from pgqueue.models import RATE_START_MARGIN, ClaimedJob, WorkerSettings
+from pgqueue.runtime.link import Link
+from pgqueue.store.jobs import Claimed, JobsStore
+from pgqueue.store.plan import AsyncConn, run_async
+from pgqueue.store.queues import controls_plan
+from pgqueue.wakeup import Position
+from pgqueue.worker.observe import Observers, WorkerStats
+
+FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
+MAX_ID = 2**63 - 1
+CEILING: Position = (32767, MAX_ID)  # above every (priority, id)
+CLAIM_RETRIES = 5
+
+
+@dataclass
+class _Batch:
+    """One claim statement's result: the jobs to run, how many rows it walked (run or
+    parked), and the highest position among them."""
+
+    jobs: list[ClaimedJob]
+    walked: int = 0
+    top: Position | None = None
+    throttled: bool = False  # the queue's rate limit had no room for all it asked for
+
+    def __len__(self) -> int:
+        """The jobs to run (test_faults.py counts a claim's result this way)."""
+        return len(self.jobs)
+
+
+@dataclass
+class _QueueHint:
+    """Where one queue's claims start. `after` None: from the floor."""
+
+    after: Position | None = None
+    # More urgent priorities than `after`'s with jobs announced below it: priority -> claim
+    # after this id (a range up to the end of that priority).
+    urgent: dict[int, int] = field(default_factory=dict)
+    deadline: float = 0.0  # when `after` is next forgotten (the safety net)
+    # Announced since the last claim round started; absorbed at the next one, so an
+    # announcement that lands while a claim is in flight is never overwritten by its result.
+    announced: dict[int, int] = field(default_factory=dict)
+    forget: bool = False
+
+
+class Claimer:
+    def __init__(
+        self,
+        link: Link,
+        schema: str,
+        settings: WorkerSettings,
+        worker_id: int,
+        stats: WorkerStats,
+        observers: Observers | None = None,
+        *,
+        listening: bool = True,
+    ) -> None:
+        self.observers = observers or Observers()
+        self.link = link
+        self.schema = schema
+        self.settings = settings
+        self.worker_id = worker_id
+        self.stats = stats
+        self.store = JobsStore(schema)
+        self._hints = {q: _QueueHint() for q in settings.queues}
+        # Queues where a job with a concurrency key was seen: claimed with job_claim, the
+        # others with job_claim_unkeyed, which costs what claims cost before keys existed.
+        self._keyed: set[str] = set()
+        # Wake-ups say where jobs appear only when a listener runs.
+        self._announced = listening
+        self._rng = random.Random()
+        self._next_promote = 0.0
+        self._next_due: float | None = None
+        # Jobs claimed in the current round, from the moment their claim returns: a broken
+        # connection during the round's next claim must not make them look like orphans.
+        self.in_hand: list[ClaimedJob] = []
+        self.paused: set[str] = set()
+        self.rated: set[str] = set()
+        self.limited_tasks: frozenset[str] = frozenset()  # tasks with a rate limit
+        self.key_limits = False  # some concurrency key has a rate limit
+        self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
+        self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
+
+    def announce(self, queue: str, position: Position | None) -> None:
+        """A wake-up: jobs became claimable in `queue` at `position` or after it (None: where
+        is not known, so the next claim starts from the floor)."""
+        hint = self._hints.get(queue)
+        if hint is None:
+            return
+        if position is None:
+            hint.forget = True
+            return
+        priority, job_id = position
+        hint.announced[priority] = min(job_id, hint.announced.get(priority, MAX_ID))
+
+    def pause_changed(self, queue: str, paused: bool) -> None:
+        """A pause notice: leave `queue` out of claim rounds, or claim it again from its first
+        job (it may hold jobs below any hint by now)."""
+        if queue not in self._hints:
+            return
+        if paused:
+            self.paused.add(queue)
+        else:
+            self.paused.discard(queue)
+            self.announce(queue, None)
+
+    def reread_controls(self) -> None:
+        """Read the pauses and rate limits before the next round (a notice may have been
+        missed, or a rate limit changed)."""
+        self._controls_due = 0.0
+
+    async def _read_controls(self) -> None:
+        controls = await self.link.run(lambda conn: run_async(conn, controls_plan(self.schema)))
+        paused, rated = controls.paused, controls.rated
+        self.limited_tasks, self.key_limits = controls.limited_tasks, controls.key_limits
+        paused &= self._hints.keys()
+        for queue in self.paused - paused:
+            self.announce(queue, None)  # resumed unheard of
+        self.paused = paused
+        self.rated = rated & self._hints.keys()
+        for queue in list(self._room_at):
+            if queue not in self.rated:
+                del self._room_at[queue]
+                self.announce(queue, None)
+        s = self.settings
+        every = s.hint_reset_interval if self._announced else s.poll_interval
+        self._controls_due = time.monotonic() + every.total_seconds()
+
+    def room_due(self, now: float) -> bool:
+        """Whether a full rate-limited queue has room again by `now`."""
+        return any(at <= now for at in self._room_at.values())
+
+    def wake_range(self, queue: str) -> tuple[int, int] | None:
+        """While every slot is busy: the priorities whose new jobs in `queue` the next claim
+        finds without a wake-up (it starts from the floor, at the hint, or in an announced
+        range); None when it may find none of them (a hint parked past everything)."""
+        hint = self._hints[queue]
+        if hint.forget or hint.after is None:
+            return FLOOR[0], CEILING[0]
+        if hint.after != CEILING:
+            return hint.after[0], CEILING[0]
+        if len(hint.urgent) == 1:
+            (priority,) = hint.urgent
+            return priority, priority
+        return None
+
+    def forget_hints(self) -> None:
+        """Claim every queue from the floor next time (jobs may sit below any hint now)."""
+        for hint in self._hints.values():
+            hint.forget = True
+
+    async def claim_round(self, free: int) -> tuple[list[ClaimedJob], bool]:
+        """Claim up to `free` jobs across the queues, starting at a random one; `full` if
+        some queue may have more."""
+        claimed: list[ClaimedJob] = []
+        self.in_hand = claimed
+        full = False
+        now = time.monotonic()
+        if now >= self._controls_due:
+            await self._read_controls()
+        queues = [
+            q
+            for q in self.settings.queues
+            if q not in self.paused and self._room_at.get(q, 0.0) <= now
+        ]
+        if not queues:
+            return claimed, full
+        start = self._rng.randrange(len(queues))
+        for queue in queues[start:] + queues[:start]:
+            want = min(free - len(claimed), self.settings.batch_size)
+            if want <= 0:
+                break
+            _, queue_full = await self._claim_queue(queue, want)
+            full = full or queue_full
+        return claimed, full
+
+    async def _claim_queue(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
+        hint = self._hints[queue]
+        self._absorb(hint)
+        jobs, walked = await self._claim_urgent(queue, hint, want)
+        if walked == want:
+            return jobs, True
+        after, rest = hint.after, want - walked
+        main = await self._claim(queue, after or FLOOR, CEILING, rest)
+        if main.throttled:
+            # The limit had no room for the rest: the jobs not taken are still there.
+            if main.top is not None:
+                hint.after = main.top
+            return jobs + main.jobs, False
+        if after is not None and main.walked < rest and not self._announced:
+            # No wake-up says where jobs appear: something may sit below the hint.
+            after = None
+            more = await self._claim(queue, FLOOR, CEILING, rest - main.walked)
+            main.jobs += more.jobs
+            main.walked += more.walked
+            main.top = (
+                max(p for p in (main.top, more.top) if p is not None) if more.top else main.top
+            )
+        if after is None:
+            hint.urgent.clear()  # the floor claim covered them
+            self._reset_deadline(hint)
+        if main.top is not None:
+            hint.after = main.top
+        elif after is None and self._announced:
+            # An empty claim from the floor: nothing is claimable anywhere, and whatever
+            # becomes claimable from now on is announced. Park the hint past everything, or
+            # the next claims would walk from the floor again while the queue stays empty.
+            hint.after = CEILING
+        else:
+            hint.after = after
+        jobs += main.jobs
+        return jobs, walked + main.walked == want
+
+    def _absorb(self, hint: _QueueHint) -> None:
+        """Fold the announcements since the last round into the hint."""
+        if hint.forget or (hint.after is not None and time.monotonic() >= hint.deadline):
+            hint.after, hint.forget = None, False
+            hint.announced.clear()
+        announced, hint.announced = hint.announced, {}
+        if hint.after is None:
+            return  # the floor claim covers everything announced
+        for priority, job_id in announced.items():
+            below = (priority, job_id - 1)
+            if below >= hint.after:
+                continue  # the hint's range covers it
+            if priority == hint.after[0]:
+                hint.after = below
+            else:
+                hint.urgent[priority] = min(job_id - 1, hint.urgent.get(priority, MAX_ID))
+
+    async def _claim_urgent(
+        self, queue: str, hint: _QueueHint, want: int
+    ) -> tuple[list[ClaimedJob], int]:
+        """Claim the announced ranges of more urgent priorities than the hint's, in order;
+        returns the jobs and how many rows were walked."""
+        jobs: list[ClaimedJob] = []
+        walked = 0
+        for priority in sorted(hint.urgent):
+            ask = want - walked
+            got = await self._claim(
+                queue, (priority, hint.urgent[priority]), (priority, MAX_ID), ask
+            )
+            jobs += got.jobs
+            walked += got.walked
+            if got.throttled:  # the rate limit is full: the range is not drained
+                if got.top is not None:
+                    hint.urgent[priority] = got.top[1]
+                return jobs, want  # as if full: the round claims no more of this queue
+            if got.walked < ask or got.top is None:
+                del hint.urgent[priority]  # that priority is drained
+            else:
+                hint.urgent[priority] = got.top[1]
+                break
+        return jobs, walked
+
+    async def _claim(self, queue: str, after: Position, before: Position, limit: int) -> _Batch:
+        params = {
+            "queue": queue,
+            "after_priority": after[0],
+            "after_id": after[1],
+            "before_priority": before[0],
+            "before_id": before[1],
+            "limit": limit,
+            "worker_id": self.worker_id,
+            "now": None,
+            "limited_tasks": sorted(self.limited_tasks),
+            "job_limits": bool(self.limited_tasks or self.key_limits),
+            "start_margin": RATE_START_MARGIN,
+        }
+
+        room_in: float | None = None
+        back_in: float | None = None
+        sent: float | None = None  # when a claim under rate limits (job_claim_rated) was sent
+
+        async def claim(conn: AsyncConn) -> Claimed:
+            nonlocal room_in, back_in, sent
+            if queue in self.rated or (
+                queue in self._keyed and (self.limited_tasks or self.key_limits)
+            ):
+                for attempt in range(CLAIM_RETRIES):
+                    try:
+                        sent = time.monotonic()
+                        rated, room_in, back_in = await self.store.claim_rated(conn, params)
+                        return rated
+                    except psycopg.errors.DeadlockDetected:
+                        if attempt == CLAIM_RETRIES - 1:
+                            raise
+            if queue not in self._keyed:
+                found = await self.store.claim_unkeyed(conn, params)
+                if found is not None:
+                    return found
+                self._keyed.add(queue)  # for good: keyed (or rated) claims from now on
+                if self.limited_tasks or self.key_limits:
+                    return await claim(conn)
+            for attempt in range(CLAIM_RETRIES):
+                try:
+                    return await self.store.claim_keyed(conn, params)
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == CLAIM_RETRIES - 1:
+                        raise
+            return Claimed([], [])
+
+        started = time.perf_counter()
+        claimed = await self.link.run(claim)
+        seconds = time.perf_counter() - started
+        self.stats.recent_claims.append((seconds, after == FLOOR))
+        self.stats.claims += 1
+        if after == FLOOR:
+            self.stats.unhinted_claims += 1
+        jobs = claimed.jobs
+        if sent is not None and jobs:
+            # The claim's time, which the limit counts, is after it was sent.
+            start_by = sent + RATE_START_MARGIN.total_seconds()
+            jobs = [dataclasses.replace(job, start_by=start_by) for job in jobs]
+        self.observers.claimed(seconds, len(jobs))
+        self.stats.claimed += len(jobs)
+        if claimed.walked == 0:
+            self.stats.empty_claims += 1
+        jobs.sort(key=lambda j: (j.priority, j.id))
+        self.in_hand.extend(jobs)
+        throttled = room_in is not None and room_in > 0 and claimed.walked < limit
+        if throttled:
+            self._room_at[queue] = time.monotonic() + float(room_in or 0.0)
+        else:
+            self._room_at.pop(queue, None)
+        if back_in is not None:  # jobs put back by their task's or key's limit: due then
+            due = time.monotonic() + max(back_in, 0.0)
+            self._next_due = due if self._next_due is None else min(self._next_due, due)
+        return _Batch(jobs, claimed.walked, claimed.top, throttled)
+
+    def _reset_deadline(self, hint: _QueueHint) -> None:
+        s = self.settings
+        spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
+        hint.deadline = time.monotonic() + s.hint_reset_interval.total_seconds() * spread
+
+    def promotion_due(self, now: float) -> bool:
+        return now >= self._next_promote or (self._next_due is not None and now >= self._next_due)
+
+    async def promote(self) -> int:
+        """Move due scheduled jobs to queued; remember when the next one falls due."""
+        s = self.settings
+        promoted, next_due_in = await self.link.run(
+            lambda conn: self.store.promote_due(conn, s.queues, s.promote_batch)
+        )
+        now = time.monotonic()
+        self._next_promote = (
+            now if promoted == s.promote_batch else (now + s.poll_interval.total_seconds())
+        )
+        self.stats.promoted += promoted
+        self._next_due = None
+        if next_due_in is not None:  # seconds by the server's clock; infinite for infinity
+            self._next_due = now + max(next_due_in, 0.0)
+        return promoted
+
+    def next_wake(self) -> float:
+        """The monotonic time of the next promotion this worker must do, or of the next room
+        in a full rate-limited queue, whichever is first."""
+        now = time.monotonic()
+        # A room time already past is the fetch loop's to act on (room_due), not a wake-up:
+        # with every slot busy it would wake the loop again and again until one frees.
+        times = [self._next_promote, *(at for at in self._room_at.values() if at > now)]
+        if self._next_due is not None:
+            times.append(self._next_due)
+        return min(times)

@@ -1,0 +1,449 @@
+"""Runs one job and returns its outcome. No SQL.
+
+Owns: finding the handler, loading its arguments, calling it (`async def` on the event loop,
+`def` in the worker's thread pool), and turning whatever happens into an Outcome. A requested
+cancellation cancels an `async def` handler and sets `ctx.cancel_requested` for a `def` one;
+an attempt during which cancellation was requested ends as cancelled, however it ended. Nothing a
+handler does escapes as an exception, not SystemExit, KeyboardInterrupt or an exception whose
+str() raises: the worker lives on and the job's failure is recorded. The one exception that
+does escape is asyncio.CancelledError, raised when the worker is stopping; the job is then
+put back rather than failed. A job past the time its rate limits need it to start by
+(ClaimedJob.start_by) is not started: it is put back, its attempt unspent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pgqueue.codec import to_json_result
+from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
+from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
+from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze
+from pgqueue.runtime.service import Health
+from pgqueue.values import Unreadable
+
+log = logging.getLogger("pgqueue.job")
+_TRACEBACK_LIMIT = 16_000
+_DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one attempt; `status` is succeeded, failed, retry or cancelled.
+
+    `duration` is None when nobody saw the attempt end (a rescued job): history then records
+    the rescue time as its finish."""
+
+    job: ClaimedJob
+    status: str
+    duration: float | None
+    error: dict[str, Any] | None = None
+    result: Any = None
+    retry_in: float = 0.0
+    snooze: bool = False  # a retry that gives its attempt back
+    progress: dict[str, Any] | None = None  # the last report, if the row may not have it
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "id": self.job.id,
+            "attempt": self.job.attempt,
+            "worker_id": self.job.worker_id,
+            "status": self.status,
+            "error": self.error,
+            "result": self.result,
+            "duration": self.duration,
+            "retry_in": self.retry_in,
+            "snooze": self.snooze,
+            "progress": self.progress,
+        }
+
+
+class Executor:
+    """Runs jobs of the tasks in `registry`; sync handlers in a pool of at most `max_threads`
+    threads, started as they are needed."""
+
+    name = "executor"
+
+    def __init__(self, registry: Registry, max_threads: int, max_result_bytes: int) -> None:
+        self.registry = registry
+        self.threads = ThreadPoolExecutor(max_threads, thread_name_prefix="pgqueue-job")
+        self.max_result_bytes = max_result_bytes
+        self._handoff: _Handoff | None = None
+
+    async def start(self) -> None:
+        """Nothing to start: threads start with the first sync jobs."""
+
+    async def stop(self, deadline: float) -> None:
+        """Sync handlers cannot be interrupted: threads still running one are left to end on
+        their own (their jobs were put back), and nothing waits for them."""
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
+    def health(self) -> Health:
+        return Health(True)
+
+    async def run(
+        self,
+        job: ClaimedJob,
+        connection: Any = None,
+        cancel: CancelSignal | None = None,
+        progress: Progress | None = None,
+    ) -> Outcome:
+        """Run one attempt; `connection` is handed to an atomic task's JobContext, `cancel`
+        tells it (and this attempt) that cancellation was requested, `progress` keeps what
+        it reports."""
+        started = time.monotonic()
+        try:
+            task, args, kwargs = self._prepare(job, connection, cancel, progress)
+            if task.is_async:
+                _check_start(job)
+                if cancel is not None:
+                    _interrupt_on_request(cancel)
+                value = await _call(task.fn(*args, **kwargs), task.policy.timeout)
+            else:
+                # In a copy of this task's context, as asyncio.to_thread does: what the worker
+                # set for the job (its trace span) holds in the handler's thread too.
+                call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
+                if job.start_by is not None:  # checked in the thread, right before the call
+                    call = functools.partial(_started_in_time, job, call)
+                value = await _within(self._thread(call), task.policy.timeout)
+        except asyncio.CancelledError:
+            if cancel is not None and cancel.requested and not _stopping():
+                return self._cancelled(job, started)
+            raise
+        except StartedLateError:
+            return self._late(job, started)
+        except BaseException as exc:
+            if cancel is not None and cancel.requested:
+                return self._cancelled(job, started)
+            return self._failed(job, exc, started)
+        if cancel is not None and cancel.requested:
+            return self._cancelled(job, started)
+        return self._succeeded(job, value, started)
+
+    def _thread(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run `call` in the thread pool; the future has its result or exception."""
+        loop = asyncio.get_running_loop()
+        if self._handoff is None or self._handoff.loop is not loop:
+            self._handoff = _Handoff(loop, self.threads)
+        return self._handoff.run(call)
+
+    def run_sync(self, job: ClaimedJob, connection: Any) -> Outcome:
+        """Run one attempt of a sync atomic task in the calling thread, on its connection.
+
+        A sync handler cannot be interrupted, so its timeout is applied when it returns: an
+        attempt that took longer fails with JobTimeoutError (and its writes are rolled back by
+        the caller). Meanwhile only the server's idle-in-transaction backstop bounds it."""
+        started = time.monotonic()
+        try:
+            task, args, kwargs = self._prepare(job, connection)
+            value = task.fn(*args, **kwargs)
+            limit = task.policy.timeout
+            if limit is not None and time.monotonic() - started > limit.total_seconds():
+                raise JobTimeoutError(
+                    f"the job ran longer than its timeout of {limit.total_seconds():g} s"
+                )
+        except BaseException as exc:
+            return self._failed(job, exc, started)
+        return self._succeeded(job, value, started)
+
+    def _prepare(
+        self,
+        job: ClaimedJob,
+        connection: Any,
+        cancel: CancelSignal | None = None,
+        progress: Progress | None = None,
+    ) -> tuple[Any, list[Any], dict[str, Any]]:
+        """The job's task and typed call arguments; raises UnknownTaskError or
+        InvalidArgumentsError, which _failed turns into the right outcome."""
+        task = self.registry.get(job.task)
+        if task.fn is None:
+            raise UnknownTaskError(f"task {job.task!r} is declared but has no handler here")
+        context = None
+        if task.takes_context:  # not built for nobody: half a microsecond of each job
+            context = JobContext(
+                job.id,
+                job.task,
+                job.queue,
+                job.attempt,
+                job.max_attempts,
+                connection,
+                cancel,
+                progress,
+                job.worker_id,
+            )
+        if isinstance(job.args, Unreadable):
+            raise InvalidArgumentsError(f"its stored arguments cannot be read: {job.args.reason}")
+        args, kwargs = task.load_args(job.args, context)
+        return task, args, kwargs
+
+    def _retry_policy(self, name: str) -> RetryPolicy:
+        try:
+            return self.registry.get(name).policy.retry
+        except UnknownTaskError:
+            return _DEFAULT_RETRY
+
+    def _succeeded(self, job: ClaimedJob, value: Any, started: float) -> Outcome:
+        if isinstance(value, Snooze):
+            return self._snoozed(job, value, started)
+        duration = time.monotonic() - started
+        outcome = Outcome(job, "succeeded", duration)
+        try:
+            outcome.result = to_json_result(value, self.max_result_bytes)
+        except Exception as exc:
+            unstorable = ResultError(f"the handler returned a result that cannot be stored: {exc}")
+            unstorable.__cause__ = exc
+            return self._failed(job, unstorable, started)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "job %s %s attempt %s succeeded in %.1f ms",
+                job.id,
+                job.task,
+                job.attempt,
+                duration * 1000,
+            )
+        return outcome
+
+    def _cancelled(self, job: ClaimedJob, started: float) -> Outcome:
+        log.info("job %s %s attempt %s cancelled on request", job.id, job.task, job.attempt)
+        return cancelled(job, time.monotonic() - started)
+
+    def _late(self, job: ClaimedJob, started: float) -> Outcome:
+        """Put back, attempt unspent: the handler could not start by the time its rate
+        limits (its queue's, task's or key's) count on (the worker's event loop or threads
+        were busy)."""
+        log.warning(
+            "job %s %s could not start within %g s of its claim, as rate limits require: "
+            "put back to run again",
+            job.id,
+            job.task,
+            RATE_START_MARGIN.total_seconds(),
+        )
+        return Outcome(job, "retry", time.monotonic() - started, retry_in=0.0, snooze=True)
+
+    def _snoozed(self, job: ClaimedJob, snooze: Snooze, started: float) -> Outcome:
+        log.info(
+            "job %s %s attempt %s snoozed for %g s", job.id, job.task, job.attempt, snooze.seconds
+        )
+        duration = time.monotonic() - started
+        return Outcome(job, "retry", duration, retry_in=snooze.seconds, snooze=True)
+
+    def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
+        if isinstance(exc, Snooze):
+            return self._snoozed(job, exc, started)
+        # Retrying cannot make stored arguments valid for this code, nor store what the
+        # handler returns (and would run its side effects again): those fail at once.
+        retryable = not isinstance(exc, (InvalidArgumentsError, ResultError))
+        retry = self._retry_policy(job.task)
+        duration = time.monotonic() - started
+        error = _error_record(job, exc, kind="result" if isinstance(exc, ResultError) else "error")
+        if retryable and job.attempt < job.max_attempts:
+            retry_in = retry.delay(job.attempt).total_seconds()
+            log.warning(
+                "job %s %s attempt %s/%s failed in %.1f ms, retrying in %.1f s: %s",
+                job.id,
+                job.task,
+                job.attempt,
+                job.max_attempts,
+                duration * 1000,
+                retry_in,
+                error["error"],
+            )
+            return Outcome(job, "retry", duration, error=error, retry_in=retry_in)
+        log.error(
+            "job %s %s attempt %s/%s failed in %.1f ms, giving up: %s",
+            job.id,
+            job.task,
+            job.attempt,
+            job.max_attempts,
+            duration * 1000,
+            error["error"],
+        )
+        return Outcome(job, "failed", duration, error=error)
+
+
+class _Handoff:
+    """Sync handlers' trips to the thread pool and back, with one wake-up of the event loop
+    for all the results that arrive together, where run_in_executor wakes the loop once per
+    call, which dominated a short `def` handler's cost. It also delivers StopIteration, which
+    an asyncio future refuses: through run_in_executor a handler raising it left its job
+    waiting forever."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, threads: ThreadPoolExecutor) -> None:
+        self.loop = loop
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._done: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        self._woken = False
+
+    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = self.loop.create_future()
+        self.threads.submit(self._work, future, call)
+        return future
+
+    def _work(self, future: asyncio.Future[Any], call: Callable[[], Any]) -> None:
+        """In a pool thread: run the call, queue its result, wake the loop if nobody has."""
+        try:
+            done = (future, True, call())
+        except StopIteration as exc:
+            refused = RuntimeError(f"the handler raised StopIteration: {exc}")
+            refused.__cause__ = exc  # its traceback stays in the job's error record
+            done = (future, False, refused)
+        except BaseException as exc:  # the handler's to report, whatever it is
+            done = (future, False, exc)
+        with self._lock:
+            self._done.append(done)
+            wake, self._woken = not self._woken, True
+        if wake:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
+                self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        """On the loop: hand every queued result to its future (a timed-out one is gone)."""
+        with self._lock:
+            done, self._done, self._woken = self._done, [], False
+        for future, ok, value in done:
+            if future.cancelled():
+                continue
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+
+def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
+    """The outcome of an attempt stopped because its cancellation was requested."""
+    error = {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": "cancelled",
+        "error": "cancelled on request",
+        "traceback": "",
+    }
+    return Outcome(job, "cancelled", duration, error=error)
+
+
+class StartedLateError(Exception):
+    """A rate-limited job's handler was not started by its start_by time (claimer.py)."""
+
+
+def _check_start(job: ClaimedJob) -> None:
+    """Raise StartedLateError if the job's handler is past its time to start."""
+    if job.start_by is not None and time.monotonic() > job.start_by:
+        raise StartedLateError
+
+
+def _started_in_time(job: ClaimedJob, call: Callable[[], Any]) -> Any:
+    """In the handler's thread: call it, unless it is past its time to start."""
+    _check_start(job)
+    return call()
+
+
+class JobTimeoutError(Exception):
+    """The handler ran longer than its task's timeout."""
+
+
+class ResultError(Exception):
+    """The handler returned a value that cannot be stored as its result."""
+
+
+def _interrupt_on_request(cancel: CancelSignal) -> None:
+    """Cancel the calling task (the job's own) when cancellation of its job is requested:
+    the handler, awaited inline, is interrupted wherever it waits. No task of its own per job:
+    creating one showed up in a drain's profile."""
+    current = asyncio.current_task()
+    if current is not None:
+        cancel.on_request(current.cancel)
+
+
+def _stopping() -> bool:
+    """Whether the current task was also cancelled by someone else than a cancellation
+    request (the worker stopping): the job is then put back, not ended. Python 3.10 cannot
+    tell; there the job ends as cancelled, as it would after being put back
+    (worker.py, _cancel_unfinished)."""
+    current = asyncio.current_task()
+    cancelling = getattr(current, "cancelling", None)
+    if cancelling is None:
+        return False
+    if cancelling() > 1:
+        return True
+    current.uncancel()  # type: ignore[union-attr]  # ours, from _interrupt_on_request: handled
+    return False
+
+
+async def _call(running: Any, timeout: timedelta | None) -> Any:
+    """Await an async handler inline, so whatever it raises reaches Executor.run; under a
+    timeout it runs in a task of its own (wait_for), boxed: a task that raised SystemExit or
+    KeyboardInterrupt would take the event loop down with it
+    (tests/integration/test_worker.py::test_handler_raising_exit_or_interrupt_fails_the_job_not_the_worker)."""
+    if timeout is None:
+        return await running
+    ok, value = await _within(_boxed(running), timeout)
+    if not ok:
+        raise value
+    return value
+
+
+async def _boxed(running: Any) -> tuple[bool, Any]:
+    """The handler's result or exception as a value."""
+    try:
+        return True, await running
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return False, exc
+
+
+async def _within(running: Any, timeout: timedelta | None) -> Any:
+    """Await a handler, stopping it at its timeout: an async handler is cancelled; a sync one
+    cannot be interrupted, so its thread runs on and its result is discarded."""
+    if timeout is None:
+        return await running
+    try:
+        return await asyncio.wait_for(running, timeout.total_seconds())
+    except asyncio.TimeoutError:
+        raise JobTimeoutError(
+            f"the job ran longer than its timeout of {timeout.total_seconds():g} s"
+        ) from None
+
+
+def _error_record(job: ClaimedJob, exc: BaseException, kind: str = "error") -> dict[str, Any]:
+    return {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": kind,
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "worker": job.worker_id,
+        "error": describe(exc),
+        "traceback": _traceback(exc),
+    }
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message`, even when the exception's own str() raises."""
+    name = type(exc).__qualname__
+    try:
+        text = str(exc)
+    except Exception:
+        text = "<str() of this exception raised>"
+    text = text.replace("\x00", "\\x00")
+    return f"{name}: {text}" if text else name
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        text = describe(exc)
+    return text.replace("\x00", "\\x00")[-_TRACEBACK_LIMIT:]

@@ -1,0 +1,170 @@
+"""Finds running jobs whose worker died and applies each task's on_lost policy.
+
+Owns: the rescue loop, a service of every worker (runtime/service.py): every rescue_interval
+(± 50%) one rescue pass, then a sweep of the concurrency slots of dead workers
+(pgqueue/store/concurrency.py). A pass runs inside a transaction that first takes a
+try-advisory lock, so only one rescuer acts at a time. A job
+is stranded when its worker has not heartbeated for longer than lease_timeout: a dead worker's jobs
+are back within about lease + one rescue interval, never sooner, and a worker that keeps
+heartbeating never loses a job however long it runs. A running job whose worker row is gone
+(job_find_orphaned, sql/queries/jobs.sql) is looked for on the first pass and then every
+ORPHAN_PASSES passes, because that look walks every running entry of the table.
+
+Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed once
+attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and compensate
+(failed, and the named compensating task enqueued in the same transaction with job_id, task and
+args). Outcomes go through job_finish_many, guarded on the dead worker's id and the attempt, so a
+worker that comes back late cannot overwrite the rescue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pgqueue.errors import PgQueueError
+from pgqueue.models import ClaimedJob, NewJob, TaskPolicy
+from pgqueue.registry import Registry
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Loop
+from pgqueue.store import concurrency
+from pgqueue.store.jobs import JobsStore
+from pgqueue.store.plan import AsyncConn
+from pgqueue.store.workers import WorkersStore
+from pgqueue.worker.executor import Outcome
+
+log = logging.getLogger("pgqueue.rescuer")
+_DEFAULT = TaskPolicy()
+ORPHAN_PASSES = 6  # about once a minute per worker at the default rescue_interval
+
+
+class Rescuer(Loop):
+    name = "rescuer"
+
+    def __init__(
+        self,
+        registry: Registry,
+        schema: str,
+        lease: timedelta,
+        keep_history: bool,
+        *,
+        link: Link | None = None,
+        interval: timedelta = timedelta(seconds=10),
+        on_claimable: Callable[[], None] = lambda: None,
+        queues: Sequence[str] = (),
+    ) -> None:
+        """`link`, `interval` and `queues` are for the loop; `on_claimable` is told when a
+        pass or a sweep may have made jobs claimable."""
+        self.registry = registry
+        self.schema = schema
+        self.lease = lease
+        self.keep_history = keep_history
+        self.link = link
+        self.interval = interval.total_seconds()
+        self.on_claimable = on_claimable
+        self.queues = list(queues)
+        self.store = JobsStore(schema)
+        self.workers = WorkersStore(schema)
+        self.rescued = 0
+        self.passes = 0
+
+    async def loop(self) -> None:
+        await self.every(self.interval, self._round)
+
+    async def _round(self) -> None:
+        assert self.link is not None, "a Rescuer runs its loop on a link"
+        if await self.link.run(self.rescue):
+            self.on_claimable()  # rescued jobs may be claimable now
+        if await self.link.run(lambda conn: concurrency.sweep(conn, self.schema)):
+            self.on_claimable()  # waiting jobs of keys with room are queued again
+        if self.queues:
+            await self.link.run(self.fail_out_of_range)
+
+    async def fail_out_of_range(self, conn: AsyncConn) -> int:
+        """Fail the scheduled jobs of this worker's queues that no worker could ever run: their
+        run_at is past year 9999 (written behind the API's back). Returns how many."""
+        failed = await self.store.fail_out_of_range(conn, self.queues, 1000, self.keep_history)
+        if failed:
+            log.error("failed %d scheduled jobs whose run_at is after year 9999", failed)
+        return failed
+
+    async def rescue(self, conn: AsyncConn, limit: int = 1000) -> int:
+        """One pass on `conn` (autocommit). Returns how many jobs it rescued."""
+        async with conn.transaction():
+            if not await self.workers.rescue_lock(conn):
+                return 0  # another worker is rescuing right now
+            jobs = await self.store.find_stranded(conn, self.lease, limit)
+            if self.passes % ORPHAN_PASSES == 0 and len(jobs) < limit:
+                jobs += await self.store.find_orphaned(conn, limit - len(jobs))
+            self.passes += 1
+            if jobs:
+                await self._apply(conn, jobs)
+            await self.workers.delete_dead(conn, self.lease)
+        self.rescued += len(jobs)
+        return len(jobs)
+
+    async def _apply(self, conn: AsyncConn, jobs: list[ClaimedJob]) -> None:
+        outcomes: list[Outcome] = []
+        follow_ups: list[NewJob] = []
+        dead: list[ClaimedJob] = []
+        for job in jobs:
+            outcome, follow_up = self._decide(job)
+            outcomes.append(outcome)
+            if follow_up is not None:
+                follow_ups.append(follow_up)
+            elif outcome.error and outcome.error["kind"] == "abandoned":
+                dead.append(job)
+        await self.store.finish_many(conn, outcomes, self.keep_history)
+        if follow_ups:
+            await self.store.insert_jobs(conn, follow_ups)
+        for job in dead:
+            await self.workers.notify_dead_job(
+                conn, {"id": job.id, "task": job.task, "queue": job.queue}
+            )
+        log.warning(
+            "rescued %d jobs from dead workers %s: %s",
+            len(jobs),
+            sorted({j.worker_id for j in jobs}),
+            ", ".join(f"{o.job.id}->{o.status}" for o in outcomes[:20]),
+        )
+
+    def _decide(self, job: ClaimedJob) -> tuple[Outcome, NewJob | None]:
+        try:
+            policy = self.registry.get(job.task).policy
+        except PgQueueError:
+            policy = _DEFAULT
+        reason = (
+            f"worker {job.worker_id} stopped heartbeating for over "
+            f"{self.lease.total_seconds():g} s; the job was presumed lost"
+        )
+        if policy.on_lost == "retry" and job.attempt < job.max_attempts:
+            retry_in = policy.retry.delay(job.attempt).total_seconds()
+            return Outcome(
+                job, "retry", None, error=_error(job, "lost", reason), retry_in=retry_in
+            ), None
+        if policy.on_lost == "compensate" and policy.compensate_with:
+            try:
+                follow_up = self.registry.get(policy.compensate_with).job(
+                    job_id=job.id, task=job.task, args=job.args
+                )
+            except PgQueueError as exc:
+                reason += f"; compensation {policy.compensate_with!r} could not be enqueued: {exc}"
+                return Outcome(job, "failed", None, error=_error(job, "abandoned", reason)), None
+            reason += f"; compensating task {policy.compensate_with!r} enqueued"
+            return Outcome(job, "failed", None, error=_error(job, "compensated", reason)), (
+                follow_up
+            )
+        kind = "abandoned" if policy.on_lost == "abandon" else "lost"
+        return Outcome(job, "failed", None, error=_error(job, kind, reason)), None
+
+
+def _error(job: ClaimedJob, kind: str, reason: str) -> dict[str, Any]:
+    return {
+        "attempt": job.attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+        "kind": kind,
+        "error": reason,
+        "traceback": "",
+    }
