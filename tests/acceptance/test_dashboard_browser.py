@@ -28,6 +28,7 @@ import pytest
 
 from pgqueue import Queue
 from pgqueue.worker.scheduler import Scheduler
+from tests import chromium
 from tests.apps.tasks import always_fails, needs_file, noop, sleepy
 from tests.conftest import (
     ROOT,
@@ -40,24 +41,7 @@ from tests.conftest import (
 )
 from tests.integration.test_dashboard import ATTACK, relay_process, relays_shown, sample_flow
 
-playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="the browser tests need playwright (pip install playwright)"
-)
-CHROMIUM = "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM):
-    pytest.skip(
-        f"the browser tests need Debian's chromium at {CHROMIUM} "
-        "(apt-get install chromium chromium-driver; .ci/run installs it)",
-        allow_module_level=True,
-    )
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+playwright_api = chromium.require()
 TOKEN = "a-token-for-the-browser-tests"
 
 
@@ -85,10 +69,7 @@ def dashboard_process(dsn: str, schema: str, port: int, *args: str, log: Path) -
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    yield from chromium.launched(playwright_api)
 
 
 @pytest.fixture

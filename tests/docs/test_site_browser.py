@@ -18,27 +18,13 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
+from tests import chromium
 from tests.docs.blocks import DOCS, ROOT
 
 SITE = ROOT / "site"
-playwright_api = pytest.importorskip(
-    "playwright.sync_api", reason="the browser tests need playwright (pip install playwright)"
-)
-CHROMIUM = "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM):
-    pytest.skip(
-        f"the browser tests need Debian's chromium at {CHROMIUM} "
-        "(apt-get install chromium chromium-driver; .ci/run installs it)",
-        allow_module_level=True,
-    )
+playwright_api = chromium.require()
 if not (SITE / "index.html").exists():
     pytest.skip("the documentation site is not built: run `make docs`", allow_module_level=True)
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-]
 
 
 class _Quiet(SimpleHTTPRequestHandler):
@@ -60,10 +46,7 @@ def served() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    yield from chromium.launched(playwright_api)
 
 
 @pytest.fixture
