@@ -13,7 +13,7 @@ import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import psycopg
@@ -42,6 +42,7 @@ from pgqueue.models import (
     JobFilter,
     JobOptions,
     JobPage,
+    JobStatus,
     Message,
     Missed,
     NewJob,
@@ -51,6 +52,7 @@ from pgqueue.models import (
     QueueSettings,
     RateLimit,
     RetryPolicy,
+    StatusName,
     TaskPolicy,
     Workflow,
     check_name,
@@ -115,6 +117,21 @@ if TYPE_CHECKING:
         | Callable[Concatenate[Any, Any, Any, Any, JobContext, ...], R]
         | Callable[Concatenate[Any, Any, Any, Any, Any, JobContext, ...], R]
     )
+
+    class _JobFilters(TypedDict, total=False):
+        """The filters of `list_jobs(...)`; see the method."""
+
+        queue: str | None
+        task: str | None
+        concurrency_key: str | None
+        tag: str | None
+        workflow: int | None
+        status: StatusName | JobStatus | Sequence[StatusName | JobStatus] | None
+        created_after: datetime | None
+        created_before: datetime | None
+        before_id: int | None
+        after_id: int | None
+        limit: int
 
     class _PeriodicOptions(TypedDict, total=False):
         """The options of `queue.periodic(...)`, for its overloads; see the method."""
@@ -365,8 +382,9 @@ class _Base(abc.ABC):
     def _get_plan(self, job_id: int) -> Plan[Job | None]:
         return jobs_store.get_plan(_job_id(job_id), self.schema)
 
-    def _list_plan(self, filters: dict[str, Any]) -> Plan[JobPage]:
-        return jobs_store.list_plan(JobFilter(**filters), self.schema)
+    def _list_plan(self, filters: _JobFilters) -> Plan[JobPage]:
+        given: dict[str, Any] = dict(filters)
+        return jobs_store.list_plan(JobFilter(**given), self.schema)
 
     def _cancel_plan(self, job_id: int) -> Plan[Cancellation]:
         return jobs_store.cancel_plan(_job_id(job_id), self.schema, self.settings.keep_history)
@@ -628,7 +646,7 @@ class Queue(_Base):
             with psycopg.Cursor(c) as cur:  # see pgqueue.store.plan.run
                 return jobs_store.enqueued(cur.execute(statement, params).fetchall())
 
-    def list_jobs(self, *, conn: Conn | None = None, **filters: Any) -> JobPage:
+    def list_jobs(self, *, conn: Conn | None = None, **filters: Unpack[_JobFilters]) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
         concurrency_key (the tenant), status (one or several), created_after, created_before;
         before_id and limit (1-1000, default 50) page through: pass the page's
@@ -908,7 +926,9 @@ class AsyncQueue(_Base):
             async with psycopg.AsyncCursor(c) as cur:  # see pgqueue.store.plan.run
                 return jobs_store.enqueued(await (await cur.execute(statement, params)).fetchall())
 
-    async def list_jobs(self, *, conn: AsyncConn | None = None, **filters: Any) -> JobPage:
+    async def list_jobs(
+        self, *, conn: AsyncConn | None = None, **filters: Unpack[_JobFilters]
+    ) -> JobPage:
         async with self._connection(conn) as c:
             return await run_async(c, self._list_plan(filters), together=False)
 

@@ -62,6 +62,8 @@ queue.declare("elsewhere", queue=7)  # E: arg-type
 x: str = add(1, 2)  # E: assignment
 queue.periodic(add, every=timedelta(minutes=5), missed="never")  # E: call-overload
 queue.task(on_lost="sometimes")(run)  # E: call-overload
+queue.list_jobs(status="done")  # E: arg-type
+queue.list_jobs(limit="10")  # E: arg-type
 
 
 async def later() -> None:
@@ -129,6 +131,8 @@ got: Enqueued = queue.enqueue(add.job(1), delay=timedelta(seconds=5), dedupe_key
 queue.enqueue("add", {"a": 1}, priority=3, queue="default", concurrency_key="tenant")
 pgqueue.chain(add.job(1), add.s(2), mul.s(b=3))  # .s() takes what the step leaves out
 queue.periodic(add, every=60, missed="skip")
+queue.list_jobs(status="running", queue="math", limit=10)
+queue.list_jobs(status=["queued", pgqueue.JobStatus.FAILED], tag="a", before_id=9)
 
 
 async def later() -> None:
