@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -100,6 +100,18 @@ ATOMIC_MAX_TIMEOUT = timedelta(minutes=15)
 # Wider costs a limit's backlog some rate (a period and this margin between two full
 # windows); narrower puts back more jobs that a busy worker could not start in time.
 RATE_START_MARGIN = timedelta(milliseconds=100)
+
+
+# The fixed sets of strings the public API takes, for a type checker; the validators below
+# check the same sets at run time (tests/unit/test_typed_tasks.py keeps the two equal).
+OnLost = Literal["retry", "fail", "abandon", "compensate"]
+"""`on_lost` of a task: what happens to a job whose worker died (TaskPolicy)."""
+Missed = Literal["skip", "run_once"]
+"""`missed` of a recurring job: what happens to ticks no worker enqueued in time."""
+StatusName = Literal[
+    "queued", "scheduled", "running", "succeeded", "failed", "cancelled", "waiting", "blocked"
+]
+"""A job status as a string, as list_jobs(status=...) takes it beside JobStatus."""
 
 
 class JobStatus(str, enum.Enum):

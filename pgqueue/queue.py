@@ -13,8 +13,8 @@ import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -42,20 +42,24 @@ from pgqueue.models import (
     JobFilter,
     JobOptions,
     JobPage,
+    JobStatus,
     Message,
+    Missed,
     NewJob,
+    OnLost,
     OutboxStats,
     QueuePause,
     QueueSettings,
     RateLimit,
     RetryPolicy,
+    StatusName,
     TaskPolicy,
     Workflow,
     check_name,
     duration,
 )
 from pgqueue.queries import Migration, channel
-from pgqueue.registry import Registry, Task, derived_name
+from pgqueue.registry import EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
@@ -70,6 +74,7 @@ from pgqueue.workflow import Flow, OnFailure, build
 # jobs' rows carry, and is given their ids. None, the default: an enqueue pays one read.
 enqueue_tracer: Callable[[Sequence[NewJob]], AbstractContextManager[list[int]]] | None = None
 
+P = ParamSpec("P")
 R = TypeVar("R")
 
 if TYPE_CHECKING:
@@ -94,12 +99,39 @@ if TYPE_CHECKING:
         delay: timedelta | float | None
         retry: RetryPolicy | None
         timeout: timedelta | float | None
-        on_lost: str
+        on_lost: OnLost
         compensate_with: str | None
         atomic: bool
         dedupe_window: timedelta | float | None
         concurrency_key: str | None
         tags: Sequence[str] | None
+
+    # A handler with a JobContext parameter (first, or after up to five others, where
+    # handlers put it): it is called with the context, but its jobs are built without it, and
+    # one ParamSpec cannot say both. Such a task's arguments stay untyped (Task[..., R]).
+    _WithContext = (
+        Callable[Concatenate[JobContext, ...], R]
+        | Callable[Concatenate[Any, JobContext, ...], R]
+        | Callable[Concatenate[Any, Any, JobContext, ...], R]
+        | Callable[Concatenate[Any, Any, Any, JobContext, ...], R]
+        | Callable[Concatenate[Any, Any, Any, Any, JobContext, ...], R]
+        | Callable[Concatenate[Any, Any, Any, Any, Any, JobContext, ...], R]
+    )
+
+    class _JobFilters(TypedDict, total=False):
+        """The filters of `list_jobs(...)`; see the method."""
+
+        queue: str | None
+        task: str | None
+        concurrency_key: str | None
+        tag: str | None
+        workflow: int | None
+        status: StatusName | JobStatus | Sequence[StatusName | JobStatus] | None
+        created_after: datetime | None
+        created_before: datetime | None
+        before_id: int | None
+        after_id: int | None
+        limit: int
 
     class _PeriodicOptions(TypedDict, total=False):
         """The options of `queue.periodic(...)`, for its overloads; see the method."""
@@ -109,17 +141,30 @@ if TYPE_CHECKING:
         timezone: str
         args: dict[str, Any] | None
         name: str | None
-        missed: str
+        missed: Missed
         grace: timedelta | float | None
 
 
-JobRef = NewJob | str | Task[Any]
+JobRef = NewJob | str | Task[..., Any]
 
 
 class _Scheduling(Protocol):
     """What `@queue.periodic(...)` returns: it schedules the task (or function) it decorates."""
 
-    def __call__(self, target: Task[R] | Callable[..., R], /) -> Task[R]: ...
+    @overload
+    def __call__(self, target: _WithContext[R], /) -> Task[..., R]: ...
+    @overload
+    def __call__(self, target: Task[P, R] | Callable[P, R], /) -> Task[P, R]: ...
+
+
+class _Registering(Protocol):
+    """What `@queue.task(...)` with options returns: it registers the function it decorates,
+    keeping its parameters and return type."""
+
+    @overload
+    def __call__(self, fn: _WithContext[R], /) -> Task[..., R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class _Base(abc.ABC):
@@ -164,13 +209,15 @@ class _Base(abc.ABC):
         return channel(self.schema)
 
     @overload
-    def task(self, fn: Callable[..., R], /) -> Task[R]: ...
+    def task(self, fn: _WithContext[R], /) -> Task[..., R]: ...
     @overload
-    def task(self, /, **options: Unpack[_TaskOptions]) -> Callable[[Callable[..., R]], Task[R]]: ...
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+    @overload
+    def task(self, /, **options: Unpack[_TaskOptions]) -> _Registering: ...
 
     def task(
         self,
-        fn: Callable[..., R] | None = None,
+        fn: Callable[..., Any] | None = None,
         /,
         *,
         name: str | None = None,
@@ -180,13 +227,13 @@ class _Base(abc.ABC):
         delay: timedelta | float | None = None,
         retry: RetryPolicy | None = None,
         timeout: timedelta | float | None = None,
-        on_lost: str = "retry",
+        on_lost: OnLost = "retry",
         compensate_with: str | None = None,
         atomic: bool = False,
         dedupe_window: timedelta | float | None = None,
         concurrency_key: str | None = None,
         tags: Sequence[str] | None = None,
-    ) -> Task[R] | Callable[[Callable[..., R]], Task[R]]:
+    ) -> Any:
         """Register a handler, `def` or `async def`, as a task.
 
         The options are the defaults of its jobs; each enqueue may override them. The name
@@ -219,7 +266,7 @@ class _Base(abc.ABC):
             compensate_with=compensate_with,
         )
 
-        def register(func: Callable[..., R]) -> Task[R]:
+        def register(func: Callable[..., Any]) -> Task[..., Any]:
             task = Task(
                 func,
                 name=derived_name(func) if name is None else name,
@@ -233,13 +280,16 @@ class _Base(abc.ABC):
 
         return register(fn) if fn is not None else register
 
-    def declare(self, name: str, *, atomic: bool = False, **options: Any) -> Task[Any]:
+    def declare(
+        self, name: str, *, atomic: bool = False, **options: Unpack[EnqueueOptions]
+    ) -> Task[..., Any]:
         """Declare a task another service defines, so this one can enqueue it by name.
 
         Pass atomic=True if the defining service registered it as atomic: the flag travels
         with each job and decides how workers claim it."""
-        task: Task[Any] = Task(
-            None, name=name, options=JobOptions(**options), policy=TaskPolicy(), atomic=atomic
+        given: dict[str, Any] = dict(options)
+        task: Task[..., Any] = Task(
+            None, name=name, options=JobOptions(**given), policy=TaskPolicy(), atomic=atomic
         )
         task.enqueuer = self._enqueue_task(task)
         self.registry.add(task)
@@ -247,10 +297,14 @@ class _Base(abc.ABC):
 
     @overload
     def periodic(
-        self, task: Task[R] | Callable[..., R], /, **options: Unpack[_PeriodicOptions]
-    ) -> Task[R]: ...
+        self, task: _WithContext[R], /, **options: Unpack[_PeriodicOptions]
+    ) -> Task[..., R]: ...
     @overload
-    def periodic(self, task: str, /, **options: Unpack[_PeriodicOptions]) -> Task[Any]: ...
+    def periodic(
+        self, task: Task[P, R] | Callable[P, R], /, **options: Unpack[_PeriodicOptions]
+    ) -> Task[P, R]: ...
+    @overload
+    def periodic(self, task: str, /, **options: Unpack[_PeriodicOptions]) -> Task[..., Any]: ...
     @overload
     def periodic(
         self, task: None = None, /, **options: Unpack[_PeriodicOptions]
@@ -258,7 +312,7 @@ class _Base(abc.ABC):
 
     def periodic(
         self,
-        task: Task[R] | Callable[..., R] | str | None = None,
+        task: Task[..., Any] | Callable[..., Any] | str | None = None,
         /,
         *,
         cron: str | None = None,
@@ -266,7 +320,7 @@ class _Base(abc.ABC):
         timezone: str = "UTC",
         args: dict[str, Any] | None = None,
         name: str | None = None,
-        missed: str = "skip",
+        missed: Missed = "skip",
         grace: timedelta | float | None = None,
     ) -> Any:
         """Run a task on a schedule: `@queue.periodic(cron="*/5 * * * *")` above `@queue.task`,
@@ -281,9 +335,9 @@ class _Base(abc.ABC):
         every = duration(every, "every")
         grace = duration(grace, "grace")
 
-        def register(target: Task[R] | Callable[..., R] | str) -> Task[R]:
+        def register(target: Task[..., Any] | Callable[..., Any] | str) -> Task[..., Any]:
             if isinstance(target, str):
-                found: Task[R] = self.registry.get(target)
+                found: Task[..., Any] = self.registry.get(target)
             else:
                 found = target if isinstance(target, Task) else self.task(target)
             job = found.job(**(args or {}))
@@ -303,16 +357,16 @@ class _Base(abc.ABC):
         return register(task) if task is not None else register
 
     @abc.abstractmethod
-    def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:
+    def _enqueue_task(self, task: Task[..., Any]) -> Callable[[NewJob], Any]:
         """The twin's enqueue for `task.enqueue(...)`: sync for Queue, async for AsyncQueue."""
 
-    def _new_job(self, job: JobRef, args: dict[str, Any] | None, options: dict[str, Any]) -> NewJob:
+    def _new_job(self, job: JobRef, args: dict[str, Any] | None, options: EnqueueOptions) -> NewJob:
         if isinstance(job, NewJob):
             if args is not None:
                 raise ConfigurationError("pass args to task.job(...), not beside the job")
             if not options:
                 return job
-            return dataclasses.replace(job, options=job.options.merged(options))
+            return dataclasses.replace(job, options=job.options.merged(dict(options)))
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))
@@ -328,8 +382,9 @@ class _Base(abc.ABC):
     def _get_plan(self, job_id: int) -> Plan[Job | None]:
         return jobs_store.get_plan(_job_id(job_id), self.schema)
 
-    def _list_plan(self, filters: dict[str, Any]) -> Plan[JobPage]:
-        return jobs_store.list_plan(JobFilter(**filters), self.schema)
+    def _list_plan(self, filters: _JobFilters) -> Plan[JobPage]:
+        given: dict[str, Any] = dict(filters)
+        return jobs_store.list_plan(JobFilter(**given), self.schema)
 
     def _cancel_plan(self, job_id: int) -> Plan[Cancellation]:
         return jobs_store.cancel_plan(_job_id(job_id), self.schema, self.settings.keep_history)
@@ -461,7 +516,7 @@ def _message(
         raise InvalidArgumentsError(f"a message for {destination!r}: {exc}") from None
 
 
-def _task_name(task: str | Task[Any]) -> str:
+def _task_name(task: str | Task[..., Any]) -> str:
     """A task's name, from the task or as a string checked as task names are."""
     if isinstance(task, Task):
         return task.name
@@ -549,7 +604,7 @@ class Queue(_Base):
         queue's own pool."""
         self._borrow = provider
 
-    def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Enqueued]:
+    def _enqueue_task(self, task: Task[..., Any]) -> Callable[[NewJob], Enqueued]:
         return self.enqueue
 
     def enqueue(
@@ -558,7 +613,7 @@ class Queue(_Base):
         args: dict[str, Any] | None = None,
         *,
         conn: Conn | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
         """Store one job and return its id. `job` is task.job(...), a task, or a task name.
 
@@ -591,7 +646,7 @@ class Queue(_Base):
             with psycopg.Cursor(c) as cur:  # see pgqueue.store.plan.run
                 return jobs_store.enqueued(cur.execute(statement, params).fetchall())
 
-    def list_jobs(self, *, conn: Conn | None = None, **filters: Any) -> JobPage:
+    def list_jobs(self, *, conn: Conn | None = None, **filters: Unpack[_JobFilters]) -> JobPage:
         """A page of job records, newest first, live and finished. Filters: queue, task,
         concurrency_key (the tenant), status (one or several), created_after, created_before;
         before_id and limit (1-1000, default 50) page through: pass the page's
@@ -767,7 +822,7 @@ class Queue(_Base):
 
     def set_task_rate_limit(
         self,
-        task: str | Task[Any],
+        task: str | Task[..., Any],
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,
@@ -834,7 +889,7 @@ class AsyncQueue(_Base):
     def use_connection(self, provider: Callable[[], psycopg.AsyncConnection[Any]] | None) -> None:
         self._borrow = provider
 
-    def _enqueue_task(self, task: Task[Any]) -> Callable[[NewJob], Any]:
+    def _enqueue_task(self, task: Task[..., Any]) -> Callable[[NewJob], Any]:
         return self.enqueue
 
     async def enqueue(
@@ -843,7 +898,7 @@ class AsyncQueue(_Base):
         args: dict[str, Any] | None = None,
         *,
         conn: AsyncConn | None = None,
-        **options: Any,
+        **options: Unpack[EnqueueOptions],
     ) -> Enqueued:
         return (await self.enqueue_many([self._new_job(job, args, options)], conn=conn))[0]
 
@@ -871,7 +926,9 @@ class AsyncQueue(_Base):
             async with psycopg.AsyncCursor(c) as cur:  # see pgqueue.store.plan.run
                 return jobs_store.enqueued(await (await cur.execute(statement, params)).fetchall())
 
-    async def list_jobs(self, *, conn: AsyncConn | None = None, **filters: Any) -> JobPage:
+    async def list_jobs(
+        self, *, conn: AsyncConn | None = None, **filters: Unpack[_JobFilters]
+    ) -> JobPage:
         async with self._connection(conn) as c:
             return await run_async(c, self._list_plan(filters), together=False)
 
@@ -1011,7 +1068,7 @@ class AsyncQueue(_Base):
 
     async def set_task_rate_limit(
         self,
-        task: str | Task[Any],
+        task: str | Task[..., Any],
         limit: int | str | None,
         *,
         per: timedelta | float | None = None,

@@ -13,10 +13,10 @@ import json
 import json.scanner
 import math
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
@@ -33,7 +33,26 @@ from pgqueue.models import (
     duration,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The job options one enqueue (or `with_options`) may override, as keywords; JobOptions
+    validates them. A time is a timedelta or seconds."""
+
+    queue: str
+    priority: int
+    max_attempts: int
+    run_at: datetime | None
+    delay: timedelta | float | None
+    dedupe_key: str | None
+    dedupe_window: timedelta | float | None
+    concurrency_key: str | None
+    tags: Sequence[str] | None
 
 
 class Snooze(Exception):
@@ -170,15 +189,19 @@ def _new_job(task: str, args: dict[str, Any], options: JobOptions, atomic: bool)
     return job
 
 
-class Task(Generic[R]):
+class Task(Generic[P, R]):
     """A registered handler. Calling it runs the function now; `job()` builds a job for later.
 
-    Tasks come from `Queue.task` / `AsyncQueue.task`, which also give them `enqueue`.
+    Tasks come from `Queue.task` / `AsyncQueue.task`, which also give them `enqueue`. For a
+    type checker a task is `Task[P, R]`: `P` the handler's parameters, which `__call__`,
+    `job`, `enqueue` and `with_options(...).job/enqueue` take, and `R` what the handler
+    returns, which `__call__` returns (for an `async def` handler, the coroutine, as calling
+    the function does). A task declared by name (`queue.declare`) is a `Task[..., Any]`.
     """
 
     def __init__(
         self,
-        fn: Callable[..., R] | None,
+        fn: Callable[P, R] | None,
         *,
         name: str,
         options: JobOptions,
@@ -198,7 +221,7 @@ class Task(Generic[R]):
         self._models_without: dict[str, type[BaseModel]] = {}
         self.enqueuer: Callable[[NewJob], Any] | None = None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> R:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.fn is None:
             raise UnknownTaskError(f"task {self.name!r} is declared here but defined elsewhere")
         return self.fn(*args, **kwargs)
@@ -206,7 +229,7 @@ class Task(Generic[R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Enqueue on the owning queue's own connection and commit; returns the job id (an
         `Enqueued`: an int that also says whether it was `created` or deduplicated).
 
@@ -217,20 +240,26 @@ class Task(Generic[R]):
         """
         return _enqueuer(self)(self.job(*args, **kwargs))
 
-    def job(self, *args: Any, **kwargs: Any) -> NewJob:
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         """Validate arguments as a call would and return a job carrying them as JSON."""
         return _new_job(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A workflow step that receives the result of what it waits for (pgqueue.chain,
         pgqueue.chord) in its first parameter these arguments leave out. Its arguments are
-        validated when the workflow is built; use `job()` for a step that takes no result."""
+        validated when the workflow is built; use `job()` for a step that takes no result.
+
+        Its arguments stay untyped (`Any`) for a type checker, unlike `job()`'s: the step
+        takes the handler's parameters minus one that may sit anywhere (the first these
+        arguments leave out, decided by how many are given by position and which by name),
+        and a type can only drop a parameter from the front (`Concatenate`). Typed, a step
+        receiving into its first parameter would be right and any other refused."""
         return Signature(self, args, kwargs, self.options)
 
-    def with_options(self, **options: Any) -> NewJobFactory:
+    def with_options(self, **options: Unpack[EnqueueOptions]) -> NewJobFactory[P]:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
         dedupe_key, dedupe_window, concurrency_key, tags)."""
-        return NewJobFactory(self, self.options.merged(options))
+        return NewJobFactory(self, self.options.merged(dict(options)))
 
     def receiving_param(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The parameter a workflow step's result goes into: the first one that these
@@ -336,23 +365,23 @@ class Task(Generic[R]):
 
 
 @dataclass(frozen=True)
-class NewJobFactory:
+class NewJobFactory(Generic[P]):
     """A task with overridden job options; `job()` validates as Task.job does."""
 
-    task: Task[Any]
+    task: Task[P, Any]
     options: JobOptions
 
-    def job(self, *args: Any, **kwargs: Any) -> NewJob:
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
         return _new_job(
             self.task.name, self.task.dump_args(args, kwargs), self.options, self.task.atomic
         )
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Like Task.enqueue, with these options: `task.with_options(delay=60).enqueue(x)`."""
         return _enqueuer(self.task)(self.job(*args, **kwargs))
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """Like Task.s, with these options."""
+        """Like Task.s, with these options (and as untyped, for the same reason)."""
         return Signature(self.task, args, kwargs, self.options)
 
 
@@ -362,7 +391,7 @@ class Signature:
     what it waits for, as Celery's `task.s(...)`: the result goes into the task's first
     parameter the arguments leave out. Made by `task.s(...)`."""
 
-    task: Task[Any]
+    task: Task[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     options: JobOptions
@@ -378,7 +407,7 @@ class Signature:
         return _new_job(self.task.name, args, self.options, self.task.atomic), param
 
 
-def _enqueuer(task: Task[Any]) -> Callable[[NewJob], Any]:
+def _enqueuer(task: Task[..., Any]) -> Callable[[NewJob], Any]:
     if task.enqueuer is None:
         raise ConfigurationError(f"task {task.name!r} is not registered on a queue")
     return task.enqueuer
@@ -388,20 +417,20 @@ class Registry:
     """The tasks a process knows. A worker runs only these."""
 
     def __init__(self) -> None:
-        self._tasks: dict[str, Task[Any]] = {}
-        self.fallback: Callable[[str], Task[Any] | None] | None = None
+        self._tasks: dict[str, Task[..., Any]] = {}
+        self.fallback: Callable[[str], Task[..., Any] | None] | None = None
         """Asked for a name no task is registered under: how an integration whose tasks are
         registered elsewhere (pgqueue.contrib.django's django.tasks backend) hands the worker
         the task, or None. What it returns is kept, so it is asked once per name."""
 
-    def add(self, task: Task[Any]) -> None:
+    def add(self, task: Task[..., Any]) -> None:
         if task.name in self._tasks:
             raise ConfigurationError(
                 f"task name {task.name!r} is registered twice; pass name= to tell them apart"
             )
         self._tasks[task.name] = task
 
-    def get(self, name: str) -> Task[Any]:
+    def get(self, name: str) -> Task[..., Any]:
         try:
             return self._tasks[name]
         except KeyError:
@@ -414,7 +443,7 @@ class Registry:
                 f"no task is registered under {name!r} (registered: {known})"
             ) from None
 
-    def __iter__(self) -> Iterator[Task[Any]]:
+    def __iter__(self) -> Iterator[Task[..., Any]]:
         return iter(self._tasks.values())
 
     def __len__(self) -> int:
@@ -431,7 +460,7 @@ def derived_name(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}".replace("<locals>.", "")
 
 
-def _argument_model(task: Task[Any]) -> type[BaseModel]:
+def _argument_model(task: Task[..., Any]) -> type[BaseModel]:
     assert task.fn is not None and task._signature is not None
     try:
         hints = typing.get_type_hints(task.fn)
@@ -542,7 +571,7 @@ def _plain_value(kind: type, value: Any) -> bool:
     return True
 
 
-def _plain_fields(task: Task[Any]) -> _PlainFields | None:
+def _plain_fields(task: Task[..., Any]) -> _PlainFields | None:
     """The fast path's view of a task, or None if some parameter is not a plain type."""
     assert task._signature is not None and task.fn is not None
     hints = typing.get_type_hints(task.fn)
@@ -571,7 +600,7 @@ def _plain_fields(task: Task[Any]) -> _PlainFields | None:
     )
 
 
-def _with_context_placeholder(task: Task[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _with_context_placeholder(task: Task[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     if task._context_param is None or task._context_param in kwargs:
         return kwargs
     return kwargs | {task._context_param: None}

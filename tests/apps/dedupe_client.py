@@ -15,6 +15,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -42,7 +43,7 @@ def main() -> None:
         for n in range(rounds):
             sample = rng.sample(range(keys), k=max(1, keys // 2))
             sample += sample[:2]  # the same key twice in one batch
-            options = {"dedupe_window": window} if window else {}
+            options: dict[str, Any] = {"dedupe_window": window} if window else {}
             jobs = [task.with_options(dedupe_key=f"k{k}", **options).job() for k in sample]
             jobs.append(task.job())
             got = queue.enqueue_many(jobs, conn=conn)

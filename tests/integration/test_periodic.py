@@ -9,7 +9,7 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
@@ -24,7 +24,7 @@ UTC = timezone.utc
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)  # a whole hour, so every 5-minute tick
 
 
-def five_minutes(queue: Queue, missed: str = "skip") -> None:
+def five_minutes(queue: Queue, missed: Literal["skip", "run_once"] = "skip") -> None:
     @queue.periodic(cron="*/5 * * * *", missed=missed, args={"label": "five"})
     @queue.task(name="report")
     def report(label: str) -> str:

@@ -51,7 +51,7 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
 ]
 
 
-def slow(task: Task[Any]) -> Task[Any]:
+def slow(task: Task[..., Any]) -> Task[..., Any]:
     clone = Task(task.fn, name=task.name, options=task.options, policy=task.policy)
     clone._plain = None
     return clone

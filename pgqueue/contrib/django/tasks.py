@@ -183,7 +183,7 @@ def install() -> None:
     integration.queue().registry.fallback = resolve
 
 
-def resolve(name: str) -> Task[Any] | None:
+def resolve(name: str) -> Task[..., Any] | None:
     """The pgqueue task that runs the django.tasks task at module path `name`, or None."""
     found = _django_task(name)
     return None if found is None else _handler(found)
@@ -257,10 +257,10 @@ def _django_task(name: str) -> DjangoTask | None:
     return found
 
 
-_handlers: dict[str, Task[Any]] = {}
+_handlers: dict[str, Task[..., Any]] = {}
 
 
-def _handler(task: DjangoTask) -> Task[Any]:
+def _handler(task: DjangoTask) -> Task[..., Any]:
     """The pgqueue task for a django.tasks task: made once per module path."""
     name = task.module_path
     handler = _handlers.get(name)
