@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -23,6 +24,15 @@ from pgqueue import Queue
 from pgqueue.migrate import apply
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each run's temporary root is a folder of its own, removed at the end: under pytest's
+    shared root, a second run started meanwhile pruned this one's folders, and with them the
+    data of embedded servers that tests had started there."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="pgqueue-pytest-")
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
 
 
 def pytest_report_header() -> str:
