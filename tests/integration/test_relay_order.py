@@ -13,6 +13,7 @@ message's first publication; nothing may be missing."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import base64
 import bisect
@@ -46,13 +47,13 @@ STATEMENTS = 3  # per transaction, each staging MESSAGES of the transaction's ke
 MESSAGES = 2
 
 
-class Broker:
+class Broker(abc.ABC):
     """One sink's broker: where the relay publishes, and what it holds, in its order."""
 
     sink = ""
 
-    def destination(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def destination(self) -> str: ...
 
     def env(self) -> dict[str, str]:
         return {}
@@ -60,9 +61,9 @@ class Broker:
     def message(self, key: str, seq: int) -> Any:
         return {"key": key, "seq": seq}
 
+    @abc.abstractmethod
     def published(self) -> list[tuple[str, int]]:
         """(key, seq) of every message the broker holds, in the order it was published."""
-        raise NotImplementedError
 
     def close(self) -> None:
         return None
