@@ -53,8 +53,8 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     committed, rolled_back = _enqueue(queue, process_order, dsn, schema, jobs, console)
     enqueue_seconds = time.perf_counter() - started
     console.print(
-        f"enqueued {plural(jobs, 'job')} in committed transactions and {jobs} in rolled-back ones "
-        f"in {enqueue_seconds:.1f} s"
+        f"enqueued {plural(jobs, 'job')} in committed transactions and {jobs:,} in rolled-back "
+        f"ones in {enqueue_seconds:.1f} s"
     )
 
     logging.getLogger("pgqueue.job").setLevel(logging.WARNING)
