@@ -69,10 +69,6 @@ class WorkflowPage:
     def total(self) -> int:
         return sum(self.counts.values())
 
-    @property
-    def has_edges(self) -> bool:
-        return any(m.waits_for or m.waited_on_by for m in self.members)
-
 
 def parse_after(text: str) -> int:
     """The page's `after` parameter: empty for the first page, else a job id."""
