@@ -39,8 +39,8 @@ from bench.throughput.suite import DISTRIBUTIONS, OBAN_NOTE, availability
 
 PEERS = ("procrastinate", "pgqueuer", "chancy")
 SYSTEMS = ("pgqueue", *PEERS, "bound")
-# The setting each system runs at unless --setting says otherwise: the one that drained
-# fastest in the throughput suite. {n} is the --concurrency, {n1} one more.
+# The setting each system runs at unless --setting says otherwise: the one that did
+# best in the throughput suite's short runs. {n} is the --concurrency, {n1} one more.
 SETTINGS = {
     "pgqueue": "default",
     "procrastinate": "concurrency={n}, pool {n1}",

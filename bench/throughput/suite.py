@@ -15,6 +15,9 @@ and the raw bound: pgbench scripts (bench/throughput/pgbench/) for claim-and-del
 with two bounds that locate the gaps: pgqueue's lifecycle in SQL alone (lease_finish.sql, batch 10
 and 100), and the raw INSERT sent from psycopg in pgqueue's enqueue client shapes.
 
+Each peer runs at each of the settings its documentation gives (bench/throughput/peers.py):
+every setting's figures are kept, and each table shows a peer's best, naming the setting.
+
 It makes its own database on the server (dropped at the end, whatever happened). Writes
 results.json, results.md and PNG charts to its results folder (bench/report.py) and prints
 the table. A peer
