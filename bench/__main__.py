@@ -33,6 +33,7 @@ SUITES = {
     "relay-degradation": ("relay.degradation", "the relay's read under a held horizon"),
     "relay-chaos": ("relay.chaos", "the relay killed and its broker restarted: lost, twice"),
     "dashboard": ("dashboard.suite", "dashboard pages and /metrics at 1M history; observed drain"),
+    "steady": ("steady.suite", "a worker keeping up at rising rates: latency, CPU per job"),
 }
 
 

@@ -1,20 +1,37 @@
-"""The Python peers the throughput bench compares pgqueue with, each on its documented fast path.
+"""The Python peers the throughput bench compares pgqueue with, each run as its documentation
+says, at each of a few settings that documentation gives (`settings`); the results keep every
+setting's figures and the tables show each peer's best, naming the setting.
 
-- procrastinate 3.10 (psycopg 3): `defer_async` one job per transaction, `batch_defer_async`
-  for bulk; `run_worker_async(concurrency=N, wait=False)` drains. It claims one job per query.
-- PgQueuer 1.6 (asyncpg, pool driver, durable tables): `Queries.enqueue` with a scalar for one
-  job and lists for bulk; `QueueManager.run(batch_size=10, mode=drain)` drains. Its
-  `max_concurrent_tasks` must be at least twice its batch size, so concurrency N runs with
-  batch size max(1, min(10, N // 2)) and max_concurrent_tasks max(N, 2 x batch).
+- procrastinate (psycopg 3): schema applied as `procrastinate schema --apply` does;
+  `defer_async` one job per transaction, `batch_defer_async` for bulk. Worker settings, from
+  its "concurrency" and "pool size" pages: `concurrency=N` with a pool of N + 1 connections
+  (one per sub-worker, plus one; its listener has a connection of its own), and with
+  psycopg_pool's default pool. It claims one job per query.
+- PgQueuer (asyncpg, durable tables): schema as `pgq install` then `pgq autovac` (its
+  performance checklist); `Queries.enqueue` with a scalar for one job and lists for bulk.
+  Worker settings, from its performance-tuning page: `run()` at its defaults (batch_size 10,
+  no cap), batch_size 100 with no cap, on one asyncpg connection as that page advises for the
+  QueueManager, and batch_size 100 on a pool of up to 20 (the page's pool example); and for a
+  cap of N jobs at once, `max_concurrent_tasks` (which must be at least twice the batch):
+  batch min(10, N // 2) and min(100, N // 2), cap max(N, 2 x batch).
+- Chancy (psycopg 3, Python >= 3.11): `migrate()` then `declare(Queue(...))` as its quick
+  start does; `push` one job per transaction, `push_many` for bulk. Worker setting: the
+  queue on Chancy's AsyncExecutor (its executor for asyncio jobs) with `concurrency=N` and
+  `eager_polling` (its option for queues that always have work: without it, a worker that
+  has taken its jobs sleeps until the next push or its polling interval). Its per-job INFO
+  log lines are turned off (WARNING), as pgqueue writes none per job.
 - oban-py (PyPI `oban`) needs Python >= 3.12; where the bench runs on an older Python it is
-  reported as not runnable (throughput.py, `OBAN_NOTE`).
+  reported as not runnable (suite.py, `OBAN_NOTE`).
 
-Both install into the `public` schema of the bench's own database.
+All install into the `public` schema of the bench's own database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +40,9 @@ import psycopg
 
 from bench.throughput.systems import RECORDER, TASK, Producer, chunks, stop_when, truncate
 
-PGQUEUER_BATCH = 10
+PGQUEUER_BATCHES = (10, 100)  # its default batch_size, and the larger one its docs suggest
+PGQUEUER_POOL = 20  # the pool in the pool example of PgQueuer's performance-tuning page
+PSYCOPG_POOL_DEFAULT = 4  # psycopg_pool's own min_size (and so max_size) when none is given
 
 
 def _procrastinate_app(dsn: str, max_size: int = 10) -> tuple[Any, Any]:
@@ -42,6 +61,8 @@ class Procrastinate:
     name = "procrastinate"
 
     def install(self, dsn: str) -> None:
+        """What `procrastinate schema --apply` runs."""
+
         async def main() -> None:
             app, _ = _procrastinate_app(dsn)
             async with app.open_async():
@@ -51,6 +72,16 @@ class Procrastinate:
 
     def reset(self, dsn: str) -> None:
         truncate(dsn, "procrastinate_jobs")
+
+    def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        if concurrency is None:
+            return {}
+        return {
+            f"concurrency={concurrency}, pool {concurrency + 1}": {"pool": concurrency + 1},
+            f"concurrency={concurrency}, default pool ({PSYCOPG_POOL_DEFAULT})": {
+                "pool": PSYCOPG_POOL_DEFAULT
+            },
+        }
 
     def prefill(self, dsn: str, jobs: int) -> None:
         self.enqueue_bulk(dsn, range(jobs), 5000)
@@ -99,8 +130,11 @@ class Procrastinate:
 
         return One()
 
-    async def work(self, dsn: str, concurrency: int, stop: threading.Event) -> None:
-        app, _ = _procrastinate_app(dsn, concurrency + 2)
+    async def work(
+        self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
+    ) -> None:
+        knobs = self.settings(concurrency)[setting]
+        app, _ = _procrastinate_app(dsn, knobs["pool"])
         async with app.open_async():
             running = asyncio.create_task(
                 app.run_worker_async(concurrency=concurrency, install_signal_handlers=False)
@@ -119,10 +153,39 @@ class PgQueuer:
     name = "pgqueuer"
 
     def install(self, dsn: str) -> None:
-        async def main(queries: Any) -> None:
-            await queries.install()
+        """`pgq install`, then `pgq autovac`, as PgQueuer's performance checklist asks."""
+        for command in ("install", "autovac"):
+            done = subprocess.run(
+                [sys.executable, "-m", "pgqueuer", "--pg-dsn", url(dsn), command],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"pgq {command} failed: {done.stderr.strip()[-500:]}")
 
-        _with_queries(dsn, main)
+    def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        if concurrency is None:
+            return {
+                "batch_size=10 (default), no cap": {"batch": 10, "cap": None, "pool": None},
+                "batch_size=100, no cap": {"batch": 100, "cap": None, "pool": None},
+                f"batch_size=100, no cap, pool {PGQUEUER_POOL}": {
+                    "batch": 100,
+                    "cap": None,
+                    "pool": PGQUEUER_POOL,
+                },
+            }
+        found: dict[str, dict[str, Any]] = {}
+        for most in PGQUEUER_BATCHES:
+            batch = max(1, min(most, concurrency // 2))
+            cap = max(concurrency, 2 * batch)
+            found[f"batch_size={batch}, max_concurrent_tasks={cap}"] = {
+                "batch": batch,
+                "cap": cap,
+                "pool": None,
+            }
+        return found
 
     def reset(self, dsn: str) -> None:
         truncate(dsn, "pgqueuer", "pgqueuer_log", "pgqueuer_statistics")
@@ -158,29 +221,36 @@ class PgQueuer:
     def producer(self, dsn: str) -> Producer:
         return _PgQueuerProducer(dsn)
 
-    async def work(self, dsn: str, concurrency: int, stop: threading.Event) -> None:
+    async def work(
+        self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
+    ) -> None:
         import asyncpg
         from pgqueuer import QueueManager
-        from pgqueuer.db import AsyncpgPoolDriver
+        from pgqueuer.db import AsyncpgDriver, AsyncpgPoolDriver
         from pgqueuer.models import Job
         from pgqueuer.queries import Queries
 
-        batch = max(1, min(PGQUEUER_BATCH, concurrency // 2))
-        async with asyncpg.create_pool(url(dsn), min_size=2, max_size=4) as pool:
-            manager = QueueManager(Queries(AsyncpgPoolDriver(pool)))
+        knobs = self.settings(concurrency)[setting]
+        if knobs["pool"] is None:
+            conn = await asyncpg.connect(url(dsn))
+            driver: Any = AsyncpgDriver(conn)
+            close = conn.close
+        else:
+            pool = await asyncpg.create_pool(url(dsn), min_size=2, max_size=knobs["pool"])
+            driver = AsyncpgPoolDriver(pool)
+            close = pool.close
+        manager = QueueManager(Queries(driver))
 
-            @manager.entrypoint(TASK)
-            async def noop(job: Job) -> None:
-                RECORDER.record(int(job.payload or b"0"))
+        @manager.entrypoint(TASK)
+        async def noop(job: Job) -> None:
+            RECORDER.record(int(job.payload or b"0"))
 
-            watcher = asyncio.create_task(stop_when(stop, manager.shutdown.set))
-            try:
-                await manager.run(
-                    batch_size=batch,
-                    max_concurrent_tasks=max(concurrency, 2 * batch),
-                )
-            finally:
-                watcher.cancel()
+        watcher = asyncio.create_task(stop_when(stop, manager.shutdown.set))
+        try:
+            await manager.run(batch_size=knobs["batch"], max_concurrent_tasks=knobs["cap"])
+        finally:
+            watcher.cancel()
+            await close()
 
 
 def url(dsn: str) -> str:
@@ -237,3 +307,106 @@ class _PgQueuerProducer:
         self._call(self.conn.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+
+# -- Chancy ------------------------------------------------------------------------------------
+
+CHANCY_QUEUE = "default"
+
+
+def _chancy(dsn: str, pool: int = 10) -> Any:
+    from chancy import Chancy
+
+    quiet = logging.getLogger("bench.chancy")
+    quiet.setLevel(logging.WARNING)
+    return Chancy(dsn, max_connection_pool_size=pool, log=quiet)
+
+
+def _chancy_job(seq: int) -> Any:
+    from bench.throughput.chancy_jobs import noop
+
+    return noop.job.with_kwargs(seq=seq)
+
+
+class Chancy:
+    name = "chancy"
+
+    def install(self, dsn: str) -> None:
+        """`migrate()`, as Chancy's quick start does before declaring its queue."""
+
+        async def main() -> None:
+            async with _chancy(dsn) as chancy:
+                await chancy.migrate()
+
+        asyncio.run(main())
+
+    def reset(self, dsn: str) -> None:
+        truncate(dsn, "chancy_jobs")
+
+    def prefill(self, dsn: str, jobs: int) -> None:
+        self.enqueue_bulk(dsn, range(jobs), 5000)
+
+    def enqueue_sequential(self, dsn: str, seqs: Sequence[int]) -> None:
+        async def main() -> None:
+            async with _chancy(dsn, 1) as chancy:
+                for seq in seqs:
+                    await chancy.push(_chancy_job(seq))
+
+        asyncio.run(main())
+
+    def enqueue_concurrent(self, dsn: str, seqs: Sequence[int], clients: int) -> None:
+        async def main() -> None:
+            async with _chancy(dsn, clients) as chancy:
+
+                async def client(part: Sequence[int]) -> None:
+                    for seq in part:
+                        await chancy.push(_chancy_job(seq))
+
+                await asyncio.gather(*(client(seqs[n::clients]) for n in range(clients)))
+
+        asyncio.run(main())
+
+    def enqueue_bulk(self, dsn: str, seqs: Sequence[int], batch: int) -> None:
+        async def main() -> None:
+            async with _chancy(dsn, 1) as chancy:
+                jobs = [_chancy_job(seq) for seq in seqs]
+                async for _ in chancy.push_many(jobs, batch_size=batch):
+                    pass
+
+        asyncio.run(main())
+
+    def producer(self, dsn: str) -> Producer:
+        chancy = _chancy(dsn, 1)
+        chancy.__enter__()
+
+        class One:
+            def enqueue(self, seq: int) -> None:
+                chancy.sync_push(_chancy_job(seq))
+
+            def close(self) -> None:
+                chancy.__exit__(None, None, None)
+
+        return One()
+
+    def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        if concurrency is None:
+            return {}
+        return {f"AsyncExecutor, concurrency={concurrency}, eager_polling": {}}
+
+    async def work(
+        self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
+    ) -> None:
+        from chancy import Queue, Worker
+
+        async with _chancy(dsn, (concurrency or 10) + 2) as chancy:
+            await chancy.declare(
+                Queue(
+                    CHANCY_QUEUE,
+                    concurrency=concurrency,
+                    executor="chancy.executors.asyncex.AsyncExecutor",
+                    eager_polling=True,
+                ),
+                upsert=True,
+            )
+            async with Worker(chancy, register_signal_handlers=False):
+                await stop_when(stop, lambda: None)

@@ -15,6 +15,9 @@ and the raw bound: pgbench scripts (bench/throughput/pgbench/) for claim-and-del
 with two bounds that locate the gaps: pgqueue's lifecycle in SQL alone (lease_finish.sql, batch 10
 and 100), and the raw INSERT sent from psycopg in pgqueue's enqueue client shapes.
 
+Each peer runs at each of the settings its documentation gives (bench/throughput/peers.py):
+every setting's figures are kept, and each table shows a peer's best, naming the setting.
+
 It makes its own database on the server (dropped at the end, whatever happened). Writes
 results.json, results.md and PNG charts to its results folder (bench/report.py) and prints
 the table. A peer
@@ -44,10 +47,15 @@ from bench.throughput import claimcost, raw, report
 from bench.throughput import workloads as work
 from bench.throughput.systems import SCHEMA
 
-SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer")
+SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer", "chancy")
 WORKLOADS = ("drain", "enqueue", "idle", "steady", "claim", "raw")
 # Each system's import name, and the distribution whose version the results record.
-PACKAGES = {"pgqueue": "pgqueue", "procrastinate": "procrastinate", "pgqueuer": "pgqueuer"}
+PACKAGES = {
+    "pgqueue": "pgqueue",
+    "procrastinate": "procrastinate",
+    "pgqueuer": "pgqueuer",
+    "chancy": "chancy",
+}
 DISTRIBUTIONS = PACKAGES | {"pgqueue": "pgqueue-py"}
 OBAN_NOTE = (
     "not run: oban-py (PyPI `oban`) requires Python >= 3.12; this machine has "
@@ -56,7 +64,9 @@ OBAN_NOTE = (
 # procrastinate claims one job per query (about 0.5k jobs/s here), and at concurrency below 10
 # every system claims fewer jobs per statement: smaller drains keep each run to seconds.
 # Jobs/s does not depend on N once N is well above a batch.
-DRAIN_SHARE = {"pgqueue": 1.0, "pgqueuer": 1.0, "procrastinate": 0.2}
+# The latency workloads run every capped setting at this many jobs at once.
+LATENCY_CONCURRENCY = 10
+DRAIN_SHARE = {"pgqueue": 1.0, "pgqueuer": 1.0, "procrastinate": 0.2, "chancy": 0.2}
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     )
     add = parser.add_argument
     add("--runs", type=int, help="runs per figure (default 3; short 1)")
-    add("--systems", default=",".join(SYSTEMS), help="pgqueue,procrastinate,pgqueuer")
+    add("--systems", default=",".join(SYSTEMS), help=",".join(SYSTEMS))
     add("--workloads", default=",".join(WORKLOADS), help=",".join(WORKLOADS))
     add("--drain-jobs", type=int, help="jobs per drain run (default 20000)")
     add("--concurrency", help="drain concurrencies, comma-separated (default 1,10,100)")
@@ -221,6 +231,8 @@ def availability(systems: Sequence[str]) -> dict[str, str | None]:
     for name in systems:
         missing = importlib.util.find_spec(PACKAGES[name]) is None
         found[name] = "not installed: pip install -e '.[peers]'" if missing else None
+    if "chancy" in systems and found["chancy"] and sys.version_info < (3, 11):
+        found["chancy"] = "not installed: Chancy needs Python >= 3.11"
     no_asyncpg = importlib.util.find_spec("asyncpg") is None
     if "pgqueuer" in systems and found["pgqueuer"] is None and no_asyncpg:
         found["pgqueuer"] = "not installed: asyncpg (pip install -e '.[peers]')"
@@ -228,19 +240,23 @@ def availability(systems: Sequence[str]) -> dict[str, str | None]:
 
 
 def run_drain(bench: Bench) -> None:
+    """Each system at each of its settings: those that cap the jobs at once at each
+    concurrency, then those that set no cap (concurrency None)."""
     c = bench.config
     ctx = work.context()
     for name in bench.systems():
-        for conc in c.concurrencies:
-            jobs = max(100, int(c.drain_jobs * DRAIN_SHARE[name] * min(1.0, conc / 10)))
-            bench.row(
-                "drain",
-                name,
-                {"concurrency": conc, "jobs": jobs},
-                lambda n=name, k=conc, j=jobs: work.drain(
-                    ctx, n, bench.dsn, j, k, c.worker_pgoptions
-                ),
-            )
+        for conc in [*c.concurrencies, None]:
+            share = 1.0 if conc is None else min(1.0, conc / 10)
+            jobs = max(100, int(c.drain_jobs * DRAIN_SHARE[name] * share))
+            for setting in work.system(name).settings(conc):
+                bench.row(
+                    "drain",
+                    name,
+                    {"concurrency": conc, "jobs": jobs, "setting": setting},
+                    lambda n=name, k=conc, j=jobs, s=setting: work.drain(
+                        ctx, n, bench.dsn, j, k, s, c.worker_pgoptions
+                    ),
+                )
 
 
 def run_enqueue(bench: Bench) -> None:
@@ -268,6 +284,7 @@ def run_enqueue(bench: Bench) -> None:
 
 
 def run_latency(bench: Bench, workload: str) -> None:
+    """Each system at each of its settings for 10 jobs at once, and those with no cap."""
     c = bench.config
     ctx = work.context()
     for name in bench.systems():
@@ -278,14 +295,17 @@ def run_latency(bench: Bench, workload: str) -> None:
             jobs = max(1, int(c.rate * c.steady_seconds))
             params = {"rate": c.rate, "seconds": c.steady_seconds, "jobs": jobs}
             kwargs = {"jobs": jobs, "rate": c.rate}
-        bench.row(
-            workload,
-            name,
-            params,
-            lambda n=name, kw=kwargs: work.latency(
-                ctx, n, bench.dsn, pgoptions=c.worker_pgoptions, **kw
-            ),
-        )
+        for conc in (LATENCY_CONCURRENCY, None):
+            for setting in work.system(name).settings(conc):
+                bench.row(
+                    workload,
+                    name,
+                    params | {"concurrency": conc, "setting": setting},
+                    lambda n=name, kw=kwargs, k=conc, s=setting: work.latency(
+                        ctx, n, bench.dsn, concurrency=k, setting=s,
+                        pgoptions=c.worker_pgoptions, **kw,
+                    ),
+                )  # fmt: skip
 
 
 def run_claim(bench: Bench) -> None:

@@ -1,8 +1,9 @@
 """The systems the throughput bench compares, behind one small interface.
 
-Owns: for each system (pgqueue here; procrastinate and PgQueuer in throughput_peers.py), how
-to install its tables, pre-insert no-op jobs, enqueue (one per transaction, and in bulk) and
-run a worker (until the queue is empty, or until told to stop). Every worker runs the same
+Owns: for each system (pgqueue here; the peers in bench/throughput/peers.py), how to install
+its tables, pre-insert no-op jobs, enqueue (one per transaction, and in bulk) and run a worker
+(until the queue is empty, or until told to stop) at each of the settings its documentation
+gives for running it (`settings`, each with the name the results show). Every worker runs the same
 `async def` no-op handler, which records when it started for the latency workloads
 (`Recorder`). Everything here runs inside the bench's own database, made and dropped by
 bench/throughput/suite.py.
@@ -72,8 +73,15 @@ class System(Protocol):
     def enqueue_concurrent(self, dsn: str, seqs: Sequence[int], clients: int) -> None: ...
     def enqueue_bulk(self, dsn: str, seqs: Sequence[int], batch: int) -> None: ...
     def producer(self, dsn: str) -> Producer: ...
-    async def work(self, dsn: str, concurrency: int, stop: threading.Event) -> None:
-        """Run a worker until `stop` is set; return once it has written its outcomes."""
+    def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        """The documented ways to run a worker, by the name the results give each: for at
+        most `concurrency` jobs at once, or (None) those that set no such cap."""
+
+    async def work(
+        self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
+    ) -> None:
+        """Run a worker at `setting` until `stop` is set; return once it has written its
+        outcomes."""
 
 
 class Producer(Protocol):
@@ -172,11 +180,17 @@ class PgQueue:
 
         return One()
 
-    async def work(self, dsn: str, concurrency: int, stop: threading.Event) -> None:
+    def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        """Its defaults at the workload's concurrency: pgqueue always runs with a cap."""
+        return {} if concurrency is None else {"default": {}}
+
+    async def work(
+        self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
+    ) -> None:
         from pgqueue import Worker
 
         queue, _ = _pgqueue_app(dsn)
-        worker = Worker(queue, dsn=dsn, concurrency=concurrency)
+        worker = Worker(queue, dsn=dsn, concurrency=concurrency or 10)
         watcher = asyncio.create_task(stop_when(stop, worker.stop))
         try:
             await worker.run_async()

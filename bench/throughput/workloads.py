@@ -39,6 +39,7 @@ def system(name: str) -> System:
         "pgqueue": PgQueue(),
         "procrastinate": throughput_peers.Procrastinate(),
         "pgqueuer": throughput_peers.PgQueuer(),
+        "chancy": throughput_peers.Chancy(),
     }
     return found[name]
 
@@ -53,21 +54,22 @@ def context() -> BaseContext:
 def _worker_child(
     name: str,
     dsn: str,
-    concurrency: int,
+    concurrency: int | None,
+    setting: str,
     target: int | None,
     log: str | None,
     stop_event: Any,
     pgoptions: str | None,
     results: Any,
 ) -> None:
-    """A worker that stops when the bench says so, or once `target` handlers started.
-    `pgoptions` (PGOPTIONS) applies to the worker's own connections only."""
+    """A worker at `setting` that stops when the bench says so, or once `target` handlers
+    started. `pgoptions` (PGOPTIONS) applies to the worker's own connections only."""
     if pgoptions:
         os.environ["PGOPTIONS"] = pgoptions
     RECORDER.open(Path(log) if log else None, target)
     stop = RECORDER.done
     threading.Thread(target=lambda: (stop_event.wait(), stop.set()), daemon=True).start()
-    asyncio.run(system(name).work(dsn, concurrency, stop))
+    asyncio.run(system(name).work(dsn, concurrency, stop, setting))
     end = time.time()
     RECORDER.close()
     results.put({"first": RECORDER.first, "end": end, "count": RECORDER.count})
@@ -82,6 +84,7 @@ LIBRARIES = {
     "pgqueue": ("pgqueue",),
     "procrastinate": ("procrastinate",),
     "pgqueuer": ("pgqueuer", "pgqueuer.db", "pgqueuer.queries", "asyncpg"),
+    "chancy": ("chancy", "bench.throughput.chancy_jobs"),
 }
 
 
@@ -137,19 +140,20 @@ def drain(
     name: str,
     dsn: str,
     jobs: int,
-    concurrency: int,
+    concurrency: int | None,
+    setting: str,
     pgoptions: str | None = None,
 ) -> dict[str, Any]:
-    """N pre-inserted no-op jobs, one worker process: jobs/s from its first handler call to
-    the worker's return (all outcomes written). The worker is stopped gracefully once it has
-    started the N-th job, the same way for every system."""
+    """N pre-inserted no-op jobs, one worker process at `setting`: jobs/s from its first
+    handler call to the worker's return (all outcomes written). The worker is stopped
+    gracefully once it has started the N-th job, the same way for every system."""
     s = system(name)
     s.reset(dsn)
     s.prefill(dsn, jobs)
     analyze(dsn)
     stop = ctx.Event()  # type: ignore[attr-defined]
     got = _run_child(
-        ctx, _worker_child, (name, dsn, concurrency, jobs, None, stop, pgoptions), name
+        ctx, _worker_child, (name, dsn, concurrency, setting, jobs, None, stop, pgoptions), name
     )
     if got["count"] != jobs or got["first"] is None:
         raise RuntimeError(f"{name} drain ran {got['count']} of {jobs} jobs")
@@ -187,7 +191,8 @@ def latency(
     jobs: int,
     gap: float | None = None,
     rate: float | None = None,
-    concurrency: int = 10,
+    concurrency: int | None = 10,
+    setting: str = "default",
     pgoptions: str | None = None,
 ) -> dict[str, Any]:
     """Enqueue commit -> handler start, with one worker process waiting.
@@ -202,7 +207,7 @@ def latency(
     with tempfile.TemporaryDirectory(prefix="pgqueue-throughput-") as tmp:
         log = Path(tmp) / "starts.log"
         log.touch()
-        args = (name, dsn, concurrency, None, str(log), stop, pgoptions, results)
+        args = (name, dsn, concurrency, setting, None, str(log), stop, pgoptions, results)
         process = ctx.Process(target=_worker_child, args=args, name=name, daemon=True)  # type: ignore[attr-defined]
         process.start()
         producer = s.producer(dsn)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer")
+SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer", "chancy")
 CHARTS = ("drain.png", "enqueue.png", "latency.png", "claim_cost.png")
 RAW = {
     "claim_delete",
@@ -61,8 +61,10 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
     for name in set(SYSTEMS) - set(runnable):
         assert results["unavailable"][name].startswith("not installed"), name
 
+    # Every system at concurrency 10, and PgQueuer also at its settings with no cap (None).
+    uncapped = {("pgqueuer", None)} if "pgqueuer" in runnable else set()
     expected = {
-        "drain": {(s, 10) for s in runnable},
+        "drain": {(s, 10) for s in runnable} | uncapped,
         "enqueue": {(s, m) for s in runnable for m in ("sequential", "concurrent", "bulk")},
         "idle": {(s, None) for s in runnable},
         "steady": {(s, None) for s in runnable},
@@ -73,6 +75,8 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
         rows = workloads[workload]["rows"]
         got = {(r["system"], r["params"].get(keys.get(workload, ""))) for r in rows}
         assert got == want, workload
+        if workload in ("drain", "idle", "steady"):  # each row names the setting it ran at
+            assert all(r["params"]["setting"] for r in rows), workload
         for row in rows:
             positive_figures(row)
         assert len(workloads[workload]["loadavg_start"]) == 3

@@ -1,0 +1,1 @@
+"""The steady suite (`suite.py`): a worker keeping up with producers at rising rates."""

@@ -1,0 +1,39 @@
+"""The steady suite (bench/steady/suite.py) as CI runs it: `--short`, a real worker process per
+system and real producer processes. The figures are the bench's; checked here: every system
+that can run here and the bound measured the point, each with its setting named, latency
+percentiles in order, CPU read for the producers and the worker, and the ratios computed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_python
+
+
+def test_short_steady_bench_measures_each_system_and_the_bound(dsn: str, tmp_path: Path) -> None:
+    out = tmp_path / "steady"
+    result = run_python(
+        "-m", "bench", "steady", "--short", "--dsn", dsn, "--out", str(out), timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    assert report["command"].endswith(f"--out {out}")
+    ran = report["systems"]
+    assert "pgqueue" in ran and ("bound" in ran or "bound" in report["unavailable"])
+    for name in ("procrastinate", "pgqueuer", "chancy"):
+        assert name in ran or name in report["unavailable"], name
+    for name, found in ran.items():
+        assert found["setting"], name
+        [point] = found["points"]
+        assert (point["producers"], point["rate"]) == (4, 200.0)
+        assert 0 < point["started"] <= point["jobs"], name
+        assert 0 < point["p50_ms"] <= point["p90_ms"] <= point["p99_ms"], name
+        assert point["finished_per_s"] > 0 and point["produced_per_s"] > 0, name
+        assert point["cpu_s"]["producers"] is not None and point["cpu_s"]["worker"] is not None
+    [ratios] = report["ratios"]
+    if "bound" in ran:
+        assert ratios["finished_vs_bound"] > 0
+    assert "pg_stat_statements" in report
+    table = (out / "results.md").read_text()
+    assert "### 4 producer connection(s)" in table and "### Ratios, this run" in table
