@@ -43,8 +43,6 @@ from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Every, Service, Services
 from pgqueue.schedule import Schedules
 from pgqueue.store.jobs import JobsStore
-from pgqueue.store.plan import run_async
-from pgqueue.store.queues import paused_plan
 from pgqueue.worker.atomic import AtomicLane, make_lanes
 from pgqueue.worker.claimer import Claimer
 from pgqueue.worker.completer import OUTCOME_BATCH, Completer
@@ -54,6 +52,7 @@ from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.horizon import HorizonWatch
 from pgqueue.worker.interest import WakeInterest
 from pgqueue.worker.loop import FetchLoop, Stop
+from pgqueue.worker.notices import warn_paused, warn_unserved
 from pgqueue.worker.notifier import Notifier
 from pgqueue.worker.observe import JobObserver, Observers, WorkerStats, WorkerTally
 from pgqueue.worker.registration import Registration, identity
@@ -213,8 +212,8 @@ class Worker:
                 self.schema,
                 self._mode(),
             )
-            self._warn_unserved()
-            await self._warn_paused(finish_link)
+            warn_unserved(self.registry, s.queues)
+            await warn_paused(finish_link, self.schema, s.queues)
             # What start-up made (modules, the registry, connections) lives as long as the
             # worker: out of the collector's reach, a full collection no longer walks it,
             # which stalled the loop for tens of milliseconds mid-run (bench enqueue-scale's
@@ -343,34 +342,6 @@ class Worker:
         if not self.settings.poll_only:
             return ""
         return " (poll only, listening apart)" if self.listening else " (poll only)"
-
-    def _warn_unserved(self) -> None:
-        """Say which of the application's tasks this worker will never run: a task on a queue
-        no worker serves waits forever without a word otherwise."""
-        served = set(self.settings.queues)
-        for task in self.registry:
-            if task.fn is not None and task.options.queue not in served:
-                log.warning(
-                    "task %r runs on queue %r, which this worker does not serve: its jobs wait "
-                    "for a worker started with --queues %s (or --queues all)",
-                    task.name,
-                    task.options.queue,
-                    task.options.queue,
-                )
-
-    async def _warn_paused(self, link: Link) -> None:
-        """Say which of the served queues are paused: their jobs wait until resumed."""
-        paused = await link.run(lambda conn: run_async(conn, paused_plan(self.schema)))
-        served = set(self.settings.queues)
-        for pause in paused:
-            if pause.queue in served or ALL_QUEUES in served:
-                log.warning(
-                    "queue %r is paused (since %s%s): its jobs wait for `pgqueue queues resume %s`",
-                    pause.queue,
-                    pause.paused_at.isoformat(timespec="seconds"),
-                    f", {pause.reason}" if pause.reason else "",
-                    pause.queue,
-                )
 
     @property
     def horizon_checks(self) -> int:
