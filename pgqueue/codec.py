@@ -76,8 +76,8 @@ _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type] 
 
 
 def decode_json(data: str | bytes) -> Any:
-    """json.loads for JSON text from PostgreSQL, the claim connection's loader (worker.py,
-    _claim_session), several times faster on a job's arguments. json.loads
+    """json.loads for JSON text from PostgreSQL, the claim connection's loader
+    (worker/sessions.py, Sessions.claim), several times faster on a job's arguments. json.loads
     of bytes first guesses their encoding in Python, then strips whitespace around the value
     with regular expressions; this runs the C scanner on the UTF-8 text, and anything it does
     not consume whole (surrounding whitespace, bad JSON, other encodings) goes to json.loads

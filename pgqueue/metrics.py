@@ -179,14 +179,15 @@ class WorkerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         w = self.worker
-        running = len(w._running) + sum(not lane.idle for lane in w.atomic_lanes)
+        lease_jobs = len(w.fetch_loop.running) if w.fetch_loop is not None else 0
+        running = lease_jobs + sum(not lane.idle for lane in w.atomic_lanes)
         yield GaugeMetricFamily(
             "pgqueue_worker_jobs_running", "Jobs this worker runs now.", running
         )
         yield GaugeMetricFamily(
             "pgqueue_worker_free_slots",
             "Jobs this worker could start now (its concurrency less those running).",
-            max(w.settings.concurrency - len(w._running), 0),
+            max(w.settings.concurrency - lease_jobs, 0),
         )
         rescuer = getattr(w, "rescuer", None)
         yield CounterMetricFamily(

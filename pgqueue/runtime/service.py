@@ -15,7 +15,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
@@ -132,6 +132,10 @@ class Services:
                 await service.stop(time.monotonic() + grace)
             except Exception:
                 log.exception("%s failed to stop cleanly", service.name)
+
+    def __iter__(self) -> Iterator[Service]:
+        """The services running now, in the order they started."""
+        return iter(list(self._started))
 
     def health(self) -> dict[str, Health]:
         return {service.name: service.health() for service in self._started}

@@ -28,7 +28,8 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.models import ClaimedJob
+from pgqueue.models import ATOMIC_MAX_TIMEOUT, ClaimedJob, WorkerSettings
+from pgqueue.registry import Registry
 from pgqueue.runtime.link import connect
 from pgqueue.store import plan
 from pgqueue.store.jobs import Finished, claim_atomic_plan, finish_plan
@@ -189,3 +190,48 @@ class AtomicLane:
         self.observers.job_finished(job, outcome)
         self.ran += 1
         return True
+
+
+def make_lanes(
+    registry: Registry,
+    settings: WorkerSettings,
+    *,
+    dsn: str,
+    schema: str,
+    executor: Executor,
+    keep_history: bool,
+    worker_id: int,
+    stopping: Callable[[], bool],
+    wait: Callable[[], Any],
+    done: Callable[[], None],
+    observers: Observers,
+) -> list[AtomicLane]:
+    """`atomic_concurrency` lanes for the async atomic tasks of `registry`, as many for the
+    sync ones; none when it has no atomic task."""
+    atomic = [t for t in registry if t.atomic and t.fn is not None]
+    if not atomic or settings.atomic_concurrency == 0:
+        return []
+    timeout = max(t.policy.timeout or ATOMIC_MAX_TIMEOUT for t in atomic)
+    lanes = []
+    for sync in (False, True):
+        tasks = sorted(t.name for t in atomic if t.is_async != sync)
+        lanes += [
+            AtomicLane(
+                dsn=dsn,
+                schema=schema,
+                queues=list(settings.queues),
+                tasks=tasks,
+                timeout_ms=int(timeout.total_seconds() * 1000),
+                executor=executor,
+                keep_history=keep_history,
+                worker_id=worker_id,
+                stopping=stopping,
+                wait=wait,
+                done=done,
+                sync=sync,
+                prepare=not settings.poll_only,
+                observers=observers,
+            )
+            for _ in range(settings.atomic_concurrency if tasks else 0)
+        ]
+    return lanes

@@ -50,6 +50,7 @@ from pgqueue.store.jobs import Claimed, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
+from pgqueue.worker.events import Bus, ControlsChanged, JobsAnnounced, PauseChanged, Relistened
 from pgqueue.worker.observe import Observers, WorkerStats
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -125,6 +126,19 @@ class Claimer:
         self.key_limits = False  # some concurrency key has a rate limit
         self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
         self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
+
+    def subscribe(self, events: Bus) -> None:
+        """Hear of wake-ups, pauses and rate limits as the notifier publishes them."""
+        events.subscribe(JobsAnnounced, lambda e: self.announce(e.queue, e.position))
+        events.subscribe(PauseChanged, lambda e: self.pause_changed(e.queue, e.paused))
+        events.subscribe(ControlsChanged, lambda e: self.reread_controls())
+        events.subscribe(Relistened, lambda e: self._relistened())
+
+    def _relistened(self) -> None:
+        """Wake-ups and pause notices sent while nothing listened were missed: claim from the
+        floor and read the pauses again."""
+        self.forget_hints()
+        self.reread_controls()
 
     def announce(self, queue: str, position: Position | None) -> None:
         """A wake-up: jobs became claimable in `queue` at `position` or after it (None: where

@@ -371,7 +371,7 @@ def _stopping() -> bool:
     """Whether the current task was also cancelled by someone else than a cancellation
     request (the worker stopping): the job is then put back, not ended. Python 3.10 cannot
     tell; there the job ends as cancelled, as it would after being put back
-    (worker.py, _cancel_unfinished)."""
+    (loop.py, FetchLoop.put_back_unfinished)."""
     current = asyncio.current_task()
     cancelling = getattr(current, "cancelling", None)
     if cancelling is None:

@@ -3,9 +3,9 @@
 Owns: one thread with its own connection that refreshes the worker's row every interval, from the
 worker's start to its stop (a service, runtime/service.py). It runs beside the event loop, so a
 handler that hogs the loop (or a slow claim) cannot make a live worker look dead. If the row was
-removed because the worker was presumed dead, the next beat puts it back under the same id and logs
-that its jobs were rescued. Connection faults are retried with backoff and logged once per outage;
-the thread never raises.
+removed because the worker was presumed dead, the next beat puts it back under the same id, logs
+that its jobs were rescued and publishes `WorkerRevived` (events.py). Connection faults are
+retried with backoff and logged once per outage; the thread never raises.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pgqueue.codec import encode_json
 from pgqueue.runtime.service import Health
 from pgqueue.store.plan import SyncConn
 from pgqueue.store.workers import WorkersStore
+from pgqueue.worker.events import Bus, WorkerRevived
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -40,7 +41,7 @@ class Heartbeat:
         interval: timedelta,
         *,
         prepare: bool = True,
-        on_revived: Callable[[], None] | None = None,
+        events: Bus | None = None,
         report: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.report = report  # the worker's tally, called from the heartbeat's thread
@@ -48,7 +49,7 @@ class Heartbeat:
         self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
         self.store = WorkersStore(schema)
         self.params = params
-        self.on_revived = on_revived  # called from the heartbeat's thread
+        self.events = events  # published to from the heartbeat's thread
         self.interval = interval.total_seconds()
         self.beats = 0
         self.outage = False
@@ -101,8 +102,8 @@ class Heartbeat:
                 "jobs were rescued; their outcomes from here will be refused",
                 self.params["worker_id"],
             )
-            if self.on_revived is not None:
-                self.on_revived()
+            if self.events is not None:
+                self.events.publish_threadsafe(WorkerRevived())
 
     def _close(self) -> None:
         if self._conn is not None:

@@ -38,6 +38,7 @@ from pgqueue.runtime.link import Link
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
 from pgqueue.worker.claimer import Claimer
+from pgqueue.worker.events import Bus, WorkerRevived
 
 Skip = tuple[int, int]  # the priorities, from and to, whose wake-ups a queue's row skips
 NOTHING: Skip = (32768, 32767)  # an empty range: every wake-up is wanted
@@ -114,6 +115,10 @@ class WakeInterest:
     def next_check(self) -> float | None:
         """The monotonic time settle() has something to look at, if any."""
         return self._check_at
+
+    def subscribe(self, events: Bus) -> None:
+        """Write the rows again when the heartbeat revives the worker's row."""
+        events.subscribe(WorkerRevived, lambda e: self.lost())
 
     def lost(self) -> None:
         """The rows are gone (the worker's row was removed): write them all again."""

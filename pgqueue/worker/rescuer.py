@@ -20,7 +20,7 @@ worker that comes back late cannot overwrite the rescue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -33,6 +33,7 @@ from pgqueue.store import concurrency
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import WorkersStore
+from pgqueue.worker.events import Bus, JobsClaimable
 from pgqueue.worker.executor import Outcome
 
 log = logging.getLogger("pgqueue.rescuer")
@@ -52,18 +53,18 @@ class Rescuer(Loop):
         *,
         link: Link | None = None,
         interval: timedelta = timedelta(seconds=10),
-        on_claimable: Callable[[], None] = lambda: None,
+        events: Bus | None = None,
         queues: Sequence[str] = (),
     ) -> None:
-        """`link`, `interval` and `queues` are for the loop; `on_claimable` is told when a
-        pass or a sweep may have made jobs claimable."""
+        """`link`, `interval` and `queues` are for the loop; `events` hears `JobsClaimable`
+        when a pass or a sweep may have made jobs claimable."""
         self.registry = registry
         self.schema = schema
         self.lease = lease
         self.keep_history = keep_history
         self.link = link
         self.interval = interval.total_seconds()
-        self.on_claimable = on_claimable
+        self.events = events
         self.queues = list(queues)
         self.store = JobsStore(schema)
         self.workers = WorkersStore(schema)
@@ -76,11 +77,15 @@ class Rescuer(Loop):
     async def _round(self) -> None:
         assert self.link is not None, "a Rescuer runs its loop on a link"
         if await self.link.run(self.rescue):
-            self.on_claimable()  # rescued jobs may be claimable now
+            self._claimable()  # rescued jobs may be claimable now
         if await self.link.run(lambda conn: concurrency.sweep(conn, self.schema)):
-            self.on_claimable()  # waiting jobs of keys with room are queued again
+            self._claimable()  # waiting jobs of keys with room are queued again
         if self.queues:
             await self.link.run(self.fail_out_of_range)
+
+    def _claimable(self) -> None:
+        if self.events is not None:
+            self.events.publish(JobsClaimable())
 
     async def fail_out_of_range(self, conn: AsyncConn) -> int:
         """Fail the scheduled jobs of this worker's queues that no worker could ever run: their

@@ -38,7 +38,7 @@ DELETE FROM {schema}.workers WHERE id = %(worker_id)s;
 
 -- name: session_set_async_commit
 -- Makes this session's commits return before their WAL is flushed. Run on the lease-claim
--- connection only (pgqueue/worker.py, _claim_session): a claim lost in a server crash leaves
+-- connection only (pgqueue/worker/sessions.py): a claim lost in a server crash leaves
 -- its job queued, or running for a worker the rescuer then finds dead, which a crash causes
 -- anyway; and the outcome's commit, synchronous, flushes the claim's WAL with its own. Never
 -- on an atomic lane, whose commit carries the handler's writes.

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -104,3 +106,54 @@ def test_poll_only_leaves_out_the_notifier(dsn: str, schema: str, poll_only: boo
         names = list(worker.services.health())
     queue.close()
     assert ("notifier" in names) is not poll_only
+
+
+def _callables(value: Any, depth: int = 2) -> Iterator[Any]:
+    """The callables `value` holds: its own attributes and what its lists and dicts hold."""
+    if callable(value) and not isinstance(value, type):
+        yield value
+    if depth == 0:
+        return
+    if isinstance(value, dict):
+        inner: list[Any] = list(value.values())
+    elif isinstance(value, (list, tuple, set)):
+        inner = list(value)
+    else:
+        inner = list(getattr(value, "__dict__", {}).values())
+    for item in inner:
+        yield from _callables(item, depth - 1)
+
+
+def _reaches(fn: Any, target: object) -> bool:
+    """Whether calling `fn` calls into `target`: a method of it, or a closure over it."""
+    if getattr(fn, "__self__", None) is target:
+        return True
+    cells = getattr(fn, "__closure__", None) or ()
+    return any(cell.cell_contents is target for cell in cells if cell.cell_contents is not None)
+
+
+def test_no_part_of_a_running_worker_holds_a_callback_into_it(dsn: str, schema: str) -> None:
+    """The worker wires its services; they talk through the run's events (worker/events.py),
+    and none holds a method of the worker, or a function over it, to call back."""
+    queue = Queue(dsn, schema=schema)
+
+    @queue.task(name="atomic", atomic=True)
+    def atomic() -> None: ...
+
+    worker = Worker(queue, dsn=dsn)
+    with worker_in_thread(worker):
+        wait_until(lambda: worker.stats.claims > 0, what="the first claim, after every start")
+        parts = [
+            *worker.services,
+            worker.events,
+            worker.fetch_loop,
+            worker.claimer,
+            worker.interest,
+            *worker.atomic_lanes,
+        ]
+        assert "notifier" in worker.services.health() and worker.atomic_lanes
+        held = [(part, fn) for part in parts for fn in _callables(part)]
+        assert len(held) > 10
+        into_worker = [(type(part).__name__, fn) for part, fn in held if _reaches(fn, worker)]
+    queue.close()
+    assert into_worker == []

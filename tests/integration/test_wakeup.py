@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from pgqueue import Queue, Worker
+from pgqueue.worker.events import JobsClaimable
 from pgqueue.worker.interest import NOTHING
 from tests.conftest import committed, count, wait_until, worker_in_thread
 
@@ -80,16 +81,20 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
         result = await original(self, free)
         if armed.is_set():
             armed.clear()
-            woken = worker._wakes
+            assert worker.fetch_loop is not None
+            woken = worker.fetch_loop.wakes
             await asyncio.to_thread(queue.enqueue, t.job())  # committed after the claim ran
-            while worker._wakes == woken:  # its wake-up arrives before this round ends
+            while worker.fetch_loop.wakes == woken:  # its wake-up arrives before this round ends
                 await asyncio.sleep(0.01)
         return result
 
     monkeypatch.setattr(claimer_module.Claimer, "claim_round", claim_round)
     worker = Worker(queue, dsn=dsn, poll_interval=60)
     with worker_in_thread(worker, force=True):
-        wait_until(lambda: worker._wakes >= 1, what="the listener's first wake-up")
+        wait_until(
+            lambda: worker.fetch_loop is not None and worker.fetch_loop.wakes >= 1,
+            what="the listener's first wake-up",
+        )
         # Enqueues notify only a worker that has said it waits for work (interest.py).
         wait_until(
             lambda: worker.interest is not None and worker.interest.skipped == {"default": NOTHING},
@@ -97,8 +102,8 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
         )
         armed.set()
         # A round to arm: a wake-up with nothing behind it, on the worker's own loop.
-        assert worker._loop is not None
-        worker._loop.call_soon_threadsafe(worker._notified)
+        assert worker.events is not None
+        worker.events.publish_threadsafe(JobsClaimable())
         assert ran.wait(20)
 
 

@@ -262,7 +262,7 @@ def test_worker_only_claims_its_own_queues(queue: Queue, conn: Any) -> None:
 
 
 def test_session_settings_stay_on_the_workers_own_connections(queue: Queue, dsn: str) -> None:
-    """Lease claims may commit without a WAL flush (worker.py, _claim_session); outcomes and
+    """Lease claims may commit without a WAL flush (worker/sessions.py); outcomes and
     atomic lanes, whose commits carry results and the handler's writes, may not. The claim and
     completer connections plan without sequential scans and JIT (session_prefer_indexes); an atomic
     lane runs the handler's own statements with the server's planner settings."""

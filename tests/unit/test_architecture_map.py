@@ -1,9 +1,12 @@
 """docs/ARCHITECTURE.md is the map of pgqueue/: every module is on it, and every file it names
-exists, so the map cannot fall behind a move or a new module."""
+exists, so the map cannot fall behind a move or a new module. And the worker's rooms keep to
+their roles: its services never reach back into the worker that wires them."""
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -35,3 +38,30 @@ def test_every_file_the_map_names_exists() -> None:
         if not found:
             missing.append(name)
     assert missing == []
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module, and every name of a module, that `path` imports, relative imports
+    resolved from the package it is in."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            found |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_no_module_of_the_worker_but_worker_py_imports_the_worker() -> None:
+    """The services talk through events (worker/events.py); one that imported the worker
+    could call back into it."""
+    worker = {"pgqueue.worker.worker", "pgqueue.Worker", "pgqueue.worker.worker.Worker"}
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(_imported(path) & worker)
+        for path in sorted((LIBRARY / "worker").glob("*.py"))
+        if path.name != "worker.py"
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}

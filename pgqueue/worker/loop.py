@@ -1,0 +1,394 @@
+"""The fetch loop: claim as many jobs as there are free slots, run them, sleep until more may
+be claimable.
+
+Owns: one run's jobs in flight (their tasks, cancel signals and progress reports), the atomic
+lanes' tasks, what the loop knows of the work waiting (whether more may be claimable, the
+wake-ups heard, when a claim last came back short, whether burst mode has claimed from the
+floor since work was found), and the way out at a stop: the grace running jobs get, then
+their cancellation and put-back.
+
+Invariants:
+- A wake-up heard while a claim runs makes the loop claim again: it may name a job the claim
+  did not see (test_wakeup.py).
+- With every slot busy the loop sleeps until one frees, never spinning on a poll time already
+  past; a finished job wakes it.
+- In burst mode the run ends only when nothing runs and a claim from the floor came back
+  empty: a wake-up naming a job below a hint may still be on its way.
+- An unfinished job whose cancellation was requested ends as cancelled; the others go back
+  to their queues without spending an attempt.
+
+It reacts to events (events.py): every kind that says jobs may be claimable makes it claim
+again (a pause notice only when the pause is lifted), and a cancel request reaches the job if
+it runs here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from pgqueue.models import ClaimedJob, WorkerSettings
+from pgqueue.registry import CancelSignal, Progress, Registry
+from pgqueue.runtime.link import Link
+from pgqueue.store.jobs import JobsStore
+from pgqueue.store.plan import AsyncConn
+from pgqueue.store.workflows import write_progress
+from pgqueue.worker.atomic import AtomicLane
+from pgqueue.worker.claimer import Claimer
+from pgqueue.worker.completer import Completer
+from pgqueue.worker.events import (
+    Bus,
+    CancelRequested,
+    ControlsChanged,
+    JobsAnnounced,
+    JobsClaimable,
+    PauseChanged,
+    Relistened,
+    WorkerRevived,
+)
+from pgqueue.worker.executor import Executor, cancelled
+from pgqueue.worker.interest import WakeInterest
+from pgqueue.worker.observe import Observers
+
+log = logging.getLogger("pgqueue.worker")
+
+
+class Stop:
+    """How a run is asked to end: `requested` by stop() or a signal, then `forced` by a second
+    one (or stop(force=True)), which cuts the running jobs' grace short."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.forced = False
+        self.forced_event = asyncio.Event()
+
+    def request(self, force: bool) -> None:
+        self.requested = True
+        if force:
+            self.forced = True
+            self.forced_event.set()
+
+
+class FetchLoop:
+    def __init__(
+        self,
+        *,
+        settings: WorkerSettings,
+        registry: Registry,
+        worker_id: int,
+        link: Link,
+        jobs: JobsStore,
+        claimer: Claimer,
+        interest: WakeInterest | None,
+        completer: Completer,
+        executor: Executor,
+        observers: Observers,
+        events: Bus,
+        stop: Stop,
+    ) -> None:
+        """Runs on the worker's claim `link`; subscribes to `events` at once."""
+        self.settings = settings
+        self.registry = registry
+        self.worker_id = worker_id
+        self.link = link
+        self.jobs = jobs
+        self.claimer = claimer
+        self.interest = interest
+        self.completer = completer
+        self.executor = executor
+        self.observers = observers
+        self.stop = stop
+        self.running: dict[asyncio.Task[None], ClaimedJob] = {}
+        self.unfinished: list[ClaimedJob] = []  # cancelled by the stop: put back
+        self.abandoned_threads = 0  # sync handlers still running when the stop ended them
+        self.wakes = 0  # wake-ups so far: one during a claim means claim again
+        self.atomic_lanes: list[AtomicLane] = []
+        self._atomic_tasks: list[asyncio.Task[None]] = []  # one running each of atomic_lanes
+        self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
+        self._progress: dict[int, tuple[ClaimedJob, Progress]] = {}  # the same jobs' reports
+        self._maybe_more = True
+        self._retried_seen = 0
+        self._floor_checked = False  # burst mode: an empty claim from the floor since work
+        self._short_at = time.monotonic()  # when a claim round last found less than it asked
+        self._wake = asyncio.Event()
+        self._atomic_wake = asyncio.Event()
+        self._subscribe(events)
+
+    def _subscribe(self, events: Bus) -> None:
+        for kind in (JobsAnnounced, Relistened, ControlsChanged, WorkerRevived, JobsClaimable):
+            events.subscribe(kind, lambda e: self.notified())
+        events.subscribe(PauseChanged, lambda e: None if e.paused else self.notified())
+        events.subscribe(CancelRequested, lambda e: self.cancel_requested(e.job_id))
+
+    def start_atomic(self, lanes: list[AtomicLane]) -> None:
+        """Run `lanes` until the stop; they are drained with the jobs at the end."""
+        self.atomic_lanes = lanes
+        self._atomic_tasks = [
+            asyncio.create_task(lane.run(), name=f"pgqueue-atomic-{n}")
+            for n, lane in enumerate(lanes)
+        ]
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Claim and start jobs until the stop (or, in burst mode, until there are none)."""
+        s = self.settings
+        poll = s.poll_interval.total_seconds()
+        next_poll = 0.0
+        while not self.stop.requested:
+            free = s.concurrency - len(self.running)
+            now = time.monotonic()
+            if now >= next_poll or self.claimer.room_due(now):
+                self._maybe_more = True
+            if self.claimer.promotion_due(now) and await self.claimer.promote():
+                self._maybe_more = True
+            full = False
+            if free > 0 and self._maybe_more:
+                wakes = self.wakes
+                jobs, full = await self.claimer.claim_round(free)
+                if jobs:
+                    self._floor_checked = False
+                for job in jobs:
+                    self._start(job)
+                # A wake-up that arrived while the claim ran may be for a job it did not see.
+                self._maybe_more = full or self.wakes != wakes
+                next_poll = time.monotonic() + poll
+                if not full:
+                    self._short_at = time.monotonic()
+            elif now >= next_poll:
+                # Every slot is busy: the poll is made when one frees (_finished wakes the
+                # loop), and sleeping until a poll time already past would spin.
+                next_poll = now + poll
+            if s.burst and not full and not self.running and await self._burst_done():
+                break
+            if self._maybe_more and len(self.running) < s.concurrency:
+                continue
+            if self.interest is not None and await self._ask_for_wakes():
+                continue
+            wake_at = min(next_poll, self.claimer.next_wake())
+            if self.interest is not None and (check := self.interest.next_check()) is not None:
+                wake_at = min(wake_at, check)
+            await self._sleep(wake_at - time.monotonic())
+
+    async def _ask_for_wakes(self) -> bool:
+        """Before sleeping: ask for the wake-ups this worker needs (interest.py); True when
+        it should claim first. Idle atomic lanes do not keep a busy worker asking: they poll,
+        so an atomic job waits at most a poll interval for one while every slot is busy."""
+        assert self.interest is not None
+        s = self.settings
+        await asyncio.sleep(0)  # the jobs just started run their first step before this
+        if self._maybe_more and len(self.running) < s.concurrency:
+            return True  # a job ended meanwhile: claim now, as the loop would have
+        settled = await self.interest.settle()
+        # More may be claimable and every slot was busy when the loop came here: the worker
+        # claims as soon as one frees, so it is busy, not waiting, even if a job has ended
+        # since (test_hint.py's control caught a worker that widened then).
+        busy = (
+            s.quiet_after is not None
+            and self._maybe_more
+            and time.monotonic() - self._short_at >= s.quiet_after.total_seconds()
+        )
+        skip = {queue: self.claimer.wake_range(queue) if busy else None for queue in s.queues}
+        widened = await self.interest.ask(skip)
+        if settled or widened:
+            self._maybe_more = True
+        return (settled or widened) and len(self.running) < s.concurrency
+
+    async def _burst_done(self) -> bool:
+        """In burst mode: nothing running, nothing claimable, nothing due to promote.
+
+        "Nothing claimable" is only believed after a claim from the floor came back empty:
+        a wake-up naming a job below the hint may still be on its way."""
+        if self.running or not all(lane.idle for lane in self.atomic_lanes):
+            return False
+        await self.completer.flushed()
+        retried_before, self._retried_seen = self._retried_seen, self.completer.retried
+        promoted = await self.claimer.promote()
+        if self._retried_seen != retried_before or promoted or not self._floor_checked:
+            # Retried or promoted jobs sit below the hints: look from the floor.
+            self._floor_checked = True
+            self.claimer.forget_hints()
+            self._maybe_more = True
+            return False
+        return True
+
+    # -- waking -----------------------------------------------------------------------------
+
+    def notified(self) -> None:
+        """Jobs may be claimable: claim again, and wake the loop and the idle atomic lanes."""
+        self.wakes += 1
+        self._maybe_more = True
+        self._atomic_wake.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Wake the loop to look again (at a stop)."""
+        self._wake.set()
+
+    async def atomic_idle(self) -> None:
+        """An atomic lane found nothing: wait for a notification or the next poll."""
+        if not self._atomic_wake.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._atomic_wake.wait(), self.settings.poll_interval.total_seconds()
+                )
+        self._atomic_wake.clear()
+
+    async def _sleep(self, timeout: float) -> None:
+        if timeout > 0 and not self._wake.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _start(self, job: ClaimedJob) -> None:
+        task = asyncio.create_task(self._run(job), name=f"pgqueue-job-{job.id}")
+        self.running[task] = job
+        task.add_done_callback(self._finished)
+
+    async def _run(self, job: ClaimedJob) -> None:
+        self._cancels[job.id] = cancel = CancelSignal()
+        progress = Progress()
+        self._progress[job.id] = (job, progress)
+        self.observers.job_started(job)
+        try:
+            outcome = await self.executor.run(job, cancel=cancel, progress=progress)
+        except asyncio.CancelledError:
+            self.unfinished.append(job)
+            raise
+        finally:
+            del self._cancels[job.id]
+            del self._progress[job.id]
+        if progress.version > progress.written:
+            outcome.progress = progress.report  # written with the outcome
+        self.completer.add(outcome)
+        self.observers.job_finished(job, outcome)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.running.pop(task, None)
+        self._wake.set()
+
+    async def write_progress(self) -> None:
+        """Write the progress reports made since the last write, one statement for all."""
+        rows: list[dict[str, object]] = []
+        for job, progress in list(self._progress.values()):
+            if progress.version > progress.written:
+                progress.written = progress.version
+                rows.append(
+                    {
+                        "id": job.id,
+                        "attempt": job.attempt,
+                        "worker_id": job.worker_id,
+                        "progress": progress.report,
+                    }
+                )
+        if rows:
+            schema = self.jobs.schema
+            await self.link.run(lambda conn: write_progress(conn, schema, rows))
+
+    # -- cancellation -----------------------------------------------------------------------
+
+    def cancel_requested(self, job_id: int) -> None:
+        """Cancellation of a job was requested (a notification, or the fallback check); a job
+        this worker is not running is none of its business."""
+        cancel = self._cancels.get(job_id)
+        if cancel is not None and not cancel.requested:
+            log.info("job %s: cancellation requested, stopping it", job_id)
+            cancel.request()
+
+    async def check_cancels(self) -> None:
+        """The fallback for a lost notification (or poll_only): look for requests on the
+        jobs this worker runs, every rescue interval."""
+        if not self._cancels:
+            return
+
+        ids = list(self._cancels)
+        requested = await self.link.run(
+            lambda conn: self.jobs.cancel_requested(conn, ids, self.worker_id)
+        )
+        for job_id in requested:
+            self.cancel_requested(job_id)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Give running jobs and atomic lanes the grace period, then cancel what is left:
+        lease jobs are put back, atomic jobs roll back."""
+        lanes = self._atomic_tasks
+        self._atomic_wake.set()  # idle lanes see the stop at once
+        if (self.running or lanes) and not self.stop.forced:
+            forced = asyncio.create_task(self.stop.forced_event.wait())
+            deadline = time.monotonic() + self.settings.shutdown_grace.total_seconds()
+            while (self.running or any(not lane.done() for lane in lanes)) and not (
+                self.stop.forced
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.wait(
+                    [*self.running, *(lane for lane in lanes if not lane.done()), forced],
+                    timeout=remaining,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            forced.cancel()
+        leftover = list(self.running) + [lane for lane in lanes if not lane.done()]
+        for task in leftover:
+            task.cancel()
+        await asyncio.gather(*leftover, return_exceptions=True)
+        # Sync handlers cannot be interrupted; their threads run on but their jobs are put
+        # back, and any late outcome is refused by the completion guard.
+        self.abandoned_threads = sum(
+            1 for job in self.unfinished if not _is_async(self.registry, job.task)
+        )
+
+    async def release_orphans(self, conn: AsyncConn) -> None:
+        """Put back jobs a claim took for us but whose reply the broken connection lost (the
+        claim link calls this when it reconnects)."""
+        known = [job.id for job in self.running.values()] + self.completer.job_ids()
+        known += [job.id for job in self.claimer.in_hand]  # claimed this round, not yet started
+        orphans = await self.jobs.release_orphans(conn, self.worker_id, known)
+        if orphans:
+            log.warning("put back %d jobs claimed while the connection broke", len(orphans))
+            self.claimer.forget_hints()  # they sit below any hint now
+            self.notified()  # and nobody else was told they are back
+
+    async def put_back_unfinished(self) -> None:
+        """End the unfinished jobs whose cancellation was requested as cancelled; put the
+        rest back in their queues."""
+        await self._cancel_unfinished()
+        if not self.unfinished:
+            return
+        ids = [job.id for job in self.unfinished]
+        await self.link.run(lambda conn: self.jobs.release_many(conn, ids, self.worker_id))
+        log.warning("put %d unfinished jobs back in their queues", len(ids))
+
+    async def _cancel_unfinished(self) -> None:
+        """Unfinished jobs whose cancellation was requested (and not heard of in time) end as
+        cancelled instead of going back to run again; guarded like any outcome."""
+        if not self.unfinished:
+            return
+        keep_history = self.completer.keep_history
+
+        async def cancel(conn: AsyncConn) -> list[ClaimedJob]:
+            ids = [job.id for job in self.unfinished]
+            requested = set(await self.jobs.cancel_requested(conn, ids, self.worker_id))
+            jobs = [job for job in self.unfinished if job.id in requested]
+            if jobs:
+                outcomes = [cancelled(job, None) for job in jobs]
+                await self.jobs.finish_many(conn, outcomes, keep_history)
+            return jobs
+
+        done = await self.link.run(cancel)
+        if done:
+            log.info("cancelled %d unfinished jobs whose cancellation was requested", len(done))
+            self.unfinished = [job for job in self.unfinished if job not in done]
+
+
+def _is_async(registry: Registry, name: str) -> bool:
+    try:
+        return registry.get(name).is_async
+    except Exception:
+        return True
