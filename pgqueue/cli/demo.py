@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import scalar_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -107,19 +108,23 @@ def _enqueue(
     )
     committed: set[int] = set()
     rolled_back: set[int] = set()
-    with psycopg.connect(dsn) as conn, _progress(console) as progress:
+    with (
+        psycopg.connect(dsn) as conn,
+        conn.cursor(row_factory=scalar_row) as cur,
+        _progress(console) as progress,
+    ):
         bar = progress.add_task("enqueueing", total=2 * jobs)
         for i in range(2 * jobs):
             keep = i % 2 == 0
-            row = conn.execute(insert, [f"order {i}"]).fetchone()
-            assert row is not None
-            queue.enqueue(task.job(row[0]), conn=conn)
+            order: int | None = cur.execute(insert, [f"order {i}"]).fetchone()
+            assert order is not None
+            queue.enqueue(task.job(order), conn=conn)
             if keep:
                 conn.commit()
-                committed.add(row[0])
+                committed.add(order)
             else:
                 conn.rollback()
-                rolled_back.add(row[0])
+                rolled_back.add(order)
             if i % 100 == 0:
                 progress.update(bar, completed=i)
         progress.update(bar, completed=2 * jobs)
@@ -146,6 +151,6 @@ def _progress(console: Console) -> Progress:
 
 
 def _server_version(dsn: str) -> str:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    return f"PostgreSQL {row[0] if row else '?'}"
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=scalar_row) as cur:
+        version = cur.execute("SHOW server_version").fetchone()
+    return f"PostgreSQL {version or '?'}"
