@@ -596,31 +596,6 @@ KEYED_FOUND = KeyedFound()
 
 
 def _claim_row(
-    id: int,
-    task: str,
-    args: dict[str, object],
-    priority: int,
-    attempt: int,
-    max_attempts: int,
-    queue: str,
-    worker_id: int,
-    parked: bool | None,
-    trace_context: dict[str, object] | None,
-    waited: float | None,
-) -> ClaimedJob | Parked | KeyedFound:
-    """A row of job_claim or job_claim_unkeyed, built straight from its columns (the claim
-    is the worker's hottest path: no row becomes a dict, or an object it then copies). On a
-    parked row all but id and priority are NULL; on KeyedFound's, all."""
-    if parked is None:
-        return KEYED_FOUND
-    if parked:
-        return Parked(priority, id)
-    return ClaimedJob(
-        id, task, args, priority, attempt, max_attempts, queue, worker_id, trace_context, waited
-    )
-
-
-def _rated_row(
     id: int | None,
     task: str,
     args: dict[str, object],
@@ -630,14 +605,17 @@ def _rated_row(
     queue: str,
     worker_id: int,
     parked: bool | None,
-    room_in: float | None,
-    back_in: float | None,
     trace_context: dict[str, object] | None,
     waited: float | None,
-) -> ClaimedJob | Parked | RateRoom:
-    """A row of job_claim_rated: `_claim_row`'s, and its last row, whose id is NULL."""
+    room_in: float | None = None,
+    back_in: float | None = None,
+) -> ClaimedJob | Parked | KeyedFound | RateRoom:
+    """A row of job_claim, job_claim_unkeyed or job_claim_rated (the one statement with
+    room_in and back_in), built straight from its columns: the claim is the worker's hottest
+    path, so no row becomes a dict, or an object it then copies. A parked row has only id
+    and priority; KeyedFound's and RateRoom's rows have no id."""
     if id is None:
-        return RateRoom(room_in or 0.0, back_in)
+        return KEYED_FOUND if room_in is None else RateRoom(room_in, back_in)
     if parked:
         return Parked(priority, id)
     return ClaimedJob(
@@ -678,13 +656,7 @@ class JobsStore:
 
     async def claim_keyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed:
         """job_claim: jobs that fit their key's limit are claimed, the others parked."""
-        claimed = Claimed([], [])
-        statement_ = statement("job_claim", self.schema)
-        for row in await fetch(conn, _claim_row, statement_, params.as_params()):
-            if isinstance(row, ClaimedJob):
-                claimed.jobs.append(row)
-            elif isinstance(row, Parked):
-                claimed.parked.append((row.priority, row.id))
+        claimed, _ = await self._claim(conn, "job_claim", params)
         return claimed
 
     async def claim_rated(
@@ -694,17 +666,22 @@ class JobsStore:
         keys'. The jobs (those put back count as parked); in how many seconds the queue's
         limit has room again (0: now); and in how many the first job put back falls due
         (None: none was)."""
+        claimed, room = await self._claim(conn, "job_claim_rated", params)
+        return claimed, room.room_in, room.back_in
+
+    async def _claim(
+        self, conn: AsyncConn, name: str, params: ClaimParams
+    ) -> tuple[Claimed, RateRoom]:
         claimed = Claimed([], [])
         room = RateRoom(0.0, None)
-        statement_ = statement("job_claim_rated", self.schema)
-        for row in await fetch(conn, _rated_row, statement_, params.as_params()):
+        for row in await fetch(conn, _claim_row, statement(name, self.schema), params.as_params()):
             if isinstance(row, ClaimedJob):
                 claimed.jobs.append(row)
             elif isinstance(row, Parked):
                 claimed.parked.append((row.priority, row.id))
-            else:
+            elif isinstance(row, RateRoom):
                 room = row
-        return claimed, room.room_in, room.back_in
+        return claimed, room
 
     async def promote_due(
         self, conn: AsyncConn, queues: Sequence[str], limit: int
