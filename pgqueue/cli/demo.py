@@ -11,11 +11,12 @@ import asyncio
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import scalar_row
+from psycopg.rows import args_row, scalar_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -85,15 +86,23 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     return 0 if ok else 1
 
 
+@dataclass(frozen=True)
+class _Tables:
+    """How many tables the schema has, and how many of them are named orders."""
+
+    tables: int
+    orders: int
+
+
 def _refuse_foreign_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """The demo recreates its schema; never drop one that is not a demo's own."""
-    row = conn.execute(
-        "SELECT count(*) FILTER (WHERE true), count(*) FILTER (WHERE table_name = 'orders') "
-        "FROM information_schema.tables WHERE table_schema = %s",
-        [schema],
-    ).fetchone()
-    tables, orders = row if row else (0, 0)
-    if tables and not orders:
+    with conn.cursor(row_factory=args_row(_Tables)) as cur:
+        found = cur.execute(
+            "SELECT count(*), count(*) FILTER (WHERE table_name = 'orders') "
+            "FROM information_schema.tables WHERE table_schema = %s",
+            [schema],
+        ).fetchone()
+    if found is not None and found.tables and not found.orders:
         raise UsageError(
             f"schema {schema!r} exists and is not a pgqueue demo schema (it has no orders "
             "table); the demo drops and recreates its schema, so pick another --schema"
