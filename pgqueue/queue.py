@@ -12,7 +12,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, overload
 
@@ -20,7 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pydantic import ValidationError
 
-from pgqueue import bulk, migrate
+from pgqueue import bulk, hooks, migrate
 from pgqueue import dsn as dsn_rule
 from pgqueue.dsn import redact
 from pgqueue.errors import (
@@ -69,10 +68,6 @@ from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
 from pgqueue.workflow import Flow, OnFailure, build
-
-# Set by pgqueue.tracing.instrument(): wraps each enqueue call in a span whose context the
-# jobs' rows carry, and is given their ids. None, the default: an enqueue pays one read.
-enqueue_tracer: Callable[[Sequence[NewJob]], AbstractContextManager[list[int]]] | None = None
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -577,17 +572,24 @@ def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool
     return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
-def _from_sqlalchemy(conn: object) -> bool:
-    """Whether `conn` is a SQLAlchemy object (asked by module: the core imports no
-    SQLAlchemy unless it is given one)."""
-    return type(conn).__module__.split(".")[0] == "sqlalchemy"
-
-
 def _require(conn: object, kind: type, method: str) -> None:
     if not isinstance(conn, kind):
-        raise TypeError(
-            f"{method} needs a {kind.__module__}.{kind.__name__}, got {type(conn).__name__}"
-        )
+        raise _wrong_connection(conn, kind, method)
+
+
+def _adapter(conn: object, kind: type, method: str) -> hooks.ConnectionAdapter:
+    """The adapter that gives the psycopg connection under `conn`, another library's
+    connection object (a SQLAlchemy Session, through pgqueue/contrib/sqlalchemy.py)."""
+    adapter = hooks.adapter_for(conn)
+    if adapter is None:
+        raise _wrong_connection(conn, kind, method)
+    return adapter
+
+
+def _wrong_connection(conn: object, kind: type, method: str) -> TypeError:
+    return TypeError(
+        f"{method} needs a {kind.__module__}.{kind.__name__}, got {type(conn).__name__}"
+    )
 
 
 class Queue(_Base):
@@ -629,11 +631,12 @@ class Queue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        if enqueue_tracer is not None:
-            with enqueue_tracer(batch) as traced:
-                traced.extend(ids := self._store(batch, conn))
-                return ids
-        return self._store(batch, conn)
+        hooked = hooks.enqueuing(batch)
+        if hooked is None:
+            return self._store(batch, conn)
+        with hooked as seen:
+            seen.extend(ids := self._store(batch, conn))
+            return ids
 
     def _store(self, batch: Sequence[NewJob], conn: Conn | None) -> list[Enqueued]:
         with self._connection(conn) as c:
@@ -692,11 +695,8 @@ class Queue(_Base):
         if conn is not None:
             if isinstance(conn, psycopg.Connection):
                 return _Borrowed(conn, self.schema)
-            if _from_sqlalchemy(conn):
-                from pgqueue.contrib import sqlalchemy
-
-                return _Borrowed(sqlalchemy.sync_connection(conn), self.schema)
-            _require(conn, psycopg.Connection, "Queue")
+            adapter = _adapter(conn, psycopg.Connection, "Queue")
+            return _Borrowed(adapter.connection(conn), self.schema)
         if self._borrow is not None:
             return _Borrowed(self._borrow(), self.schema)
         return _Pooled(self.pool(), self.schema)
@@ -908,11 +908,12 @@ class AsyncQueue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        if enqueue_tracer is not None:
-            with enqueue_tracer(batch) as traced:
-                traced.extend(ids := await self._store(batch, conn))
-                return ids
-        return await self._store(batch, conn)
+        hooked = hooks.enqueuing(batch)
+        if hooked is None:
+            return await self._store(batch, conn)
+        with hooked as seen:
+            seen.extend(ids := await self._store(batch, conn))
+            return ids
 
     async def _store(self, batch: Sequence[NewJob], conn: AsyncConn | None) -> list[Enqueued]:
         async with self._connection(conn) as c:
@@ -956,9 +957,10 @@ class AsyncQueue(_Base):
 
     def _connection(self, conn: AsyncConn | None) -> Any:
         if conn is not None:
-            if not _from_sqlalchemy(conn):
-                _require(conn, psycopg.AsyncConnection, "AsyncQueue")
-            return _AsyncBorrowed(conn, self.schema)
+            if isinstance(conn, psycopg.AsyncConnection):
+                return _AsyncBorrowed(conn, self.schema)
+            adapter = _adapter(conn, psycopg.AsyncConnection, "AsyncQueue")
+            return _AsyncBorrowed(conn, self.schema, adapter)
         if self._borrow is not None:
             return _AsyncBorrowed(self._borrow(), self.schema)
         return _AsyncPooled(self)
@@ -1232,17 +1234,23 @@ class _Pooled:
 
 
 class _AsyncBorrowed:
-    def __init__(self, conn: AsyncConn, schema: str) -> None:
+    """The caller's connection, or another library's connection object and the adapter that
+    gives the psycopg connection under it, as a context manager that leaves its transaction
+    alone."""
+
+    def __init__(
+        self, conn: AsyncConn, schema: str, adapter: hooks.ConnectionAdapter | None = None
+    ) -> None:
         self.given = conn
         self.schema = schema
+        self.adapter = adapter
 
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        if isinstance(self.given, psycopg.AsyncConnection):
-            conn = self.given
+        if self.adapter is not None:
+            conn = await self.adapter.async_connection(self.given)
         else:
-            from pgqueue.contrib import sqlalchemy
-
-            conn = await sqlalchemy.async_connection(self.given)
+            assert isinstance(self.given, psycopg.AsyncConnection)
+            conn = self.given
         _usable(conn)
         return conn
 

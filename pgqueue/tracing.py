@@ -1,17 +1,17 @@
 """OpenTelemetry traces: a span for each enqueue, and one for each job's execution, the child
 of the enqueue that made it.
 
-Owns: `instrument()`, which turns on the enqueue spans in this process, and JobTracer, the
-worker's observer behind `pgqueue worker --trace`. The enqueuer's context travels in the
-job's row (its trace_context column, W3C trace context as OTel's propagator writes it), so
-the link holds across processes and machines. Attributes follow OpenTelemetry's messaging
-conventions: messaging.system "pgqueue", the queue as messaging.destination.name, the job's
-id as messaging.message.id.
+Owns: `instrument()`, which registers the enqueue spans' hook (pgqueue/hooks.py) in this
+process, and JobTracer, the worker's observer behind `pgqueue worker --trace`. The enqueuer's
+context travels in the job's row (its trace_context column, W3C trace context as OTel's
+propagator writes it), so the link holds across processes and machines. Attributes follow
+OpenTelemetry's messaging conventions: messaging.system "pgqueue", the queue as
+messaging.destination.name, the job's id as messaging.message.id.
 
-Invariants: with tracing off (the default) nothing here is imported: an enqueue reads one
-module global, and a worker has no observer. The job's span is current while its handler
-runs, in an `async def` handler and in a sync handler's thread alike, so spans the handler
-makes are its children. A job put back when its worker stops ends its span unfinished.
+Invariants: with tracing off (the default) nothing here is imported: an enqueue finds no
+hook, and a worker has no observer. The job's span is current while its handler runs, in an
+`async def` handler and in a sync handler's thread alike, so spans the handler makes are its
+children. A job put back when its worker stops ends its span unfinished.
 
 Needs the `otel` extra (opentelemetry-api); which SDK and exporter export the spans is the
 application's choice, configured as OpenTelemetry documents.
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from pgqueue import queue as queue_module
+from pgqueue import hooks
 from pgqueue.models import ClaimedJob, NewJob
 from pgqueue.store.jobs import trace_context
 from pgqueue.worker.observe import outcome_name
@@ -42,14 +42,15 @@ def _tracer(provider: trace.TracerProvider | None) -> trace.Tracer:
     return trace.get_tracer("pgqueue", tracer_provider=provider)
 
 
-def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
-    """Trace every enqueue in this process from now on: one span per enqueue call, whose
-    context the jobs' rows carry to the workers. Uses the global tracer provider unless
-    given one."""
-    tracer = _tracer(tracer_provider)
+class EnqueueSpans:
+    """The enqueue hook (pgqueue.hooks.EnqueueHook) that `instrument()` registers: a PRODUCER
+    span around each enqueue call, whose context the jobs' rows carry."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self.tracer = tracer
 
     @contextmanager
-    def enqueue_span(batch: Sequence[NewJob]) -> Iterator[list[int]]:
+    def enqueue(self, batch: Sequence[NewJob]) -> Iterator[list[int]]:
         queues = sorted({job.options.queue for job in batch})
         destination = queues[0] if len(queues) == 1 else "(several)"
         attributes: dict[str, Any] = {
@@ -62,7 +63,7 @@ def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
             attributes["messaging.batch.message_count"] = len(batch)
         else:
             attributes["pgqueue.task"] = batch[0].task
-        with tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             f"enqueue {destination}", kind=SpanKind.PRODUCER, attributes=attributes
         ) as span:
             carrier: dict[str, str] = {}
@@ -76,12 +77,25 @@ def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
             if len(ids) == 1:
                 span.set_attribute("messaging.message.id", str(ids[0]))
 
-    queue_module.enqueue_tracer = enqueue_span
+
+# The hook `instrument()` registered, which `uninstrument()` takes away.
+_registered: list[EnqueueSpans] = []
+
+
+def instrument(tracer_provider: trace.TracerProvider | None = None) -> None:
+    """Trace every enqueue in this process from now on: one span per enqueue call, whose
+    context the jobs' rows carry to the workers. Uses the global tracer provider unless
+    given one; a second call replaces the first's."""
+    uninstrument()
+    spans = EnqueueSpans(_tracer(tracer_provider))
+    hooks.register(spans)
+    _registered.append(spans)
 
 
 def uninstrument() -> None:
     """Stop tracing enqueues in this process."""
-    queue_module.enqueue_tracer = None
+    while _registered:
+        hooks.unregister(_registered.pop())
 
 
 class JobTracer:

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from pgqueue import Queue
 from pgqueue.migrate import apply
+from pgqueue.store.jobs import ClaimParams
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -178,18 +179,7 @@ def claim_params(
 ) -> dict[str, Any]:
     """job_claim's parameters for one claim of `queue` between two (priority, id) positions
     (by default, everything), as a worker sends them."""
-    return {
-        "queue": queue,
-        "after_priority": after[0],
-        "after_id": after[1],
-        "before_priority": before[0],
-        "before_id": before[1],
-        "limit": limit,
-        "worker_id": worker_id,
-        "now": None,
-        "limited_tasks": [],
-        "job_limits": False,
-    }
+    return ClaimParams(queue, after, before, limit, worker_id).as_params()
 
 
 def listen_for_wakes(

@@ -11,10 +11,12 @@ import asyncio
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import args_row, scalar_row
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -84,15 +86,23 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
     return 0 if ok else 1
 
 
+@dataclass(frozen=True)
+class _Tables:
+    """How many tables the schema has, and how many of them are named orders."""
+
+    tables: int
+    orders: int
+
+
 def _refuse_foreign_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """The demo recreates its schema; never drop one that is not a demo's own."""
-    row = conn.execute(
-        "SELECT count(*) FILTER (WHERE true), count(*) FILTER (WHERE table_name = 'orders') "
-        "FROM information_schema.tables WHERE table_schema = %s",
-        [schema],
-    ).fetchone()
-    tables, orders = row if row else (0, 0)
-    if tables and not orders:
+    with conn.cursor(row_factory=args_row(_Tables)) as cur:
+        found = cur.execute(
+            "SELECT count(*), count(*) FILTER (WHERE table_name = 'orders') "
+            "FROM information_schema.tables WHERE table_schema = %s",
+            [schema],
+        ).fetchone()
+    if found is not None and found.tables and not found.orders:
         raise UsageError(
             f"schema {schema!r} exists and is not a pgqueue demo schema (it has no orders "
             "table); the demo drops and recreates its schema, so pick another --schema"
@@ -107,19 +117,23 @@ def _enqueue(
     )
     committed: set[int] = set()
     rolled_back: set[int] = set()
-    with psycopg.connect(dsn) as conn, _progress(console) as progress:
+    with (
+        psycopg.connect(dsn) as conn,
+        conn.cursor(row_factory=scalar_row) as cur,
+        _progress(console) as progress,
+    ):
         bar = progress.add_task("enqueueing", total=2 * jobs)
         for i in range(2 * jobs):
             keep = i % 2 == 0
-            row = conn.execute(insert, [f"order {i}"]).fetchone()
-            assert row is not None
-            queue.enqueue(task.job(row[0]), conn=conn)
+            order: int | None = cur.execute(insert, [f"order {i}"]).fetchone()
+            assert order is not None
+            queue.enqueue(task.job(order), conn=conn)
             if keep:
                 conn.commit()
-                committed.add(row[0])
+                committed.add(order)
             else:
                 conn.rollback()
-                rolled_back.add(row[0])
+                rolled_back.add(order)
             if i % 100 == 0:
                 progress.update(bar, completed=i)
         progress.update(bar, completed=2 * jobs)
@@ -146,6 +160,6 @@ def _progress(console: Console) -> Progress:
 
 
 def _server_version(dsn: str) -> str:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    return f"PostgreSQL {row[0] if row else '?'}"
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=scalar_row) as cur:
+        version = cur.execute("SHOW server_version").fetchone()
+    return f"PostgreSQL {version or '?'}"

@@ -10,8 +10,10 @@ Only the psycopg (3) driver gives pgqueue a connection it can use: `postgresql+p
 URLs, or plain `postgresql://` where psycopg is the installed driver. Other drivers are
 refused with a message that says so.
 
-Imported by the core only when a SQLAlchemy object is passed as `conn=`, so the core needs no
-SQLAlchemy.
+Its `ADAPTER` is a connection adapter (pgqueue/hooks.py), registered when this module is
+imported; pgqueue's package metadata declares it under the entry point group
+`pgqueue.connection_adapters`, so that the first SQLAlchemy object passed as `conn=` loads it
+without the application importing it. The core imports neither this module nor SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import psycopg
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
+from pgqueue import hooks
 from pgqueue.errors import ConfigurationError
 
 D = TypeVar("D")
@@ -85,3 +88,19 @@ def _driver_of(driver: object, dialect: Any, kind: type[D]) -> D:
             "that jobs join its transactions"
         )
     return driver
+
+
+class SQLAlchemyAdapter:
+    """The connection adapter (pgqueue.hooks.ConnectionAdapter) for SQLAlchemy's objects."""
+
+    library = "sqlalchemy"
+
+    def connection(self, conn: object) -> psycopg.Connection[Any]:
+        return sync_connection(conn)
+
+    async def async_connection(self, conn: object) -> psycopg.AsyncConnection[Any]:
+        return await async_connection(conn)
+
+
+ADAPTER = SQLAlchemyAdapter()
+hooks.register(ADAPTER)

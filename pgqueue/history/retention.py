@@ -26,7 +26,7 @@ from pgqueue.history.partitions import LOCK_MS
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Loop
 from pgqueue.store.history import partitions_drop_plan, prune_batch_plan
-from pgqueue.store.plan import AsyncConn, Params, Rows, SyncConn, run, run_async
+from pgqueue.store.plan import AsyncConn, Params, SyncConn, run, run_async
 
 log = logging.getLogger("pgqueue.retention")
 FINAL_STATUSES = ("succeeded", "failed", "cancelled")
@@ -85,15 +85,16 @@ class PruneReport:
         """The next batch starts where the previous one ended (see job_history_prune)."""
         return cutoff.params(now) | {"after": self.after.get(step)}
 
-    def record(self, step: str, rows: Rows, seconds: float) -> int:
-        if rows:
-            self.after[step] = max(row[0] for row in rows)
+    def record(self, step: str, times: Sequence[datetime], seconds: float) -> int:
+        """Count a batch that deleted rows of these times; the next starts after the last."""
+        if times:
+            self.after[step] = max(times)
         if step == "jobs":
-            self.deleted += len(rows)
+            self.deleted += len(times)
         else:
-            self.ticks_deleted += len(rows)
+            self.ticks_deleted += len(times)
         self.batch_seconds.append(seconds)
-        return len(rows)
+        return len(times)
 
     @property
     def batches(self) -> int:
@@ -121,8 +122,8 @@ def prune(
         while True:
             started = time.perf_counter()
             plan = prune_batch_plan(schema, step, report.params(cutoff, step, now), lock=False)
-            rows = run(conn, plan)
-            deleted = report.record(step, rows or [], time.perf_counter() - started)
+            times = run(conn, plan)
+            deleted = report.record(step, times or [], time.perf_counter() - started)
             if deleted < cutoff.batch_size:
                 break
     return report
@@ -143,11 +144,11 @@ async def abatch(
     `report.locked_out`) if another worker holds it."""
     started = time.perf_counter()
     plan = prune_batch_plan(schema, step, report.params(cutoff, step, now), lock=lock)
-    rows = await run_async(conn, plan)
-    if rows is None:
+    times = await run_async(conn, plan)
+    if times is None:
         report.locked_out = True
         return None
-    return report.record(step, rows, time.perf_counter() - started)
+    return report.record(step, times, time.perf_counter() - started)
 
 
 class Pruner(Loop):

@@ -11,13 +11,55 @@ jobs of keys with room are un-parked, and a counter that disagrees with the runn
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from pgqueue.queries import query
-from pgqueue.store.plan import AsyncConn, Plan, fetch, fetch_one
+from pgqueue.store.plan import AsyncConn, Plan, execute, fetch, fetch_one, rows_as
 from pgqueue.tenants import DEFAULT_KEY, ConcurrencyLimit, limit_key, limit_value
 
 log = logging.getLogger("pgqueue.tenants")
 UNPARK_BATCH = 1000  # waiting jobs let out per key per statement
+
+
+@dataclass(frozen=True)
+class LimitRow:
+    """A row of concurrency_limit_list."""
+
+    key: str
+    max_running: int | None
+    running: int
+    waiting: int
+
+
+@dataclass(frozen=True)
+class SweepLock:
+    """concurrency_sweep_lock's row: whether this worker took the sweep's lock."""
+
+    locked: bool
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A row of concurrency_slot_suspects: a key whose slot counter disagrees with its
+    running jobs."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Unparked:
+    """concurrency_unpark's row: how many waiting jobs were let out; the wake-ups sent."""
+
+    unparked: int
+    woken: int | None
+
+
+@dataclass(frozen=True)
+class SlotFix:
+    """concurrency_slot_fix's row: the slot's counter before and after."""
+
+    was: int
+    now: int
 
 
 def set_limit_plan(schema: str, key: str | None, max_running: int | None) -> Plan[None]:
@@ -41,33 +83,35 @@ def _set_limit(schema: str, name: str, limit: int | None) -> Plan[None]:
 def list_limits_plan(schema: str) -> Plan[list[ConcurrencyLimit]]:
     """Every key with a limit, running jobs or waiting jobs; the default ('*') first."""
     rows = yield query("concurrency_limit_list", schema), {}
-    return [ConcurrencyLimit(key=r[0], max_running=r[1], running=r[2], waiting=r[3]) for r in rows]
+    return [
+        ConcurrencyLimit.model_validate(row, from_attributes=True)
+        for row in rows_as(LimitRow, rows)
+    ]
 
 
 async def sweep(conn: AsyncConn, schema: str) -> int:
     """One sweep on `conn` (autocommit), by one worker at a time. Returns the jobs un-parked;
     never waits for another worker's sweep."""
     async with conn.transaction():
-        row = await fetch_one(conn, query("concurrency_sweep_lock", schema), {"schema": schema})
-        if not row[0]:
+        lock = query("concurrency_sweep_lock", schema)
+        if not (await fetch_one(conn, SweepLock, lock, {"schema": schema})).locked:
             return 0
-        for (key,) in await fetch(conn, query("concurrency_slot_suspects", schema)):
-            await _fix(conn, schema, key)
-        rows = await fetch(
-            conn, query("concurrency_unpark", schema), {"key": None, "batch": UNPARK_BATCH}
-        )
-        return int(rows[0][0]) if rows else 0
+        for suspect in await fetch(conn, Suspect, query("concurrency_slot_suspects", schema)):
+            await _fix(conn, schema, suspect.key)
+        unpark = query("concurrency_unpark", schema)
+        params = {"key": None, "batch": UNPARK_BATCH}
+        return (await fetch_one(conn, Unparked, unpark, params)).unparked
 
 
 async def _fix(conn: AsyncConn, schema: str, key: str) -> None:
     async with conn.transaction():  # a savepoint: the lock is held until the sweep commits
-        await fetch(conn, query("concurrency_slot_lock", schema), {"key": key})
-        fixed = await fetch(conn, query("concurrency_slot_fix", schema), {"key": key})
-    if fixed:
+        await execute(conn, query("concurrency_slot_lock", schema), {"key": key})
+        fixed = await fetch(conn, SlotFix, query("concurrency_slot_fix", schema), {"key": key})
+    for fix in fixed:
         log.warning(
             "concurrency key %r counted %d running jobs but has %d; corrected (were jobs "
             "edited by hand?)",
             key,
-            fixed[0][0],
-            fixed[0][1],
+            fix.was,
+            fix.now,
         )

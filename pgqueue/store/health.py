@@ -4,10 +4,11 @@ sql/queries/health.sql. Nothing here writes to pgqueue's tables."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from psycopg.rows import class_row, tuple_row
+from psycopg.rows import args_row, class_row
 from pydantic import BaseModel, ConfigDict
 
 from pgqueue.queries import query
@@ -160,6 +161,13 @@ def jobs_table_health(conn: SyncConn, schema: str) -> TableHealth | None:
         return cur.execute(query("table_read_health", schema), params).fetchone()
 
 
+@dataclass(frozen=True)
+class Terminated:
+    """session_terminate_holder's row: whether the holder exited in time."""
+
+    terminated: bool
+
+
 def terminate_holder(
     conn: SyncConn, pid: int, min_age: timedelta, wait_ms: int, now: datetime | None
 ) -> bool:
@@ -167,6 +175,6 @@ def terminate_holder(
     `min_age` old and is neither this connection nor pgqueue's own; whether it exited within
     `wait_ms`."""
     params = {"pid": pid, "min_age": min_age, "wait_ms": wait_ms, "now": now}
-    with conn.cursor(row_factory=tuple_row) as cur:
+    with conn.cursor(row_factory=args_row(Terminated)) as cur:
         row = cur.execute(query("session_terminate_holder", _NO_SCHEMA), params).fetchone()
-    return bool(row and row[0])
+    return row is not None and row.terminated

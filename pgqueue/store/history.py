@@ -3,30 +3,64 @@ worker at a time. Runs sql/queries/history.sql."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from pgqueue.queries import query
-from pgqueue.store.plan import Params, Plan, Rows
+from pgqueue.store.plan import Params, Plan, one_as, rows_as
 
 # What a prune deletes, each by its own statement: finished jobs, and periodic ticks.
 PRUNE_STATEMENTS = {"jobs": "job_history_prune", "ticks": "periodic_tick_prune"}
 
 
-def prune_batch_plan(schema: str, step: str, params: Params, *, lock: bool) -> Plan[Rows | None]:
-    """Delete one batch of `step` ("jobs" or "ticks"); the rows deleted, each its time. With
+@dataclass(frozen=True)
+class PruneLock:
+    """retention_lock's row: whether this worker took the prune lock."""
+
+    locked: bool
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A row of job_history_prune or periodic_tick_prune: the time of a row deleted (a job's
+    finished_at, a tick's time)."""
+
+    at: datetime
+
+
+@dataclass(frozen=True)
+class PartitionsStep:
+    """history_partitions_step's row: what the step did; None when nothing was left."""
+
+    done: str | None
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A row of history_partitions_drop."""
+
+    partition: str
+    estimated_rows: int
+
+
+def prune_batch_plan(
+    schema: str, step: str, params: Params, *, lock: bool
+) -> Plan[list[datetime] | None]:
+    """Delete one batch of `step` ("jobs" or "ticks"); the time of each row deleted. With
     `lock` it first takes the schema's prune lock for the transaction, and deletes nothing
     (None) if another worker holds it."""
     if lock:
         rows = yield query("retention_lock", schema), {"schema": schema}
-        if not rows[0][0]:
+        if not one_as(PruneLock, rows).locked:
             return None
-    return (yield query(PRUNE_STATEMENTS[step], schema), params)
+    rows = yield query(PRUNE_STATEMENTS[step], schema), params
+    return [row.at for row in rows_as(Pruned, rows)]
 
 
 def partitions_step_plan(schema: str, ahead: int, lock_ms: int) -> Plan[str | None]:
     """One step of the history partitions' upkeep; what it did, None when nothing is left."""
     rows = yield query("history_partitions_step", schema), {"ahead": ahead, "lock_ms": lock_ms}
-    return str(rows[0][0]) if rows and rows[0][0] is not None else None
+    return one_as(PartitionsStep, rows).done if rows else None
 
 
 def partitions_drop_plan(
@@ -35,4 +69,4 @@ def partitions_drop_plan(
     """Drop the history partitions past the cutoff; each one's name and estimated rows."""
     params = {"older_than": older_than, "lock_ms": lock_ms, "now": now}
     rows = yield query("history_partitions_drop", schema), params
-    return [(str(name), int(estimate)) for name, estimate in rows]
+    return [(row.partition, row.estimated_rows) for row in rows_as(Dropped, rows)]

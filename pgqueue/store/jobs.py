@@ -30,12 +30,13 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.rows import TupleRow, tuple_row
+from psycopg.rows import tuple_row
 
 from pgqueue.bulk import Batch
 from pgqueue.codec import encode_args, encode_json, encode_rows, too_large
 from pgqueue.errors import DatabaseError, JobNotFoundError, JobStateError
 from pgqueue.models import (
+    RATE_START_MARGIN,
     Cancellation,
     ClaimedJob,
     Enqueued,
@@ -47,7 +48,19 @@ from pgqueue.models import (
     NewJob,
 )
 from pgqueue.queries import channel, query, statement
-from pgqueue.store.plan import AsyncConn, Params, Plan, Rows, Step, SyncConn, fetch, fetch_one
+from pgqueue.store.plan import (
+    AsyncConn,
+    Params,
+    Plan,
+    Rows,
+    Step,
+    SyncConn,
+    execute,
+    fetch,
+    fetch_one,
+    one_as,
+    rows_as,
+)
 from pgqueue.store.workers import bound_idle
 from pgqueue.tenants import refuse_keyed_atomic
 from pgqueue.wakeup import Position
@@ -117,7 +130,13 @@ def _refuse_huge(jobs: Sequence[NewJob], limit: int) -> None:
 
 def enqueued(rows: Rows) -> list[Enqueued]:
     """The ids an insert returned, in the order the jobs were given."""
-    return [Enqueued(row[0]) for row in rows]
+    return rows_as(_inserted, rows)
+
+
+def _inserted(id: int, woke: object = None) -> Enqueued:
+    """A row of job_insert, job_insert_single or job_insert_one (whose `woke` is the wake-up
+    it sent) as the job's id, built straight from its columns."""
+    return Enqueued(id)
 
 
 def insert_plan(jobs: Sequence[NewJob], schema: str) -> Plan[list[Enqueued]]:
@@ -129,8 +148,15 @@ def _copy_transaction(conn: SyncConn | AsyncConn) -> Any:  # sync or async, as `
     return conn.transaction() if conn.autocommit else contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class Reserved:
+    """job_id_reserve's row: the ids taken from the jobs id sequence."""
+
+    ids: list[int]
+
+
 def _copy_ids(rows: Rows) -> list[int]:
-    return sorted(rows[0][0])
+    return sorted(one_as(Reserved, rows).ids)
 
 
 def copy_in(
@@ -187,17 +213,27 @@ def enqueue_plan(
     plain = [i for i, job in enumerate(jobs) if job.options.dedupe_key is None]
     if plain:
         rows = yield insert([jobs[i] for i in plain], schema, max_payload_bytes)
-        for i, row in zip(plain, rows, strict=True):
-            out[i] = Enqueued(row[0])
+        for i, job_id in zip(plain, enqueued(rows), strict=True):
+            out[i] = job_id
     with_key = {i: job for i, job in enumerate(jobs) if job.options.dedupe_key is not None}
     if with_key:
         # The size check, before anything is sent.
         insert(list(with_key.values()), schema, max_payload_bytes)
         resolved = yield from _insert_keyed(with_key, schema)
-        for i, enqueued in resolved.items():
-            out[i] = enqueued
+        for i, job_id in resolved.items():
+            out[i] = job_id
     assert all(item is not None for item in out)
     return [item for item in out if item is not None]
+
+
+@dataclass(frozen=True)
+class Unique:
+    """A row of job_insert_unique: the job at `ord` in the batch, its id (None while a
+    concurrent enqueue of its key is unsettled), and whether this statement created it."""
+
+    ord: int
+    id: int | None
+    created: bool
 
 
 def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enqueued]]:
@@ -214,7 +250,7 @@ def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enq
                 "trace_context": trace_context.get(),
             },
         )
-        got = {int(ord_): (job_id, bool(created)) for ord_, job_id, created in rows}
+        got = {row.ord: (row.id, row.created) for row in rows_as(Unique, rows)}
         if windowed:
             if (yield from _lost_to_a_finish(pending, got, schema)):
                 yield query("dedupe_rollback", schema), {}
@@ -297,10 +333,17 @@ def list_plan(where: JobFilter, schema: str) -> Plan[JobPage]:
     return JobPage(jobs=jobs, next_before_id=jobs[-1].id if full else None)
 
 
+@dataclass(frozen=True)
+class Newest:
+    """job_read_newest_id's row."""
+
+    id: int | None
+
+
 def newest_id_plan(schema: str) -> Plan[int | None]:
     """The newest job id, live or finished; None when there is no job."""
     rows = yield query("job_read_newest_id", schema), {}
-    return None if rows[0][0] is None else int(rows[0][0])
+    return one_as(Newest, rows).id
 
 
 def get_plan(job_id: int, schema: str) -> Plan[Job | None]:
@@ -324,15 +367,25 @@ def list_live_plan(schema: str, task: str | None) -> Plan[list[Job]]:
 # -- cancel and retry ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Cancelled:
+    """job_cancel's row: how many jobs it locked, cancelled at once, and asked their workers
+    to cancel; what settling the history's counts returned."""
+
+    locked: int
+    cancelled: int
+    requested: int
+    settled: int | None
+
+
 def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellation]:
     params = {"id": job_id, "now": None, "keep_history": keep_history}
     job: Job | None = None
     for _ in range(CANCEL_ROUNDS):
-        rows = yield query("job_cancel", schema), params
-        _locked, cancelled, requested, _settled = rows[0]
-        if cancelled:
+        row = one_as(Cancelled, (yield query("job_cancel", schema), params))
+        if row.cancelled:
             return Cancellation.CANCELLED
-        if requested:
+        if row.requested:
             return Cancellation.REQUESTED
         job = yield from _require_job(job_id, schema)
         if job.finished:
@@ -347,6 +400,24 @@ def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellati
     raise JobStateError(f"job {job_id} stayed locked by another transaction; try again")
 
 
+@dataclass(frozen=True)
+class RetrySource:
+    """job_retry_source's row: a finished job as a retry copies it, and the id of its retry
+    still queued or running, if any."""
+
+    id: int
+    queue: str
+    task: str
+    args: dict[str, object]
+    status: str
+    priority: int
+    max_attempts: int
+    atomic: bool
+    live_retry: int | None
+    concurrency_key: str | None
+    tags: list[str] | None
+
+
 def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[Enqueued]:
     rows = yield query("job_retry_source", schema), {"id": job_id}
     if not rows:
@@ -354,20 +425,24 @@ def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[
         raise JobStateError(
             f"job {job_id} is {job.status.value}: only failed or cancelled jobs can be retried"
         )
-    original, queue, task, args, status, priority, max_attempts, atomic, live_retry, key, tags = (
-        rows[0]
-    )
-    if status not in (JobStatus.FAILED.value, JobStatus.CANCELLED.value):
-        raise JobStateError(f"job {job_id} {status}: only failed or cancelled jobs can be retried")
-    if live_retry is not None:
-        raise JobStateError(f"job {job_id} is already being retried as job {live_retry}")
+    source = one_as(RetrySource, rows)
+    if source.status not in (JobStatus.FAILED.value, JobStatus.CANCELLED.value):
+        raise JobStateError(
+            f"job {job_id} {source.status}: only failed or cancelled jobs can be retried"
+        )
+    if source.live_retry is not None:
+        raise JobStateError(f"job {job_id} is already being retried as job {source.live_retry}")
     options = JobOptions(
-        queue=queue, priority=priority, max_attempts=max_attempts, concurrency_key=key, tags=tags
+        queue=source.queue,
+        priority=source.priority,
+        max_attempts=source.max_attempts,
+        concurrency_key=source.concurrency_key,
+        tags=None if source.tags is None else tuple(source.tags),
     )
-    rows = yield insert([NewJob(task, args, options, atomic)], schema, max_payload_bytes)
-    new_id = int(rows[0][0])
+    new = NewJob(source.task, source.args, options, source.atomic)
+    [new_id] = enqueued((yield insert([new], schema, max_payload_bytes)))
     try:
-        yield query("job_link_retry", schema), {"id": new_id, "retry_of": original}
+        yield query("job_link_retry", schema), {"id": new_id, "retry_of": source.id}
     except psycopg.errors.UniqueViolation:
         raise JobStateError(f"job {job_id} is already being retried by another job") from None
     return Enqueued(new_id)
@@ -381,34 +456,51 @@ def claim_atomic_plan(schema: str, params: Params, backstop_ms: int) -> Plan[Cla
     idles longer than `backstop_ms` (a hung worker frees the job)."""
     yield from bound_idle(schema, backstop_ms)
     rows = yield query("job_claim_atomic", schema), params
-    return ClaimedJob(*rows[0]) if rows else None
-
-
-def _claimed(row: Sequence[Any], trace_at: int) -> ClaimedJob:
-    """A claimed job from a claim's first eight columns and, from `trace_at` on, its trace
-    context's and its wait's."""
-    job_id, task, args, priority, attempt, max_attempts, queue, worker_id = row[:8]
-    return ClaimedJob(
-        job_id,
-        task,
-        args,
-        priority,
-        attempt,
-        max_attempts,
-        queue,
-        worker_id,
-        row[trace_at],
-        row[trace_at + 1],
-    )
+    return one_as(ClaimedJob, rows) if rows else None
 
 
 def finish_plan(schema: str, outcomes: Sequence[OutcomeRow], keep_history: bool) -> Plan[Finished]:
     """job_finish_many as a plan, for an atomic job's own transaction."""
     rows = yield statement("job_finish_many", schema), finish_params(outcomes, keep_history)
-    return _finished(rows[0])
+    return one_as(Finished, rows)
 
 
 # -- the worker's side ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimParams:
+    """One claim's parameters (job_claim, job_claim_unkeyed, job_claim_rated): jobs of
+    `queue` after the position `after` and before `before` in the claim index, at most
+    `limit`, for the worker `worker_id`; the tasks with a rate limit of their own, whether any
+    job limit (a task's or a key's) applies, and the margin within which a rate-limited job's
+    handler must start."""
+
+    queue: str
+    after: Position
+    before: Position
+    limit: int
+    worker_id: int
+    limited_tasks: Sequence[str] = ()
+    job_limits: bool = False
+    start_margin: timedelta = RATE_START_MARGIN
+    now: datetime | None = None
+
+    def as_params(self) -> dict[str, object]:
+        """The statements' named parameters."""
+        return {
+            "queue": self.queue,
+            "after_priority": self.after[0],
+            "after_id": self.after[1],
+            "before_priority": self.before[0],
+            "before_id": self.before[1],
+            "limit": self.limit,
+            "worker_id": self.worker_id,
+            "now": self.now,
+            "limited_tasks": list(self.limited_tasks),
+            "job_limits": self.job_limits,
+            "start_margin": self.start_margin,
+        }
 
 
 class OutcomeRow(Protocol):
@@ -438,17 +530,97 @@ class Claimed:
 
 @dataclass(frozen=True)
 class Finished:
+    """job_finish_many's row: how many jobs finished, went back to the queue to retry, and
+    moved to history; the wake-ups sent; what settling the history's counts returned."""
+
     finished: int
     retried: int
     archived: int
+    woken: int = 0
+    settled: int | None = None
 
 
-def _ids(rows: Rows) -> list[int]:
-    return [int(row[0]) for row in rows]
+@dataclass(frozen=True)
+class JobId:
+    """A row of the statements that return job ids alone (job_release_orphans,
+    job_list_cancel_requested)."""
+
+    id: int
 
 
-def _finished(row: TupleRow) -> Finished:
-    return Finished(int(row[0]), int(row[1]), int(row[2]))
+@dataclass(frozen=True)
+class Promoted:
+    """job_promote_due's row: how many due jobs it made queued, in how many seconds the next
+    scheduled one falls due (None: none is), and the wake-ups sent."""
+
+    promoted: int
+    next_due_in: float | None
+    woken: int
+
+
+@dataclass(frozen=True)
+class FailedOutOfRange:
+    """job_fail_out_of_range's row: how many jobs failed, how many moved to history, what
+    settling the history's counts returned."""
+
+    failed: int
+    archived: int
+    settled: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A claim's row for a job it did not claim: its key was full, or a rate limit put it
+    back."""
+
+    priority: int
+    id: int
+
+
+@dataclass(frozen=True)
+class KeyedFound:
+    """job_claim_unkeyed's one row when it met a job with a key, or of a limited task, and
+    claimed nothing."""
+
+
+@dataclass(frozen=True)
+class RateRoom:
+    """job_claim_rated's last row: in how many seconds the queue's limit has room again (0:
+    now), and in how many the first job put back falls due (None: none was)."""
+
+    room_in: float
+    back_in: float | None
+
+
+KEYED_FOUND = KeyedFound()
+
+
+def _claim_row(
+    id: int | None,
+    task: str,
+    args: dict[str, object],
+    priority: int,
+    attempt: int,
+    max_attempts: int,
+    queue: str,
+    worker_id: int,
+    parked: bool | None,
+    trace_context: dict[str, object] | None,
+    waited: float | None,
+    room_in: float | None = None,
+    back_in: float | None = None,
+) -> ClaimedJob | Parked | KeyedFound | RateRoom:
+    """A row of job_claim, job_claim_unkeyed or job_claim_rated (the one statement with
+    room_in and back_in), built straight from its columns: the claim is the worker's hottest
+    path, so no row becomes a dict, or an object it then copies. A parked row has only id
+    and priority; KeyedFound's and RateRoom's rows have no id."""
+    if id is None:
+        return KEYED_FOUND if room_in is None else RateRoom(room_in, back_in)
+    if parked:
+        return Parked(priority, id)
+    return ClaimedJob(
+        id, task, args, priority, attempt, max_attempts, queue, worker_id, trace_context, waited
+    )
 
 
 def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[str, object]:
@@ -471,44 +643,45 @@ class JobsStore:
         """Insert jobs a worker makes itself (follow-ups, periodic ticks); their ids in order.
         `now` pins the clock their delays count from."""
         query_, params = insert(jobs, self.schema)
-        return enqueued(await fetch(conn, query_, {**(params or {}), "now": now}))
+        return await fetch(conn, _inserted, query_, {**(params or {}), "now": now})
 
-    async def claim_unkeyed(self, conn: AsyncConn, params: Params) -> Claimed | None:
+    async def claim_unkeyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed | None:
         """job_claim_unkeyed: the claim of a queue whose jobs carry no concurrency key. None
         when it met a keyed job and claimed nothing: claim with claim_keyed from then on."""
-        rows = await fetch(conn, statement("job_claim_unkeyed", self.schema), params)
-        if rows and rows[0][8] is None:
+        statement_ = statement("job_claim_unkeyed", self.schema)
+        rows = await fetch(conn, _claim_row, statement_, params.as_params())
+        if rows and rows[0] is KEYED_FOUND:
             return None
-        return Claimed([_claimed(row, 9) for row in rows], [])
+        return Claimed([row for row in rows if isinstance(row, ClaimedJob)], [])
 
-    async def claim_keyed(self, conn: AsyncConn, params: Params) -> Claimed:
+    async def claim_keyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed:
         """job_claim: jobs that fit their key's limit are claimed, the others parked."""
-        claimed = Claimed([], [])
-        for row in await fetch(conn, statement("job_claim", self.schema), params):
-            if row[8]:
-                claimed.parked.append((row[3], row[0]))
-            else:
-                claimed.jobs.append(_claimed(row, 9))
+        claimed, _ = await self._claim(conn, "job_claim", params)
         return claimed
 
     async def claim_rated(
-        self, conn: AsyncConn, params: Params
+        self, conn: AsyncConn, params: ClaimParams
     ) -> tuple[Claimed, float, float | None]:
         """job_claim_rated: job_claim within the queue's rate limit and its jobs' tasks' and
         keys'. The jobs (those put back count as parked); in how many seconds the queue's
         limit has room again (0: now); and in how many the first job put back falls due
         (None: none was)."""
+        claimed, room = await self._claim(conn, "job_claim_rated", params)
+        return claimed, room.room_in, room.back_in
+
+    async def _claim(
+        self, conn: AsyncConn, name: str, params: ClaimParams
+    ) -> tuple[Claimed, RateRoom]:
         claimed = Claimed([], [])
-        room_in, back_in = 0.0, None
-        for row in await fetch(conn, statement("job_claim_rated", self.schema), params):
-            if row[0] is None:
-                room_in = float(row[9] or 0.0)
-                back_in = None if row[10] is None else float(row[10])
-            elif row[8]:
-                claimed.parked.append((row[3], row[0]))
-            else:
-                claimed.jobs.append(_claimed(row, 11))
-        return claimed, room_in, back_in
+        room = RateRoom(0.0, None)
+        for row in await fetch(conn, _claim_row, statement(name, self.schema), params.as_params()):
+            if isinstance(row, ClaimedJob):
+                claimed.jobs.append(row)
+            elif isinstance(row, Parked):
+                claimed.parked.append((row.priority, row.id))
+            elif isinstance(row, RateRoom):
+                room = row
+        return claimed, room
 
     async def promote_due(
         self, conn: AsyncConn, queues: Sequence[str], limit: int
@@ -517,21 +690,22 @@ class JobsStore:
         the next one falls due (None: none is scheduled; infinite for infinity)."""
         row = await fetch_one(
             conn,
+            Promoted,
             query("job_promote_due", self.schema),
             {"queues": list(queues), "limit": limit, "now": None},
         )
-        return int(row[0]), None if row[1] is None else float(row[1])
+        return row.promoted, row.next_due_in
 
     async def finish_many(
         self, conn: AsyncConn, outcomes: Sequence[OutcomeRow], keep_history: bool
     ) -> Finished:
         """Write outcomes: finished jobs move to history, retried ones back to the queue."""
         params = finish_params(outcomes, keep_history)
-        return _finished(await fetch_one(conn, statement("job_finish_many", self.schema), params))
+        return await fetch_one(conn, Finished, statement("job_finish_many", self.schema), params)
 
     async def release_many(self, conn: AsyncConn, ids: Sequence[int], worker_id: int) -> None:
         """Put a stopping worker's unfinished jobs back without spending an attempt."""
-        await fetch(
+        await execute(
             conn, query("job_release_many", self.schema), {"ids": list(ids), "worker_id": worker_id}
         )
 
@@ -541,39 +715,42 @@ class JobsStore:
         """Put back this worker's running jobs it does not know of (a claim whose reply a
         broken connection lost); returns their ids."""
         params = {"worker_id": worker_id, "known": list(known)}
-        return _ids(await fetch(conn, query("job_release_orphans", self.schema), params))
+        rows = await fetch(conn, JobId, query("job_release_orphans", self.schema), params)
+        return [row.id for row in rows]
 
     async def cancel_requested(
         self, conn: AsyncConn, ids: Sequence[int], worker_id: int
     ) -> list[int]:
         """Those of this worker's running jobs `ids` whose cancellation was requested."""
         params = {"worker_id": worker_id, "ids": list(ids)}
-        return _ids(await fetch(conn, query("job_list_cancel_requested", self.schema), params))
+        rows = await fetch(conn, JobId, query("job_list_cancel_requested", self.schema), params)
+        return [row.id for row in rows]
 
     async def find_stranded(
         self, conn: AsyncConn, lease: timedelta, limit: int
     ) -> list[ClaimedJob]:
         """Running jobs of workers silent for longer than `lease`, locked for the caller's
         transaction."""
-        rows = await fetch(
+        return await fetch(
             conn,
+            ClaimedJob,
             query("job_find_stranded", self.schema),
             {"lease": lease.total_seconds(), "limit": limit, "now": None},
         )
-        return [ClaimedJob(*row) for row in rows]
 
     async def find_orphaned(self, conn: AsyncConn, limit: int) -> list[ClaimedJob]:
         """Running jobs whose worker row is gone, locked for the caller's transaction."""
-        rows = await fetch(conn, query("job_find_orphaned", self.schema), {"limit": limit})
-        return [ClaimedJob(*row) for row in rows]
+        statement_ = query("job_find_orphaned", self.schema)
+        return await fetch(conn, ClaimedJob, statement_, {"limit": limit})
 
     async def fail_out_of_range(
         self, conn: AsyncConn, queues: Sequence[str], limit: int, keep_history: bool
     ) -> int:
         """Fail scheduled jobs of `queues` whose run_at is after year 9999; returns how many."""
-        rows = await fetch(
+        row = await fetch_one(
             conn,
+            FailedOutOfRange,
             query("job_fail_out_of_range", self.schema),
             {"queues": list(queues), "limit": limit, "keep_history": keep_history, "now": None},
         )
-        return int(rows[0][0]) if rows else 0
+        return row.failed

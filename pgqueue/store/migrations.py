@@ -3,13 +3,15 @@ and sql/queries/grant.sql."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import psycopg
 from psycopg import sql
-from psycopg.rows import tuple_row
+from psycopg.rows import args_row
 
 from pgqueue.errors import ConfigurationError, MigrationError
 from pgqueue.queries import Migration, grant, migrations, query
-from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one
+from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one, rows_as
 
 GRANTS = {
     "worker": "grant_worker",
@@ -19,23 +21,43 @@ GRANTS = {
 }
 
 
+@dataclass(frozen=True)
+class TableExists:
+    """migration_table_exists's row."""
+
+    exists: bool
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A row of migration_applied: the version of a migration applied."""
+
+    version: int
+
+
 def pending(conn: SyncConn, schema: str) -> list[Migration]:
     """Migrations not yet applied to `schema` (all of them if the schema does not exist)."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        exists = cur.execute(query("migration_table_exists", schema), {"schema": schema}).fetchone()
-        if not exists or not exists[0]:
-            return list(migrations())
-        applied = {row[0] for row in cur.execute(query("migration_applied", schema))}
-    return [m for m in migrations() if m.version not in applied]
+    params = {"schema": schema}
+    with conn.cursor(row_factory=args_row(TableExists)) as cur:
+        exists = cur.execute(query("migration_table_exists", schema), params).fetchone()
+    if exists is None or not exists.exists:
+        return list(migrations())
+    with conn.cursor(row_factory=args_row(Applied)) as cur:
+        return _not_in(cur.execute(query("migration_applied", schema)).fetchall())
 
 
 async def pending_async(conn: AsyncConn, schema: str) -> list[Migration]:
     """`pending` on an async connection."""
-    row = await fetch_one(conn, query("migration_table_exists", schema), {"schema": schema})
-    if not row[0]:
+    params = {"schema": schema}
+    exists = await fetch_one(conn, TableExists, query("migration_table_exists", schema), params)
+    if not exists.exists:
         return list(migrations())
-    applied = {version for (version,) in await fetch(conn, query("migration_applied", schema))}
-    return [m for m in migrations() if m.version not in applied]
+    return _not_in(await fetch(conn, Applied, query("migration_applied", schema)))
+
+
+def _not_in(applied: list[Applied]) -> list[Migration]:
+    versions = {row.version for row in applied}
+    return [m for m in migrations() if m.version not in versions]
 
 
 def apply_plan(schema: str) -> Plan[list[Migration]]:
@@ -43,7 +65,8 @@ def apply_plan(schema: str) -> Plan[list[Migration]]:
     advisory lock makes a second process wait, then find nothing to do."""
     yield query("migration_lock", schema), {"schema": schema}
     yield query("migration_table_create", schema), None
-    applied = {row[0] for row in (yield query("migration_applied", schema), None)}
+    rows = yield query("migration_applied", schema), None
+    applied = {row.version for row in rows_as(Applied, rows)}
     done: list[Migration] = []
     for migration in migrations():
         if migration.version in applied:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from pgqueue.errors import ConfigurationError, InvalidArgumentsError
 from pgqueue.models import DeadMessage, Message, OutboxStats
 from pgqueue.queries import query
-from pgqueue.store.plan import AsyncConn, Plan, fetch, fetch_one
+from pgqueue.store.plan import AsyncConn, Plan, execute, fetch, fetch_one, one_as, rows_as
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,78 @@ class Read:
     open: Open
 
 
+@dataclass(frozen=True)
+class ReadRow:
+    """A row of outbox_read: the transactions open in its snapshot (on the first row only),
+    and a staged message (none when there was none to read)."""
+
+    open: list[str] | None
+    later: str | None
+    id: int | None
+    destination: str
+    key: str | None
+    message: object
+    headers: dict[str, str] | None
+    message_id: str
+    attempts: int
+
+    def staged(self) -> Staged:
+        assert self.id is not None
+        return Staged(
+            self.id,
+            self.destination,
+            self.key,
+            self.message,
+            self.headers,
+            self.message_id,
+            self.attempts,
+        )
+
+
+@dataclass(frozen=True)
+class MessageId:
+    """outbox_insert's row: a staged message's id."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class Retried:
+    """outbox_retry's row: how many dead messages were staged again; the wake-up sent."""
+
+    retried: int
+    told: bool | None
+
+
+@dataclass(frozen=True)
+class Stats:
+    """outbox_stats's row."""
+
+    staged: int
+    oldest_staged: datetime | None
+    dead: int
+
+
+@dataclass(frozen=True)
+class Dead:
+    """A row of outbox_list_dead."""
+
+    id: int
+    destination: str
+    key: str | None
+    message_id: str | None
+    attempts: int
+    error: str | None
+    dead_at: datetime
+
+
+@dataclass(frozen=True)
+class Lead:
+    """outbox_lead's row: whether the session lock was taken."""
+
+    locked: bool
+
+
 def insert_plan(
     schema: str, messages: Sequence[Message], max_payload_bytes: int | None
 ) -> Plan[list[int]]:
@@ -60,7 +133,7 @@ def insert_plan(
     nothing is stored then."""
     encoded = encode(messages, max_payload_bytes)
     rows = yield query("outbox_insert", schema), {"messages": encoded}
-    return [int(row[0]) for row in rows]
+    return [row.id for row in rows_as(MessageId, rows)]
 
 
 def encode(messages: Sequence[Message], max_payload_bytes: int | None) -> str:
@@ -108,24 +181,17 @@ def _has_nul(value: object) -> bool:
 def retry_plan(schema: str, ids: Sequence[int] | None) -> Plan[int]:
     """Stage dead messages again (all, or `ids`); how many."""
     rows = yield query("outbox_retry", schema), {"ids": None if ids is None else list(ids)}
-    return int(rows[0][0])
+    return one_as(Retried, rows).retried
 
 
 def stats_plan(schema: str) -> Plan[OutboxStats]:
-    rows = yield query("outbox_stats", schema), {}
-    staged, oldest, dead = rows[0]
-    return OutboxStats(staged=staged, oldest_staged_at=oldest, dead=dead)
+    row = one_as(Stats, (yield query("outbox_stats", schema), {}))
+    return OutboxStats(staged=row.staged, oldest_staged_at=row.oldest_staged, dead=row.dead)
 
 
 def dead_plan(schema: str, limit: int) -> Plan[list[DeadMessage]]:
     rows = yield query("outbox_list_dead", schema), {"limit": limit}
-    return [
-        DeadMessage(
-            id=r[0], destination=r[1], key=r[2], message_id=r[3], attempts=r[4], error=r[5],
-            dead_at=r[6],
-        )
-        for r in rows
-    ]  # fmt: skip
+    return [DeadMessage.model_validate(row, from_attributes=True) for row in rows_as(Dead, rows)]
 
 
 class OutboxStore:
@@ -136,27 +202,27 @@ class OutboxStore:
 
     async def lead(self, conn: AsyncConn, name: str) -> bool:
         """Whether this session is now the schema's publishing relay (a session lock)."""
-        row = await fetch_one(conn, query("outbox_lead", self.schema), {"name": name})
-        return bool(row[0])
+        row = await fetch_one(conn, Lead, query("outbox_lead", self.schema), {"name": name})
+        return row.locked
 
     async def read(self, conn: AsyncConn, after: int, seen: Open, limit: int) -> Read:
         """Up to `limit` committed staged messages after `after`, and at or behind it those
         of the transactions `seen` open by the previous read (see outbox_read)."""
         params = {"after": after, "open": list(seen.xids), "later": seen.later, "limit": limit}
-        rows = await fetch(conn, query("outbox_read", self.schema), params)
-        xids, later = rows[0][0], rows[0][1]
+        rows = await fetch(conn, ReadRow, query("outbox_read", self.schema), params)
+        first = rows[0]
         return Read(
-            messages=[Staged(*row[2:]) for row in rows if row[2] is not None],
-            open=Open(tuple(xids), later),
+            messages=[row.staged() for row in rows if row.id is not None],
+            open=Open(tuple(first.open or ()), first.later),
         )
 
     async def delete(self, conn: AsyncConn, ids: Sequence[int]) -> None:
-        await fetch(conn, query("outbox_delete", self.schema), {"ids": list(ids)})
+        await execute(conn, query("outbox_delete", self.schema), {"ids": list(ids)})
 
     async def note_failure(self, conn: AsyncConn, ids: Sequence[int], error: str) -> None:
         params = {"ids": list(ids), "error": error}
-        await fetch(conn, query("outbox_note_failure", self.schema), params)
+        await execute(conn, query("outbox_note_failure", self.schema), params)
 
     async def kill(self, conn: AsyncConn, refused: dict[int, str]) -> None:
         params = {"ids": list(refused), "errors": list(refused.values())}
-        await fetch(conn, query("outbox_kill", self.schema), params)
+        await execute(conn, query("outbox_kill", self.schema), params)

@@ -11,7 +11,7 @@ from psycopg.rows import class_row
 
 from pgqueue.codec import encode_json
 from pgqueue.queries import query
-from pgqueue.store.plan import AsyncConn, SyncConn, fetch
+from pgqueue.store.plan import AsyncConn, SyncConn, execute
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class PeriodicStore:
     ) -> None:
         """Record definitions no worker has seen yet, as dealt with up to now."""
         rows = [{"name": name, "definition": data} for name, data in definitions]
-        await fetch(
+        await execute(
             conn,
             query("periodic_state_ensure", self.schema),
             {"periodics": encode_json(rows), "now": now},
@@ -107,7 +107,7 @@ class PeriodicStore:
     async def link_ticks(self, conn: AsyncConn, links: Sequence[TickJob]) -> None:
         """Record the job each claimed tick became."""
         rows = [{"name": t.name, "tick": t.tick.isoformat(), "job_id": t.job_id} for t in links]
-        await fetch(conn, query("periodic_tick_link", self.schema), {"links": encode_json(rows)})
+        await execute(conn, query("periodic_tick_link", self.schema), {"links": encode_json(rows)})
 
     async def advance(
         self,
@@ -120,7 +120,7 @@ class PeriodicStore:
             {"name": name, "definition": data, "last_tick": tick.isoformat()}
             for name, data, tick in states
         ]
-        await fetch(
+        await execute(
             conn,
             query("periodic_state_advance", self.schema),
             {"states": encode_json(rows), "now": now},

@@ -2,19 +2,20 @@
 
 A plan is a generator that yields (statement, params) and is sent back the rows. `run` and
 `run_async` drive one on a sync or async connection, the only place the twins differ. A plan
-whose statements must commit together runs, on an autocommit connection, in a transaction of
-its own; otherwise in the caller's transaction, which it never commits.
+reads each row as a frozen dataclass of its statement's columns (`rows_as`), never by
+position. A plan whose statements must commit together runs, on an autocommit connection, in
+a transaction of its own; otherwise in the caller's transaction, which it never commits.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import TupleRow, tuple_row
+from psycopg.rows import TupleRow, args_row, tuple_row
 
 from pgqueue.values import tolerate
 
@@ -95,16 +96,41 @@ def _resume(plan: Plan[T], outcome: Rows | psycopg.Error) -> Step:
     return plan.send(outcome)
 
 
-async def fetch(conn: AsyncConn, query: Query, params: Params | None = None) -> Rows:
-    """Run one statement in the caller's transaction; its rows, none for a command."""
-    async with conn.cursor(row_factory=tuple_row) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall() if cur.description is not None else []
+def rows_as(kind: Callable[..., T], rows: Rows) -> list[T]:
+    """A plan's rows as `kind`, each built from its columns in order: a frozen dataclass whose
+    fields are the statement's columns."""
+    return [kind(*row) for row in rows]
 
 
-async def fetch_one(conn: AsyncConn, query: Query, params: Params | None = None) -> TupleRow:
-    """Run one statement that returns exactly one row (an aggregate); that row."""
-    rows = await fetch(conn, query, params)
+def one_as(kind: Callable[..., T], rows: Rows) -> T:
+    """The one row of a statement that returns exactly one (an aggregate), as `kind`."""
+    return _only(rows_as(kind, rows))
+
+
+def _only(rows: list[T]) -> T:
     if len(rows) != 1:
         raise AssertionError(f"expected one row, got {len(rows)}")
     return rows[0]
+
+
+async def execute(conn: AsyncConn, query: Query, params: Params | None = None) -> None:
+    """Run one statement in the caller's transaction, reading none of its rows."""
+    async with conn.cursor() as cur:
+        await cur.execute(query, params)
+
+
+async def fetch(
+    conn: AsyncConn, kind: Callable[..., T], query: Query, params: Params | None = None
+) -> list[T]:
+    """Run one statement in the caller's transaction; its rows, each built as `kind` from
+    its columns in order (psycopg's args_row: no row is a dict on the way)."""
+    async with conn.cursor(row_factory=args_row(kind)) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+async def fetch_one(
+    conn: AsyncConn, kind: Callable[..., T], query: Query, params: Params | None = None
+) -> T:
+    """Run one statement that returns exactly one row (an aggregate); that row as `kind`."""
+    return _only(await fetch(conn, kind, query, params))

@@ -11,7 +11,72 @@ from typing import Literal
 
 from pgqueue.models import QueuePause, RateLimit
 from pgqueue.queries import query
-from pgqueue.store.plan import Plan
+from pgqueue.store.plan import Plan, rows_as
+
+
+@dataclass(frozen=True)
+class Newly:
+    """A row of queue_pause: a queue that was not paused already."""
+
+    queue: str
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A row of queue_resume: a queue that was paused, and its workers told."""
+
+    queue: str
+    told: object
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A row of queue_list_paused."""
+
+    queue: str
+    paused_at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
+class QueueRate:
+    """A row of queue_rate_list: a queue's limit and its current window's starts."""
+
+    queue: str
+    max_starts: int
+    period: float
+    recent_starts: int
+    room_in: float
+
+
+@dataclass(frozen=True)
+class JobRate:
+    """A row of job_rate_list: a task's or a key's limit and its current window's starts."""
+
+    kind: Literal["task", "key"]
+    name: str
+    max_starts: int
+    period: float
+    recent_starts: int
+    room_in: float
+
+    def limit(self) -> RateLimit:
+        return RateLimit(
+            task=self.name if self.kind == "task" else None,
+            key=self.name if self.kind == "key" else None,
+            max_starts=self.max_starts,
+            period=self.period,
+            recent_starts=self.recent_starts,
+            room_in=self.room_in,
+        )
+
+
+@dataclass(frozen=True)
+class Control:
+    """A row of queue_controls: a queue (or task) and the control that applies to it."""
+
+    name: str
+    control: Literal["paused", "rated", "task", "keys"]
 
 
 def pause_plan(
@@ -20,20 +85,20 @@ def pause_plan(
     """Pause `queues`; those that were not paused already."""
     params = {"queues": list(queues), "reason": reason, "now": now}
     rows = yield query("queue_pause", schema), params
-    return [str(row[0]) for row in rows]
+    return [row.queue for row in rows_as(Newly, rows)]
 
 
 def resume_plan(schema: str, queues: Sequence[str]) -> Plan[list[str]]:
     """Resume `queues`, waking their workers to claim from the floor; those that were
     paused."""
     rows = yield query("queue_resume", schema), {"queues": list(queues)}
-    return [str(row[0]) for row in rows]
+    return [row.queue for row in rows_as(Resumed, rows)]
 
 
 def paused_plan(schema: str) -> Plan[list[QueuePause]]:
     """The paused queues, by name."""
     rows = yield query("queue_list_paused", schema), {}
-    return [QueuePause(queue=r[0], paused_at=r[1], reason=r[2]) for r in rows]
+    return [QueuePause.model_validate(row, from_attributes=True) for row in rows_as(Paused, rows)]
 
 
 def set_rate_plan(schema: str, queue: str, max_starts: int, period: float) -> Plan[None]:
@@ -51,10 +116,7 @@ def remove_rate_plan(schema: str, queue: str) -> Plan[bool]:
 def rates_plan(schema: str) -> Plan[list[RateLimit]]:
     """Every rate limit, by queue, with its current window's starts."""
     rows = yield query("queue_rate_list", schema), {}
-    return [
-        RateLimit(queue=r[0], max_starts=r[1], period=r[2], recent_starts=r[3], room_in=r[4])
-        for r in rows
-    ]
+    return [RateLimit.model_validate(row, from_attributes=True) for row in rows_as(QueueRate, rows)]
 
 
 def set_job_rate_plan(
@@ -75,17 +137,7 @@ def remove_job_rate_plan(schema: str, kind: Literal["task", "key"], name: str) -
 def job_rates_plan(schema: str) -> Plan[list[RateLimit]]:
     """Every task's rate limit, then every key's, with their current window's starts."""
     rows = yield query("job_rate_list", schema), {}
-    return [
-        RateLimit(
-            task=r[1] if r[0] == "task" else None,
-            key=r[1] if r[0] == "key" else None,
-            max_starts=r[2],
-            period=r[3],
-            recent_starts=r[4],
-            room_in=r[5],
-        )
-        for r in rows
-    ]
+    return [row.limit() for row in rows_as(JobRate, rows)]
 
 
 @dataclass(frozen=True)
@@ -101,10 +153,10 @@ class Controls:
 
 def controls_plan(schema: str) -> Plan[Controls]:
     """The queue controls workers follow."""
-    rows = yield query("queue_controls", schema), {}
+    rows = rows_as(Control, (yield query("queue_controls", schema), {}))
     return Controls(
-        paused={r[0] for r in rows if r[1] == "paused"},
-        rated={r[0] for r in rows if r[1] == "rated"},
-        limited_tasks=frozenset(r[0] for r in rows if r[1] == "task"),
-        key_limits=any(r[1] == "keys" for r in rows),
+        paused={row.name for row in rows if row.control == "paused"},
+        rated={row.name for row in rows if row.control == "rated"},
+        limited_tasks=frozenset(row.name for row in rows if row.control == "task"),
+        key_limits=any(row.control == "keys" for row in rows),
     )

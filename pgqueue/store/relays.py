@@ -7,17 +7,17 @@ from datetime import datetime
 
 from pgqueue.models import RelayState
 from pgqueue.queries import query
-from pgqueue.store.plan import AsyncConn, Plan, fetch
+from pgqueue.store.plan import AsyncConn, Plan, execute
 
 
 async def report(conn: AsyncConn, schema: str, state: RelayState) -> None:
     """Write the relay's row (its heartbeat)."""
     params = state.model_dump(exclude={"heartbeat_at"})
-    await fetch(conn, query("relay_report", schema), params)
+    await execute(conn, query("relay_report", schema), params)
 
 
 async def forget(conn: AsyncConn, schema: str, name: str) -> None:
-    await fetch(conn, query("relay_forget", schema), {"name": name})
+    await execute(conn, query("relay_forget", schema), {"name": name})
 
 
 def list_plan(schema: str, within_seconds: float) -> Plan[list[RelayState]]:

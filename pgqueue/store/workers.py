@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from psycopg.rows import class_row, tuple_row
+from psycopg.rows import args_row, class_row
 
 from pgqueue.codec import encode_json
 from pgqueue.queries import dead_channel, query
-from pgqueue.store.plan import AsyncConn, Plan, SyncConn, fetch, fetch_one
+from pgqueue.store.plan import AsyncConn, Plan, SyncConn, execute, fetch_one
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,34 @@ class WorkerRow:
     running: int
     # Its own tally as of its last beat: {"outcomes": {status: count}, "claim_ms_p50"}.
     stats: dict[str, object] | None = None
+
+
+@dataclass(frozen=True)
+class Registered:
+    """worker_register's row."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class Beat:
+    """worker_heartbeat's row: whether the worker's row had been removed and was put back."""
+
+    revived: bool
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A try-lock's row (worker_rescue_lock): whether the lock was taken."""
+
+    locked: bool
+
+
+@dataclass(frozen=True)
+class Transactions:
+    """worker_transactions_in_progress's and worker_transactions_still_in_progress's row."""
+
+    xids: list[int]
 
 
 def bound_idle(schema: str, ms: int) -> Plan[None]:
@@ -53,41 +81,41 @@ class WorkersStore:
 
     async def register(self, conn: AsyncConn, identity: Mapping[str, object]) -> int:
         """A starting worker's row; its id guards every write it makes to a job."""
-        row = await fetch_one(conn, query("worker_register", self.schema), identity)
-        return int(row[0])
+        row = await fetch_one(conn, Registered, query("worker_register", self.schema), identity)
+        return row.id
 
     def heartbeat(self, conn: SyncConn, params: Mapping[str, object]) -> bool:
         """Prove the worker alive (the heartbeat runs in a thread, on a sync connection).
         True when its row had been removed as dead and was put back: its jobs were rescued."""
-        with conn.cursor(row_factory=tuple_row) as cur:
+        with conn.cursor(row_factory=args_row(Beat)) as cur:
             row = cur.execute(query("worker_heartbeat", self.schema), params).fetchone()
-        return bool(row and row[0])
+        return row is not None and row.revived
 
     async def deregister(self, conn: AsyncConn, worker_id: int) -> None:
-        await fetch(conn, query("worker_deregister", self.schema), {"worker_id": worker_id})
+        await execute(conn, query("worker_deregister", self.schema), {"worker_id": worker_id})
 
     async def claim_session(self, conn: AsyncConn) -> None:
         """Commits on this session return before their WAL is flushed (see workers.sql)."""
-        await fetch(conn, query("session_set_async_commit", self.schema))
+        await execute(conn, query("session_set_async_commit", self.schema))
 
     async def planner_session(self, conn: AsyncConn) -> None:
         """This session's planner keeps to index access (see workers.sql)."""
-        await fetch(conn, query("session_prefer_indexes", self.schema))
+        await execute(conn, query("session_prefer_indexes", self.schema))
 
     async def listen(self, conn: AsyncConn) -> None:
         """Subscribe `conn` to the schema's wake-up channel."""
-        await fetch(conn, query("worker_listen", self.schema))
+        await execute(conn, query("worker_listen", self.schema))
 
     async def rescue_lock(self, conn: AsyncConn) -> bool:
         """Take the schema's rescue lock for the caller's transaction, if no one holds it."""
         row = await fetch_one(
-            conn, query("worker_rescue_lock", self.schema), {"schema": self.schema}
+            conn, Locked, query("worker_rescue_lock", self.schema), {"schema": self.schema}
         )
-        return bool(row[0])
+        return row.locked
 
     async def delete_dead(self, conn: AsyncConn, lease: timedelta) -> None:
         """Remove workers silent for longer than the lease once none of their jobs runs."""
-        await fetch(
+        await execute(
             conn,
             query("worker_delete_dead", self.schema),
             {"lease": lease.total_seconds(), "now": None},
@@ -95,7 +123,7 @@ class WorkersStore:
 
     async def notify_dead_job(self, conn: AsyncConn, job: Mapping[str, object]) -> None:
         """Tell the dead-job channel's listeners, at commit, that a job was abandoned."""
-        await fetch(
+        await execute(
             conn,
             query("worker_notify_dead_job", self.schema),
             {"channel": dead_channel(self.schema), "payload": encode_json(job)},
@@ -106,7 +134,7 @@ class WorkersStore:
     ) -> None:
         """Say which wake-ups the worker does not need, per queue: those for jobs with a
         priority in the range (sql/migrations/0015_quiet_wake.sql)."""
-        await fetch(
+        await execute(
             conn,
             query("worker_wake_range", self.schema),
             {
@@ -119,12 +147,10 @@ class WorkersStore:
 
     async def in_progress(self, conn: AsyncConn) -> Sequence[int]:
         """The transactions in progress now."""
-        row = await fetch_one(conn, query("worker_transactions_in_progress", self.schema))
-        return [int(x) for x in row[0]]
+        statement = query("worker_transactions_in_progress", self.schema)
+        return (await fetch_one(conn, Transactions, statement)).xids
 
     async def still_in_progress(self, conn: AsyncConn, xids: Sequence[int]) -> Sequence[int]:
         """Which of the transactions `xids` have not ended yet."""
-        row = await fetch_one(
-            conn, query("worker_transactions_still_in_progress", self.schema), {"xids": xids}
-        )
-        return [int(x) for x in row[0]]
+        statement = query("worker_transactions_still_in_progress", self.schema)
+        return (await fetch_one(conn, Transactions, statement, {"xids": xids})).xids

@@ -18,9 +18,21 @@ from pgqueue.errors import JobNotFoundError, JobStateError
 from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
 from pgqueue.store.jobs import reserve_ids_plan, trace_context
-from pgqueue.store.plan import AsyncConn, Plan, fetch
+from pgqueue.store.plan import AsyncConn, Plan, execute, rows_as
 from pgqueue.tenants import refuse_keyed_atomic
 from pgqueue.workflow import Node
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A row of workflow_mark: a job the workflow's jobs wait for, whether it is still live
+    (and now marked as waited for), else how it finished and its result (status None: no
+    such job)."""
+
+    id: int
+    live: bool
+    status: str | None
+    result: object
 
 
 def enqueue_plan(
@@ -41,12 +53,12 @@ def enqueue_plan(
     done: dict[int, tuple[str, Any]] = {}
     if earlier:
         rows = yield query("workflow_mark", schema), {"workflow": workflow, "ids": earlier}
-        for job_id, live, status, result in rows:
-            if live:
+        for row in rows_as(Marked, rows):
+            if row.live:
                 continue
-            if status is None:
-                raise JobNotFoundError(f"no job has id {job_id}, live or in history")
-            done[job_id] = (status, result)
+            if row.status is None:
+                raise JobNotFoundError(f"no job has id {row.id}, live or in history")
+            done[row.id] = (row.status, row.result)
     jobs: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
     for index, node in enumerate(nodes):
@@ -100,20 +112,33 @@ def get_plan(workflow: int, schema: str) -> Plan[Workflow | None]:
     if not rows:
         return None
     jobs = [
-        WorkflowJob(
-            id=r[0],
-            task=r[1],
-            queue=r[2],
-            status=r[3],
-            attempt=r[4],
-            finished_at=r[5],
-            waits_for=r[6],
-            pending=r[7],
-            progress=r[8],
-        )
-        for r in rows
+        WorkflowJob.model_validate(row, from_attributes=True)
+        for row in rows_as(WorkflowJobRow, rows)
     ]
     return Workflow(id=workflow, jobs=jobs)
+
+
+@dataclass(frozen=True)
+class WorkflowJobRow:
+    """A row of workflow_jobs."""
+
+    id: int
+    task: str
+    queue: str
+    status: str
+    attempt: int
+    finished_at: datetime | None
+    waits_for: list[int]
+    pending: list[int]
+    progress: dict[str, object] | None
+
+
+@dataclass(frozen=True)
+class StatusCount:
+    """A row of workflow_read_counts."""
+
+    status: str
+    jobs: int
 
 
 @dataclass(frozen=True)
@@ -134,6 +159,9 @@ class WorkflowMember:
     result_chars: int | None
     last_error: str | None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))  # the row's text
+
 
 @dataclass(frozen=True)
 class WorkflowEdge:
@@ -151,24 +179,21 @@ def members_plan(
     """At most `limit` of the workflow's jobs with ids above `after`, in id order."""
     params = {"workflow": workflow, "after": after, "limit": limit, "chars": chars}
     rows = yield query("workflow_read_members", schema), params
-    return [
-        WorkflowMember(r[0], r[1], r[2], JobStatus(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], r[10])
-        for r in rows
-    ]
+    return rows_as(WorkflowMember, rows)
 
 
 def counts_plan(workflow: int, schema: str) -> Plan[dict[str, int]]:
     """How many of the workflow's jobs are in each status; empty if it has none."""
     rows = yield query("workflow_read_counts", schema), {"workflow": workflow}
-    return {str(status): int(n) for status, n in rows}
+    return {row.status: row.jobs for row in rows_as(StatusCount, rows)}
 
 
 def edges_plan(ids: Sequence[int], schema: str, *, per_job: int) -> Plan[list[WorkflowEdge]]:
     """The edges that touch jobs `ids`, at most `per_job` each way per job."""
     rows = yield query("workflow_read_edges", schema), {"ids": list(ids), "per_job": per_job}
-    return [WorkflowEdge(job_id=int(r[0]), depends_on=int(r[1]), status=r[2]) for r in rows]
+    return rows_as(WorkflowEdge, rows)
 
 
 async def write_progress(conn: AsyncConn, schema: str, rows: Sequence[dict[str, object]]) -> None:
     """Write running jobs' latest progress reports in one statement."""
-    await fetch(conn, query("job_progress", schema), {"rows": encode_json(list(rows))})
+    await execute(conn, query("job_progress", schema), {"rows": encode_json(list(rows))})

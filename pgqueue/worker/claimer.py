@@ -46,7 +46,7 @@ import psycopg
 
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, WorkerSettings
 from pgqueue.runtime.link import Link
-from pgqueue.store.jobs import Claimed, JobsStore
+from pgqueue.store.jobs import Claimed, ClaimParams, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
@@ -313,19 +313,16 @@ class Claimer:
         return jobs, walked
 
     async def _claim(self, queue: str, after: Position, before: Position, limit: int) -> _Batch:
-        params = {
-            "queue": queue,
-            "after_priority": after[0],
-            "after_id": after[1],
-            "before_priority": before[0],
-            "before_id": before[1],
-            "limit": limit,
-            "worker_id": self.worker_id,
-            "now": None,
-            "limited_tasks": sorted(self.limited_tasks),
-            "job_limits": bool(self.limited_tasks or self.key_limits),
-            "start_margin": RATE_START_MARGIN,
-        }
+        params = ClaimParams(
+            queue,
+            after,
+            before,
+            limit,
+            self.worker_id,
+            limited_tasks=sorted(self.limited_tasks),
+            job_limits=bool(self.limited_tasks or self.key_limits),
+            start_margin=RATE_START_MARGIN,
+        )
 
         room_in: float | None = None
         back_in: float | None = None

@@ -612,7 +612,7 @@ WITH queue_limit AS (
                             (SELECT count(*) FROM claimed)::integer, l.max_starts) AS p
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       NULL::float8 AS room_in, NULL::float8 AS back_in, trace_context, waited
+       trace_context, waited, NULL::float8 AS room_in, NULL::float8 AS back_in
 FROM claimed
 UNION ALL
 SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
@@ -622,11 +622,10 @@ UNION ALL
 SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
 FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NOT NULL
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        coalesce((SELECT room_in FROM room), 0),
        (SELECT extract(epoch FROM min(back_at) - coalesce(%(now)s::timestamptz, now()))::float8
-        FROM admitted),
-       NULL, NULL
+        FROM admitted)
 FROM recorded
 WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 

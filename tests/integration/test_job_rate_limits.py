@@ -18,9 +18,11 @@ from pgqueue import ConfigurationError, Queue, Worker
 from pgqueue.migrate import apply
 from pgqueue.models import RATE_START_MARGIN
 from pgqueue.queries import migrations, query
-from pgqueue.store.jobs import JobsStore
+from pgqueue.store.jobs import ClaimParams, JobsStore
 from tests.apps import tasks as apps
 from tests.conftest import (
+    CEILING,
+    FLOOR,
     clean_exit_logs,
     count,
     drop_schema,
@@ -42,19 +44,7 @@ M = RATE_START_MARGIN.total_seconds()
 
 def _claim(dsn: str, schema: str, queue: str, limit: int, at: datetime) -> Any:
     """One job_claim_rated of `queue` at `at`, as a worker runs it."""
-    params = {
-        "queue": queue,
-        "after_priority": -32768,
-        "after_id": 0,
-        "before_priority": 32767,
-        "before_id": 2**63 - 1,
-        "limit": limit,
-        "worker_id": 1,
-        "now": at,
-        "limited_tasks": [],
-        "job_limits": True,
-        "start_margin": RATE_START_MARGIN,
-    }
+    params = ClaimParams(queue, FLOOR, CEILING, limit, 1, job_limits=True, now=at)
 
     async def claim() -> Any:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

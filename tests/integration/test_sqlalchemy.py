@@ -20,7 +20,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column  # no
 from pgqueue import AsyncQueue, ConfigurationError, Queue  # noqa: E402
 from pgqueue.testing import drain  # noqa: E402
 from tests.apps import tasks as apps  # noqa: E402
-from tests.conftest import count  # noqa: E402
+from tests.conftest import count, run_python  # noqa: E402
 
 
 class Base(DeclarativeBase):
@@ -172,3 +172,32 @@ def test_asyncpg_is_refused_naming_the_driver_to_use(dsn: str, schema: str) -> N
             await eng.dispose()
 
     asyncio.run(scenario())
+
+
+FRESH_PROCESS = """
+import sys
+import psycopg
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+from pgqueue import Queue
+
+dsn, schema = sys.argv[1:]
+assert "pgqueue.contrib.sqlalchemy" not in sys.modules
+queue = Queue(schema=schema)
+queue.task(name="noop")(lambda: None)
+engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+with Session(engine) as session:
+    queue.enqueue("noop", conn=session)
+    session.commit()
+engine.dispose()
+print("pgqueue.contrib.sqlalchemy" in sys.modules)
+"""
+
+
+def test_a_session_is_taken_without_the_application_importing_the_integration(
+    dsn: str, schema: str
+) -> None:
+    result = run_python("-c", FRESH_PROCESS, dsn, schema)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"  # found through pgqueue's entry point
+    assert _jobs(dsn, schema) == 1

@@ -91,3 +91,26 @@ def test_the_store_imports_the_codec_not_the_task_registry() -> None:
         )
     )
     assert importers == []
+
+
+# A column read by its position: `row[3]`, `r[3]`, `rows[0][3]`.
+BY_POSITION = re.compile(r"\b(?:row|r|rows\[\d+\])\[\d")
+
+
+def test_no_module_reads_a_column_by_position() -> None:
+    """Rows are dataclasses named after their columns (psycopg's args_row or class_row, or
+    pgqueue.store.plan.rows_as): a column added to a statement cannot shift another's."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path, text in _sources().items()
+        for number, line in enumerate(text.splitlines(), 1)
+        if BY_POSITION.search(line)
+    ]
+    assert found == []
+
+
+def test_the_position_check_sees_each_way_of_reading_by_position() -> None:
+    for line in ("x = row[0]", "r[10] for r in rows", "int(rows[0][1])"):
+        assert BY_POSITION.search(line), line
+    for line in ("row.id", "rows[0] is None", "arrow[0]", "order[1]"):
+        assert not BY_POSITION.search(line), line
