@@ -50,7 +50,6 @@ from pgqueue.models import (
 from pgqueue.queries import channel, query, statement
 from pgqueue.store.plan import (
     AsyncConn,
-    Params,
     Plan,
     Rows,
     Step,
@@ -451,11 +450,33 @@ def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[
 # -- atomic jobs: claimed, run and finished in one transaction ----------------------------------
 
 
-def claim_atomic_plan(schema: str, params: Params, backstop_ms: int) -> Plan[ClaimedJob | None]:
+@dataclass(frozen=True, slots=True)
+class AtomicClaimParams:
+    """job_claim_atomic's parameters: one atomic job of `tasks` in `queues`, for the worker
+    `worker_id`."""
+
+    queues: Sequence[str]
+    tasks: Sequence[str]
+    worker_id: int
+    now: datetime | None = None
+
+    def as_params(self) -> dict[str, object]:
+        """The statement's named parameters."""
+        return {
+            "queues": list(self.queues),
+            "tasks": list(self.tasks),
+            "worker_id": self.worker_id,
+            "now": self.now,
+        }
+
+
+def claim_atomic_plan(
+    schema: str, params: AtomicClaimParams, backstop_ms: int
+) -> Plan[ClaimedJob | None]:
     """Claim one atomic job for the caller's open transaction, which the server ends if it
     idles longer than `backstop_ms` (a hung worker frees the job)."""
     yield from bound_idle(schema, backstop_ms)
-    rows = yield query("job_claim_atomic", schema), params
+    rows = yield query("job_claim_atomic", schema), params.as_params()
     return one_as(ClaimedJob, rows) if rows else None
 
 

@@ -32,7 +32,7 @@ from pgqueue.models import ATOMIC_MAX_TIMEOUT, ClaimedJob, WorkerSettings
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import connect
 from pgqueue.store import plan
-from pgqueue.store.jobs import Finished, claim_atomic_plan, finish_plan
+from pgqueue.store.jobs import AtomicClaimParams, Finished, claim_atomic_plan, finish_plan
 from pgqueue.store.plan import AsyncConn, SyncConn
 from pgqueue.worker.executor import Executor, Outcome
 from pgqueue.worker.observe import Observers
@@ -78,12 +78,7 @@ class AtomicLane:
         self.done = done
         self.idle = False  # True once the lane's last look found no atomic job
         self.backstop_ms = timeout_ms + _BACKSTOP_MARGIN_MS
-        self.claim_params = {
-            "queues": queues,
-            "tasks": tasks,
-            "worker_id": worker_id,
-            "now": None,
-        }
+        self.claim_params = AtomicClaimParams(queues, tasks, worker_id)
         self.ran = 0
         self.sync = sync
         self._conn: AsyncConn | None = None
