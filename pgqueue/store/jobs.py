@@ -567,6 +567,17 @@ class JobsStore:
         rows = await fetch(conn, query("job_find_orphaned", self.schema), {"limit": limit})
         return [ClaimedJob(*row) for row in rows]
 
+    async def find_of_workers(
+        self, conn: AsyncConn, workers: Sequence[int], limit: int
+    ) -> list[ClaimedJob]:
+        """Running jobs of `workers`, locked for the caller's transaction."""
+        rows = await fetch(
+            conn,
+            query("job_find_of_workers", self.schema),
+            {"workers": list(workers), "limit": limit},
+        )
+        return [ClaimedJob(*row) for row in rows]
+
     async def fail_out_of_range(
         self, conn: AsyncConn, queues: Sequence[str], limit: int, keep_history: bool
     ) -> int:

@@ -1,6 +1,7 @@
 """The workers table and the worker's sessions: one row per live worker, kept fresh by its
-heartbeat; the rescuer's lock and notices, which are about dead workers; and the settings
-and subscription of the worker's own connections. Runs sql/queries/workers.sql."""
+heartbeat; the session lock a listening worker holds while its process lives; the rescuer's
+lock and notices, which are about dead workers; and the settings and subscription of the
+worker's own connections. Runs sql/queries/workers.sql."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ class WorkerRow:
     stats: dict[str, object] | None = None
 
 
+@dataclass(frozen=True)
+class GoneSession:
+    """A worker whose session lock nobody held when seen (worker_sessions_gone)."""
+
+    worker_id: int
+    session_at: datetime  # when the session that held it took it, as the worker recorded
+    seen_at: datetime  # by the database's clock
+
+
 def bound_idle(schema: str, ms: int) -> Plan[None]:
     """Have the server end this session if its open transaction idles longer than `ms`: a
     worker that hangs mid-transaction must not hold its row locks for longer."""
@@ -62,6 +72,40 @@ class WorkersStore:
         with conn.cursor(row_factory=tuple_row) as cur:
             row = cur.execute(query("worker_heartbeat", self.schema), params).fetchone()
         return bool(row and row[0])
+
+    def hold_session(self, conn: SyncConn, worker_id: int) -> datetime:
+        """Take the worker's session lock on `conn` until it closes; returns when, for the
+        beat that records it in the same transaction."""
+        with conn.cursor(row_factory=tuple_row) as cur:
+            params = {"schema": self.schema, "worker_id": worker_id}
+            row = cur.execute(query("worker_session_hold", self.schema), params).fetchone()
+        assert row is not None
+        session_at: datetime = row[1]
+        return session_at
+
+    async def sessions_gone(self, conn: AsyncConn, worker_id: int) -> Sequence[GoneSession]:
+        """Workers other than `worker_id` whose session lock nobody holds now, among those
+        whose last beat this backend can vouch for (see workers.sql)."""
+        async with conn.cursor(row_factory=class_row(GoneSession)) as cur:
+            await cur.execute(
+                query("worker_sessions_gone", self.schema),
+                {"schema": self.schema, "worker_id": worker_id},
+            )
+            return await cur.fetchall()
+
+    async def delete_gone(self, conn: AsyncConn, gone: Sequence[GoneSession]) -> Sequence[int]:
+        """Remove the workers still gone under the session they were seen with, holding their
+        locks until the caller's transaction ends; returns their ids."""
+        rows = await fetch(
+            conn,
+            query("worker_delete_gone", self.schema),
+            {
+                "schema": self.schema,
+                "ids": [g.worker_id for g in gone],
+                "sessions": [g.session_at for g in gone],
+            },
+        )
+        return [int(row[0]) for row in rows]
 
     async def deregister(self, conn: AsyncConn, worker_id: int) -> None:
         await fetch(conn, query("worker_deregister", self.schema), {"worker_id": worker_id})
