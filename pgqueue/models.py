@@ -220,9 +220,10 @@ LostPolicy = Annotated[str, _one_of(LOST_POLICIES, "on_lost")]
 class TaskPolicy(Settings):
     """What happens to a task's jobs when they fail, run too long, or lose their worker.
 
-    on_lost applies when the worker running a job stops heartbeating (crash, kill -9, lost
-    host): `retry` (counts the attempt, backoff as for failures), `fail`, `abandon` (fail and
-    notify the dead-job channel), or `compensate` (fail and enqueue `compensate_with`).
+    on_lost applies when the worker running a job dies: its database session ended (crash,
+    kill -9), or it stopped heartbeating for the lease (lost host, hang): `retry` (counts the
+    attempt, backoff as for failures), `fail`, `abandon` (fail and notify the dead-job
+    channel), or `compensate` (fail and enqueue `compensate_with`).
     """
 
     retry: RetryPolicy = RetryPolicy()

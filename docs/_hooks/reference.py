@@ -213,7 +213,7 @@ SETTINGS_MEANINGS: dict[str, dict[str, str]] = {
         "concurrency": "jobs at once; a claim takes at most the free slots",
         "batch_size": "the most one claim statement takes",
         "poll_interval": "claim this often even without a wake-up",
-        "poll_only": "no LISTEN and no prepared statements (behind PgBouncer)",
+        "poll_only": "no LISTEN, no prepared statements and no session lock (behind PgBouncer)",
         "hint_reset_interval": "how often the claim hint is forgotten (the safety net)",
         "hint_reset_jitter": "the spread of that interval, as a fraction",
         "quiet_after": "how long every slot must be busy before the worker stops asking for "
@@ -221,7 +221,7 @@ SETTINGS_MEANINGS: dict[str, dict[str, str]] = {
         "shutdown_grace": "the time running jobs get after SIGTERM",
         "heartbeat_interval": "how often the worker proves it is alive",
         "lease_timeout": "silence after which a worker's jobs are rescued (at least two "
-        "heartbeats)",
+        "heartbeats); a worker whose process died is found by its ended session sooner",
         "rescue_interval": "how often the rescuer looks for silent workers",
         "promote_batch": "due scheduled jobs made queued per statement",
         "atomic_concurrency": "atomic jobs at once, per kind (`def`, `async def`)",

@@ -764,6 +764,17 @@ class JobsStore:
         statement_ = query("job_find_orphaned", self.schema)
         return await fetch(conn, ClaimedJob, statement_, {"limit": limit})
 
+    async def find_of_workers(
+        self, conn: AsyncConn, workers: Sequence[int], limit: int
+    ) -> list[ClaimedJob]:
+        """Running jobs of `workers`, locked for the caller's transaction."""
+        return await fetch(
+            conn,
+            ClaimedJob,
+            query("job_find_of_workers", self.schema),
+            {"workers": list(workers), "limit": limit},
+        )
+
     async def fail_out_of_range(
         self, conn: AsyncConn, queues: Sequence[str], limit: int, keep_history: bool
     ) -> int:

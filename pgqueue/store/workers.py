@@ -1,6 +1,7 @@
 """The workers table and the worker's sessions: one row per live worker, kept fresh by its
-heartbeat; the rescuer's lock and notices, which are about dead workers; and the settings
-and subscription of the worker's own connections. Runs sql/queries/workers.sql."""
+heartbeat; the session lock a listening worker holds while its process lives; the rescuer's
+lock and notices, which are about dead workers; and the settings and subscription of the
+worker's own connections. Runs sql/queries/workers.sql."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from psycopg.rows import args_row, class_row
 
 from pgqueue.codec import encode_json
 from pgqueue.queries import dead_channel, query
-from pgqueue.store.plan import AsyncConn, Plan, SyncConn, execute, fetch_one
+from pgqueue.store.plan import AsyncConn, Plan, SyncConn, execute, fetch, fetch_one
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,30 @@ class Transactions:
     xids: list[int]
 
 
+@dataclass(frozen=True)
+class GoneSession:
+    """A worker whose session lock nobody held when seen (worker_sessions_gone)."""
+
+    worker_id: int
+    session_at: datetime  # when the session that held it took it, as the worker recorded
+    seen_at: datetime  # by the database's clock
+
+
+@dataclass(frozen=True)
+class SessionHeld:
+    """worker_session_hold's row: the lock call's empty value, and when it was taken."""
+
+    held: object
+    session_at: datetime
+
+
+@dataclass(frozen=True)
+class Gone:
+    """worker_delete_gone's row: a worker declared dead."""
+
+    id: int
+
+
 def bound_idle(schema: str, ms: int) -> Plan[None]:
     """Have the server end this session if its open transaction idles longer than `ms`: a
     worker that hangs mid-transaction must not hold its row locks for longer."""
@@ -90,6 +115,40 @@ class WorkersStore:
         with conn.cursor(row_factory=args_row(Beat)) as cur:
             row = cur.execute(query("worker_heartbeat", self.schema), params).fetchone()
         return row is not None and row.revived
+
+    def hold_session(self, conn: SyncConn, worker_id: int) -> datetime:
+        """Take the worker's session lock on `conn` until it closes; returns when, for the
+        beat that records it in the same transaction."""
+        with conn.cursor(row_factory=args_row(SessionHeld)) as cur:
+            params = {"schema": self.schema, "worker_id": worker_id}
+            row = cur.execute(query("worker_session_hold", self.schema), params).fetchone()
+        assert row is not None
+        return row.session_at
+
+    async def sessions_gone(self, conn: AsyncConn, worker_id: int) -> Sequence[GoneSession]:
+        """Workers other than `worker_id` whose session lock nobody holds now, among those
+        whose last beat this backend can vouch for (see workers.sql)."""
+        async with conn.cursor(row_factory=class_row(GoneSession)) as cur:
+            await cur.execute(
+                query("worker_sessions_gone", self.schema),
+                {"schema": self.schema, "worker_id": worker_id},
+            )
+            return await cur.fetchall()
+
+    async def delete_gone(self, conn: AsyncConn, gone: Sequence[GoneSession]) -> Sequence[int]:
+        """Remove the workers still gone under the session they were seen with, holding their
+        locks until the caller's transaction ends; returns their ids."""
+        rows = await fetch(
+            conn,
+            Gone,
+            query("worker_delete_gone", self.schema),
+            {
+                "schema": self.schema,
+                "ids": [g.worker_id for g in gone],
+                "sessions": [g.session_at for g in gone],
+            },
+        )
+        return [row.id for row in rows]
 
     async def deregister(self, conn: AsyncConn, worker_id: int) -> None:
         await execute(conn, query("worker_deregister", self.schema), {"worker_id": worker_id})

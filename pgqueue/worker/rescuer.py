@@ -10,6 +10,16 @@ heartbeating never loses a job however long it runs. A running job whose worker 
 (job_find_orphaned, sql/queries/jobs.sql) is looked for on the first pass and then every
 ORPHAN_PASSES passes, because that look walks every running entry of the table.
 
+Sooner when PostgreSQL saw the death: every SESSION_CHECK (± 50%) the loop also looks for
+workers whose session lock is free (pgqueue/worker/heartbeat.py holds it; worker_sessions_gone
+in sql/queries/workers.sql). A worker seen so at every look for session_grace, under one
+recorded session, is dead: its process is gone, or it could not open a new session in that
+time. It is removed and its running jobs rescued in one transaction, under the rescue lock
+and its own session lock, so it cannot come back half way. A live worker whose session the
+server ends takes the lock again in far less, and a worker whose lock went with a server
+restart is left to its lease. A worker that hangs, or is cut off from the database while its
+session stays open, still holds the lock: the lease speaks for it.
+
 Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed once
 attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and compensate
 (failed, and the named compensating task enqueued in the same transaction with job_id, task and
@@ -19,6 +29,7 @@ worker that comes back late cannot overwrite the rescue.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -32,13 +43,18 @@ from pgqueue.runtime.service import Loop
 from pgqueue.store import concurrency
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.plan import AsyncConn
-from pgqueue.store.workers import WorkersStore
+from pgqueue.store.workers import GoneSession, WorkersStore
 from pgqueue.worker.events import Bus, JobsClaimable
 from pgqueue.worker.executor import Outcome
 
 log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()
 ORPHAN_PASSES = 6  # about once a minute per worker at the default rescue_interval
+SESSION_CHECK = timedelta(seconds=0.5)  # between looks for ended sessions
+# How long a worker's session lock must stay free before the worker is dead: far longer than a
+# live worker takes to open a new session and take it back, and short enough that a dead one's
+# jobs are back within seconds.
+SESSION_GRACE = timedelta(seconds=2)
 
 
 class Rescuer(Loop):
@@ -55,9 +71,12 @@ class Rescuer(Loop):
         interval: timedelta = timedelta(seconds=10),
         events: Bus | None = None,
         queues: Sequence[str] = (),
+        worker_id: int = 0,
+        session_grace: timedelta = SESSION_GRACE,
     ) -> None:
         """`link`, `interval` and `queues` are for the loop; `events` hears `JobsClaimable`
-        when a pass or a sweep may have made jobs claimable."""
+        when a pass, a sweep or a look at sessions may have made jobs claimable. `worker_id`
+        is the rescuer's own worker, never taken for dead by its session."""
         self.registry = registry
         self.schema = schema
         self.lease = lease
@@ -68,11 +87,21 @@ class Rescuer(Loop):
         self.queues = list(queues)
         self.store = JobsStore(schema)
         self.workers = WorkersStore(schema)
+        self.worker_id = worker_id
+        self.gone = GoneSessions(session_grace)
         self.rescued = 0
         self.passes = 0
 
     async def loop(self) -> None:
-        await self.every(self.interval, self._round)
+        await asyncio.gather(
+            self.every(self.interval, self._round),
+            self.every(SESSION_CHECK.total_seconds(), self._look_at_sessions),
+        )
+
+    async def _look_at_sessions(self) -> None:
+        assert self.link is not None, "a Rescuer runs its loop on a link"
+        if await self.link.run(self.rescue_gone):
+            self._claimable()  # rescued jobs may be claimable now
 
     async def _round(self) -> None:
         assert self.link is not None, "a Rescuer runs its loop on a link"
@@ -110,12 +139,36 @@ class Rescuer(Loop):
         self.rescued += len(jobs)
         return len(jobs)
 
-    async def _apply(self, conn: AsyncConn, jobs: list[ClaimedJob]) -> None:
+    async def rescue_gone(self, conn: AsyncConn, limit: int = 1000) -> int:
+        """One look for workers whose session ended, on `conn` (autocommit): those seen gone
+        for the session grace are removed and all their running jobs rescued. Returns how
+        many jobs it rescued."""
+        dead = self.gone.dead(await self.workers.sessions_gone(conn, self.worker_id))
+        if not dead:
+            return 0
+        rescued = 0
+        async with conn.transaction():
+            if not await self.workers.rescue_lock(conn):
+                return 0  # another worker is rescuing: the next look tries again
+            ids = await self.workers.delete_gone(conn, dead)
+            while ids:
+                jobs = await self.store.find_of_workers(conn, ids, limit)
+                if jobs:
+                    await self._apply(conn, jobs, session_ended=True)
+                rescued += len(jobs)
+                if len(jobs) < limit:
+                    break
+        self.rescued += rescued
+        return rescued
+
+    async def _apply(
+        self, conn: AsyncConn, jobs: list[ClaimedJob], *, session_ended: bool = False
+    ) -> None:
         outcomes: list[Outcome] = []
         follow_ups: list[NewJob] = []
         dead: list[ClaimedJob] = []
         for job in jobs:
-            outcome, follow_up = self._decide(job)
+            outcome, follow_up = self._decide(job, session_ended)
             outcomes.append(outcome)
             if follow_up is not None:
                 follow_ups.append(follow_up)
@@ -135,15 +188,21 @@ class Rescuer(Loop):
             ", ".join(f"{o.job.id}->{o.status}" for o in outcomes[:20]),
         )
 
-    def _decide(self, job: ClaimedJob) -> tuple[Outcome, NewJob | None]:
+    def _decide(self, job: ClaimedJob, session_ended: bool) -> tuple[Outcome, NewJob | None]:
         try:
             policy = self.registry.get(job.task).policy
         except PgQueueError:
             policy = _DEFAULT
-        reason = (
-            f"worker {job.worker_id} stopped heartbeating for over "
-            f"{self.lease.total_seconds():g} s; the job was presumed lost"
-        )
+        if session_ended:
+            reason = (
+                f"worker {job.worker_id}'s database session ended and no new one took its "
+                "place; the job was presumed lost"
+            )
+        else:
+            reason = (
+                f"worker {job.worker_id} stopped heartbeating for over "
+                f"{self.lease.total_seconds():g} s; the job was presumed lost"
+            )
         if policy.on_lost == "retry" and job.attempt < job.max_attempts:
             retry_in = policy.retry.delay(job.attempt).total_seconds()
             return Outcome(
@@ -163,6 +222,33 @@ class Rescuer(Loop):
             )
         kind = "abandoned" if policy.on_lost == "abandon" else "lost"
         return Outcome(job, "failed", None, error=_error(job, kind, reason)), None
+
+
+class GoneSessions:
+    """What one rescuer has seen of workers' session locks: which were free at every look
+    since when, under which recorded session."""
+
+    def __init__(self, grace: timedelta) -> None:
+        self.grace = grace
+        self._since: dict[int, tuple[datetime, datetime]] = {}  # id -> (session_at, first seen)
+
+    @property
+    def suspects(self) -> frozenset[int]:
+        """The workers whose lock was free at the last look."""
+        return frozenset(self._since)
+
+    def dead(self, seen: Sequence[GoneSession]) -> list[GoneSession]:
+        """Record one look (`seen`: the workers whose lock was free); returns those free at
+        every look for at least the grace under the same session. A worker missing from a
+        look, or seen under a new session, starts again."""
+        since: dict[int, tuple[datetime, datetime]] = {}
+        for gone in seen:
+            session_at, first = self._since.get(gone.worker_id, (gone.session_at, gone.seen_at))
+            if session_at != gone.session_at:
+                first = gone.seen_at
+            since[gone.worker_id] = (gone.session_at, first)
+        self._since = since
+        return [g for g in seen if g.seen_at - since[g.worker_id][1] >= self.grace]
 
 
 def _error(job: ClaimedJob, kind: str, reason: str) -> dict[str, Any]:

@@ -256,6 +256,7 @@ class Worker:
                 identity(s) | {"worker_id": self.id},
                 s.heartbeat_interval,
                 prepare=not s.poll_only,
+                session=not s.poll_only,  # a session lock needs a session of the worker's own
                 events=events,
                 report=self.tally.report,
             )
@@ -311,6 +312,7 @@ class Worker:
             interval=s.rescue_interval,
             events=events,
             queues=s.queues,
+            worker_id=self.id,
         )
         await services.start(self.rescuer)
         await services.start(Every("cancel watch", s.rescue_interval, fetch.check_cancels))

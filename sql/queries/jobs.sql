@@ -851,6 +851,22 @@ ORDER BY j.id
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED;
 
+-- name: job_find_of_workers
+-- The running jobs of these workers, found dead by their ended session and removed in this
+-- transaction (worker_delete_gone), locked for it, skipping rows a completion holds: a
+-- lookup per worker in jobs_running_idx, as in job_find_stranded.
+SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
+FROM unnest(%(workers)s::bigint[]) AS w (id)
+CROSS JOIN LATERAL (
+    SELECT r.id, r.task, r.args, r.priority, r.attempt, r.max_attempts, r.queue, r.worker_id
+    FROM {schema}.jobs AS r
+    WHERE r.worker_id = w.id AND r.status = 'running'
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS j
+ORDER BY j.id
+LIMIT %(limit)s;
+
 -- name: job_claim_atomic
 -- Claims one atomic job of the given tasks inside the caller's open transaction. Other workers
 -- still see it queued but locked, so SKIP LOCKED passes over it and the rescuer ignores it; a

@@ -11,13 +11,71 @@ RETURNING id;
 -- Proves the worker alive: one row per worker, never one per job. If the rescuer removed the
 -- row (the worker was presumed dead), it is put back under the same id and `revived` is true:
 -- the jobs it held were rescued, and their late outcomes are refused by the completion guard.
--- `stats` is the worker's own tally (pgqueue/observe.py), replaced at each beat.
-INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency, stats)
+-- `stats` is the worker's own tally (pgqueue/observe.py), replaced at each beat. `session_at`
+-- says when this connection took the worker's session lock (worker_session_hold), NULL if it
+-- holds none: a beat comes from the session that holds the lock, so a beat later than a
+-- rescuer's own session start proves the lock was held since (worker_sessions_gone).
+INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency, stats,
+                                   session_at)
 OVERRIDING SYSTEM VALUE
 VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
-        %(stats)s::jsonb)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), stats = EXCLUDED.stats
+        %(stats)s::jsonb, %(session_at)s)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now(), stats = EXCLUDED.stats, session_at = EXCLUDED.session_at
 RETURNING (xmax = 0) AS revived;
+
+-- name: worker_session_hold
+-- Takes the worker's session lock on this connection, until it closes, and says when: the
+-- caller records that time with a beat in the same transaction (worker_heartbeat). The lock
+-- lives in pgqueue's own space, one per schema and worker id: the key folds the id, so two
+-- ids 2^31 - 1 apart share a lock, which can only make a dead worker look alive (the lease
+-- then speaks for it), never the reverse; another application's lock on the same key does
+-- the same. Shared, so a new session of the worker takes it while an old one lingers; it
+-- waits only while a rescuer holds it for the transaction that declares the worker dead
+-- (worker_delete_gone), after which the beat finds its row gone. Never behind PgBouncer's
+-- transaction pooling: the lock would stay on a server connection that other clients use.
+SELECT pg_advisory_lock_shared(
+           hashtext('pgqueue.worker ' || %(schema)s),
+           (%(worker_id)s::bigint %% 2147483647)::integer
+       ),
+       now() AS session_at;
+
+-- name: worker_sessions_gone
+-- The workers whose session lock (worker_session_hold) nobody holds now, with the session
+-- each recorded and when this was seen. A try of each lock, not a read of pg_locks: any
+-- role may, it costs a lookup per worker and no pass over the server's lock table, and it
+-- holds a free lock only for this statement. Left out: workers that hold no such lock, the
+-- caller's own worker, and workers whose last beat is not later than the start of this
+-- statement's own backend. A beat comes from the session that holds the lock, so a later
+-- beat proves the lock was held while this backend lived: its loss was no server restart,
+-- which would have ended this backend too. The others' locks may have gone with a restart,
+-- and only their lease speaks for them.
+SELECT w.id AS worker_id, w.session_at, now() AS seen_at
+FROM {schema}.workers AS w
+WHERE w.session_at IS NOT NULL
+  AND w.id <> %(worker_id)s
+  AND w.heartbeat_at > (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) AS a)
+  AND pg_try_advisory_xact_lock(
+          hashtext('pgqueue.worker ' || %(schema)s), (w.id %% 2147483647)::integer
+      )
+ORDER BY w.id;
+
+-- name: worker_delete_gone
+-- Removes the workers whose session lock is still free with the same session recorded as
+-- when the caller saw them gone (worker_sessions_gone): their running jobs are the caller's
+-- to rescue in this transaction. The free lock is the caller's until commit, so a worker
+-- that is in fact reconnecting cannot take it back meanwhile; its beat then finds its row
+-- gone, puts it back and is told that its jobs were rescued. A worker that took the lock
+-- back before this statement has a new session recorded and is left alone.
+DELETE FROM {schema}.workers AS w
+USING unnest(%(ids)s::bigint[], %(sessions)s::timestamptz[]) AS g (id, session_at)
+WHERE w.id = g.id
+  AND w.session_at = g.session_at
+  AND w.heartbeat_at > (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) AS a)
+  AND pg_try_advisory_xact_lock(
+          hashtext('pgqueue.worker ' || %(schema)s), (w.id %% 2147483647)::integer
+      )
+RETURNING w.id;
 
 -- name: worker_list
 -- The workers with a row, newest first, each with its running jobs (a lookup per worker in

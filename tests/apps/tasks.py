@@ -59,9 +59,10 @@ async def asleepy(seconds: float, ctx: JobContext) -> None:
     _record(f"{ctx.job_id} done")
 
 
-@queue.task(name="stall_once", max_attempts=3)
+@queue.task(name="stall_once", max_attempts=3, retry=RetryPolicy(base=0))
 async def stall_once(ctx: JobContext) -> int:
-    """Hangs on its first attempt (so its worker can be killed mid-job), returns at once after."""
+    """Hangs on its first attempt (so its worker can be killed mid-job), returns at once after;
+    retried at once once rescued."""
     import asyncio
 
     _record(f"{ctx.job_id} attempt {ctx.attempt}")

@@ -73,9 +73,20 @@ def test_poll_only_workers_run_every_job_once_through_pgbouncer(
     procs = [worker_process(bouncer, schema, *args, log=log) for log in logs]
     queue = Queue(bouncer, schema=schema, prepare=False)
     try:
-        with psycopg.connect(dsn) as conn:
-            wait_until(lambda: count(conn, schema, "workers") == 2, what="2 workers")
-            conn.commit()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            wait_until(
+                lambda: count(conn, schema, "workers", "heartbeat_at > started_at") == 2,
+                what="2 workers, each past its first beat",
+            )
+            # No session lock: it would stay on a server connection other clients get next,
+            # so only the lease speaks for these workers.
+            assert count(conn, schema, "workers", "session_at IS NOT NULL") == 0
+            held = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                " AND classid = hashtext('pgqueue.worker ' || %s)::oid",
+                [schema],
+            ).fetchone()
+            assert held == (0,)
         queue.enqueue_many([apps.noop.job() for _ in range(jobs)])
         with psycopg.connect(dsn) as conn:
 

@@ -62,6 +62,9 @@ def test_jobs_of_a_killed_worker_are_rescued_after_the_lease_and_run_again(
             sql.SQL("SELECT max(heartbeat_at) FROM {}.workers").format(sql.Identifier(schema))
         ).fetchone()  # type: ignore[misc]
         conn.commit()
+        # Started after the death, the rescuer cannot tell it from a server restart (the
+        # victim's last beat predates its own session), so it waits for the lease: see
+        # test_session_rescue.py for a death another worker sees.
         with worker_in_thread(Worker(apps.queue, dsn=dsn, schema=schema, **FAST), force=True):
             wait_until(lambda: len(_history(conn, schema)) == 3, what="3 rescued jobs")
         history = _history(conn, schema)

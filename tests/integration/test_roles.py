@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -12,7 +14,10 @@ from psycopg import sql
 from pgqueue import Queue, RetryPolicy
 from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.migrate import grant_role
+from pgqueue.store.workers import WorkersStore
 from pgqueue.testing import drain
+from pgqueue.worker.rescuer import Rescuer
+from tests.conftest import count, wait_until
 
 
 def _role_dsn(dsn: str, role: str) -> str:
@@ -77,6 +82,70 @@ def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
     assert job is not None and job.status == "succeeded" and job.attempt == 2
     app.close()
     owner.close()
+
+
+def test_the_worker_role_finds_a_worker_whose_session_ended_and_rescues_its_job(
+    dsn: str, schema: str, roles: tuple[str, str]
+) -> None:
+    """The session check under the worker role: a try of the dead worker's advisory lock and
+    its own backend's start (sql/queries/workers.sql), no read of other roles' sessions; the
+    dying worker runs under another role."""
+    worker_dsn, _ = roles
+    queue = Queue(dsn, schema=schema)
+
+    @queue.task(name="held", max_attempts=1)
+    def held() -> None: ...
+
+    (job_id,) = queue.enqueue_many([held.job()])
+    store = WorkersStore(schema)
+    identity = {"name": "dying", "hostname": "h", "pid": 1, "queues": ["default"], "concurrency": 1}
+    rescuer = Rescuer(
+        queue.registry, schema, timedelta(minutes=1), True, session_grace=timedelta(0)
+    )
+    owner = psycopg.connect(dsn, autocommit=True)
+
+    async def scenario() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(worker_dsn, autocommit=True) as aconn:
+            worker_id = await store.register(aconn, identity)
+            with psycopg.connect(dsn, autocommit=True) as dying:
+                with dying.transaction():
+                    at = store.hold_session(dying, worker_id)
+                    store.heartbeat(
+                        dying, identity | {"worker_id": worker_id, "stats": None, "session_at": at}
+                    )
+                owner.execute(
+                    sql.SQL(
+                        "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = %s,"
+                        " started_at = now() WHERE id = %s"
+                    ).format(sql.Identifier(schema)),
+                    [worker_id, job_id],
+                )
+                while_held = await rescuer.rescue_gone(aconn)
+            # Its session ends with the connection, and its lock with the session.
+            wait_until(
+                lambda: (
+                    owner.execute(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                        " AND classid = hashtext('pgqueue.worker ' || %s)::oid",
+                        [schema],
+                    ).fetchone()
+                    == (0,)
+                ),
+                what="the dying worker's session to end",
+            )
+            return while_held, await rescuer.rescue_gone(aconn)
+
+    assert asyncio.run(scenario()) == (0, 1)
+    assert count(owner, schema, "workers") == 0
+    (errors,) = owner.execute(
+        sql.SQL("SELECT errors FROM {}.job_history WHERE id = %s AND status = 'failed'").format(
+            sql.Identifier(schema)
+        ),
+        [job_id],
+    ).fetchone()  # type: ignore[misc]
+    assert "session ended" in errors[-1]["error"]
+    owner.close()
+    queue.close()
 
 
 def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(

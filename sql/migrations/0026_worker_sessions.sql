@@ -1,0 +1,11 @@
+-- 0026: a worker whose process dies is found dead in seconds, not after its lease.
+--
+-- A listening worker's heartbeat connection holds a session-level advisory lock keyed on the
+-- worker's id for as long as it is open (worker_session_hold, sql/queries/workers.sql), and
+-- writes here when it took it. When the process dies, PostgreSQL ends its sessions and the
+-- lock goes with them; a rescuer that finds the lock free for a couple of seconds while the
+-- same session stays recorded takes the worker for dead without waiting for its lease
+-- (pgqueue/worker/rescuer.py). A reconnecting worker takes the lock again and records its new
+-- session, which resets the count. NULL: the worker holds no such lock (it polls through
+-- PgBouncer, or predates this column), and only its lease speaks for it.
+ALTER TABLE {schema}.workers ADD COLUMN session_at timestamptz;
