@@ -329,7 +329,7 @@ def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellati
     job: Job | None = None
     for _ in range(CANCEL_ROUNDS):
         rows = yield query("job_cancel", schema), params
-        _locked, cancelled, requested, _settled = rows[0]
+        _locked, cancelled, requested, _settled, _waiters = rows[0]
         if cancelled:
             return Cancellation.CANCELLED
         if requested:
