@@ -7,12 +7,15 @@ from pgqueue.errors import (
     DatabaseError,
     EmbeddedServerError,
     InvalidArgumentsError,
+    JobCancelledError,
+    JobFailedError,
     JobNotFoundError,
     JobStateError,
     MigrationError,
     PgQueueError,
     TaskError,
     UnknownTaskError,
+    WaitTimeoutError,
     WorkerStateError,
 )
 from pgqueue.models import (
@@ -34,9 +37,11 @@ from pgqueue.models import (
     Workflow,
     WorkflowJob,
 )
+from pgqueue.outcomes import JobOutcome
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, Signature, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit
+from pgqueue.waiting import WaitSettings
 from pgqueue.worker.worker import Worker
 from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
 
@@ -56,9 +61,12 @@ __all__ = [
     "Group",
     "InvalidArgumentsError",
     "Job",
+    "JobCancelledError",
     "JobContext",
+    "JobFailedError",
     "JobNotFoundError",
     "JobOptions",
+    "JobOutcome",
     "JobPage",
     "JobStateError",
     "JobStatus",
@@ -76,6 +84,8 @@ __all__ = [
     "Task",
     "TaskError",
     "UnknownTaskError",
+    "WaitSettings",
+    "WaitTimeoutError",
     "Worker",
     "WorkerSettings",
     "WorkerStateError",

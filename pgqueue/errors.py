@@ -10,6 +10,9 @@
     │   └── InvalidArgumentsError   arguments fail validation, or are not storable as JSON
     ├── JobNotFoundError        no job has that id, live or in history
     ├── JobStateError           the job's state does not allow it (retry a succeeded job, ...)
+    ├── JobFailedError          a job waited for failed (Queue.wait): its recorded error
+    ├── JobCancelledError       a job waited for was cancelled
+    ├── WaitTimeoutError        a wait ran out of time; the jobs run on (also a TimeoutError)
     ├── MigrationError          a migration failed; the transaction was rolled back
     ├── WorkerStateError        a Worker was started while it was already running
     └── EmbeddedServerError     the throwaway local PostgreSQL could not start
@@ -18,6 +21,9 @@ Messages say what was wrong, with the offending value, and what to do about it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 
@@ -69,3 +75,51 @@ class JobStateError(PgQueueError):
 
 class WorkerStateError(PgQueueError, RuntimeError):
     """A Worker was started while it was already running; the running worker goes on."""
+
+
+class JobFailedError(PgQueueError):
+    """A job waited for (Queue.wait) failed. Carries what its last attempt recorded: the
+    exception's type (`module.qualname`, None when the worker recorded no exception, as for a
+    lost worker), `error` ("Type: message"), `traceback`, and every attempt's `errors`."""
+
+    def __init__(self, job_id: int, errors: Sequence[dict[str, Any]]) -> None:
+        last = dict(errors[-1]) if errors else {}
+        self.job_id = job_id
+        self.errors = [dict(e) for e in errors]
+        self.error_type: str | None = last.get("type")
+        self.error = str(last.get("error") or "no error was recorded")
+        self.traceback = str(last.get("traceback") or "")
+        self.kind: str | None = last.get("kind")
+        super().__init__(f"job {job_id} failed: {self.error}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id, self.errors))
+
+
+class JobCancelledError(PgQueueError):
+    """A job waited for (Queue.wait) was cancelled, before it ran or while it ran."""
+
+    def __init__(self, job_id: int) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} was cancelled")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id,))
+
+
+class WaitTimeoutError(PgQueueError, TimeoutError):
+    """A wait ran out of time before the jobs in `job_ids` finished. The jobs were not
+    touched: they run on, and a later wait can still get their results."""
+
+    def __init__(self, job_ids: Sequence[int], timeout: float) -> None:
+        self.job_ids = list(job_ids)
+        self.timeout = timeout
+        shown = ", ".join(str(i) for i in self.job_ids[:10])
+        more = f" and {len(self.job_ids) - 10} more" if len(self.job_ids) > 10 else ""
+        super().__init__(
+            f"job {shown}{more} had not finished after {timeout:g} s; "
+            "it runs on: wait again, or pass a longer timeout"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_ids, self.timeout))

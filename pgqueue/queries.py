@@ -84,6 +84,12 @@ def outbox_channel(schema: str) -> str:
     return f"{schema}_outbox"
 
 
+def done_channel(schema: str) -> str:
+    """The channel that tells waiters a job they wait for finished (payload: its id;
+    pgqueue/waiting.py parses it)."""
+    return f"{schema}_done"
+
+
 def dead_channel(schema: str) -> str:
     """The channel that hears about jobs the rescuer abandoned (payload: JSON id/task/queue)."""
     return f"{schema}_dead"
@@ -96,6 +102,8 @@ def _render(text: str, schema: str) -> sql.Composed:
         channel=sql.Identifier(channel(schema)),
         wake_channel=sql.Literal(channel(schema)),
         outbox_channel=sql.Literal(outbox_channel(schema)),
+        done=sql.Identifier(done_channel(schema)),
+        done_channel=sql.Literal(done_channel(schema)),
     )
 
 

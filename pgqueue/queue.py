@@ -10,8 +10,9 @@ the queue uses its own pooled connection and commits.
 from __future__ import annotations
 
 import abc
+import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, overload
 
@@ -19,7 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pydantic import ValidationError
 
-from pgqueue import bulk, hooks, migrate
+from pgqueue import bulk, hooks, migrate, outcomes
 from pgqueue import dsn as dsn_rule
 from pgqueue.dsn import redact
 from pgqueue.errors import (
@@ -57,6 +58,7 @@ from pgqueue.models import (
     check_name,
     duration,
 )
+from pgqueue.outcomes import JobHandle, JobOutcome
 from pgqueue.queries import Migration, channel
 from pgqueue.registry import EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
@@ -67,6 +69,7 @@ from pgqueue.store import queues as queues_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
+from pgqueue.waiting import STARTING, BackgroundWaiters, Waiters, WaitSettings, new_hub
 from pgqueue.workflow import Flow, OnFailure, build
 
 P = ParamSpec("P")
@@ -715,10 +718,14 @@ class Queue(_Base):
 
     def close(self) -> None:
         """Close the queue's own pool, if it opened one; a later call without `conn=` opens
-        it again. Connections you passed in are yours and stay open."""
+        it again. Connections you passed in are yours and stay open. Waits in progress fail;
+        the waits' connection is closed (a later wait opens it again)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        waiters, self._waiters = self._waiters, None
+        if waiters is not None:
+            waiters.close()
 
     def set_concurrency_limit(
         self,
@@ -878,6 +885,53 @@ class Queue(_Base):
         with self._connection(conn) as c:
             return run(c, self._get_workflow_plan(workflow_id), together=False)
 
+    # Waiting for results (pgqueue/waiting.py, pgqueue/outcomes.py): every wait of this
+    # queue shares one listening connection, on a thread of its own.
+
+    wait_settings: WaitSettings = WaitSettings()
+    """How waits hear that a job finished (LISTEN, and polling); set before the first wait."""
+    _waiters: BackgroundWaiters | None = None
+
+    def wait(self, job: JobHandle, *, timeout: timedelta | float | None = None) -> Any:
+        """Wait until `job` (an id, as enqueue returns it, or a Job) finishes; its result, as
+        stored (the handler's return value as JSON). Raises JobFailedError (with the recorded
+        error type, message and traceback) if it failed, JobCancelledError if it was
+        cancelled, WaitTimeoutError after `timeout` seconds (the job runs on), and
+        JobNotFoundError if no record of it exists, live or in history. Wait after the
+        enqueue's transaction has committed."""
+        return self._hub().call(outcomes.wait, job, outcomes.seconds(timeout))
+
+    def wait_many(
+        self,
+        jobs: Iterable[JobHandle],
+        *,
+        timeout: timedelta | float | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Wait for several jobs; their results in the order given, like asyncio.gather: the
+        first job to fail or be cancelled raises its error at once (the others run on), or
+        with `return_exceptions` its error takes its place in the list. `timeout` bounds the
+        whole wait."""
+        limit = outcomes.seconds(timeout)
+        return self._hub().call(outcomes.wait_many, jobs, limit, return_exceptions)
+
+    def as_completed(
+        self, jobs: Iterable[JobHandle], *, timeout: timedelta | float | None = None
+    ) -> Iterator[JobOutcome]:
+        """Each job's `JobOutcome` (its id, status, and result or error) as it finishes,
+        whatever the order given; raises WaitTimeoutError, naming the jobs left, once
+        `timeout` has passed."""
+        ids, limit = outcomes.job_ids(jobs), outcomes.seconds(timeout)
+        waiters = self._hub()
+        return waiters.iterate(outcomes.as_completed(waiters.hub, ids, limit))
+
+    def _hub(self) -> BackgroundWaiters:
+        with STARTING:
+            if self._waiters is None:
+                hub = new_hub(self.dsn, self.settings, self.wait_settings, "Queue")
+                self._waiters = BackgroundWaiters(hub)
+            return self._waiters
+
 
 class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s, or SQLAlchemy
@@ -981,6 +1035,9 @@ class AsyncQueue(_Base):
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        waiters, self._waiters = self._waiters, None
+        if waiters is not None and waiters.loop is _running_loop():
+            await waiters.close()
 
     async def set_concurrency_limit(
         self,
@@ -1112,6 +1169,41 @@ class AsyncQueue(_Base):
     ) -> Workflow | None:
         async with self._connection(conn) as c:
             return await run_async(c, self._get_workflow_plan(workflow_id), together=False)
+
+    wait_settings: WaitSettings = WaitSettings()
+    _waiters: Waiters | None = None  # its loop's; a wait on another loop starts another
+
+    async def wait(self, job: JobHandle, *, timeout: timedelta | float | None = None) -> Any:
+        return await outcomes.wait(self._hub(), job, outcomes.seconds(timeout))
+
+    async def wait_many(
+        self,
+        jobs: Iterable[JobHandle],
+        *,
+        timeout: timedelta | float | None = None,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        limit = outcomes.seconds(timeout)
+        return await outcomes.wait_many(self._hub(), jobs, limit, return_exceptions)
+
+    def as_completed(
+        self, jobs: Iterable[JobHandle], *, timeout: timedelta | float | None = None
+    ) -> AsyncIterator[JobOutcome]:
+        ids, limit = outcomes.job_ids(jobs), outcomes.seconds(timeout)
+        return outcomes.as_completed(self._hub(), ids, limit)
+
+    def _hub(self) -> Waiters:
+        loop = _running_loop()
+        if self._waiters is None or self._waiters.loop not in (None, loop):
+            self._waiters = new_hub(self.dsn, self.settings, self.wait_settings, "AsyncQueue")
+        return self._waiters
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:

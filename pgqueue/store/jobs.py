@@ -375,6 +375,7 @@ class Cancelled:
     cancelled: int
     requested: int
     settled: int | None
+    waiters: int | None  # notices sent to callers waiting for the job (notify_waiters)
 
 
 def cancel_plan(job_id: int, schema: str, keep_history: bool) -> Plan[Cancellation]:
@@ -559,6 +560,7 @@ class Finished:
     archived: int
     woken: int = 0
     settled: int | None = None
+    told: int | None = None  # notices sent to callers waiting for these jobs (notify_waiters)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_deps, {schema}.job_waits TO
 GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
+-- Finishing a job reads who waits for it; a handler may wait for other jobs itself.
+GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
 -- The relay publishes staged messages and deletes them once confirmed.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.outbox, {schema}.relays TO {role};
 -- The history's daily partitions: made ahead and dropped by retention, through two functions
@@ -34,6 +36,8 @@ GRANT INSERT, SELECT ON {schema}.job_deps, {schema}.job_waits TO {role};
 GRANT UPDATE (workflow_id) ON {schema}.jobs TO {role};
 -- wake() reads which wake-ups the workers want (sql/migrations/0015_quiet_wake.sql).
 GRANT SELECT ON {schema}.wake_listeners TO {role};
+-- Waiting for a job's result (Queue.wait) registers the wait, and ends it.
+GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
 -- Messages for other systems, staged in the application's transactions.
 GRANT SELECT, INSERT ON {schema}.outbox TO {role};
 

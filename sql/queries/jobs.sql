@@ -366,11 +366,15 @@ WITH waits AS (
     SELECT {schema}.workflow_settle(array_agg(g.id), array_agg(g.status), array_agg(g.result),
                                     %(keep_history)s) AS n
     FROM gone AS g WHERE g.workflow_id IS NOT NULL HAVING count(*) > 0
+), waiters AS (
+    -- Whoever waits for the cancelled job hears of it at commit (migration 0027).
+    SELECT {schema}.notify_waiters(ARRAY(SELECT g.id FROM gone AS g)) AS n
 )
 SELECT (SELECT count(*) FROM target) AS locked,
        (SELECT count(*) FROM gone) AS cancelled,
        (SELECT told FROM told) AS requested,
-       (SELECT n FROM settled) AS settled;
+       (SELECT n FROM settled) AS settled,
+       (SELECT n FROM waiters) AS waiters;
 
 -- name: job_retry_source
 -- The finished job a retry copies, and the id of a retry of it still queued or running (the
@@ -705,7 +709,8 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- leave the hot table and, unless history is off, land in job_history in the same statement;
 -- retried jobs go back to scheduled (or queued when due now) with the error appended (a snooze
 -- goes back the same way, its attempt given back and no error recorded); those
--- queued now wake the workers with their lowest (priority, id) per queue (see job_insert).
+-- queued now wake the workers with their lowest (priority, id) per queue (see job_insert);
+-- finished ones that someone waits for (Queue.wait) tell their waiters.
 -- Guard: a row moves only while it is still running this attempt for the worker that claimed it
 -- (each outcome names it: the worker itself, or the rescuer acting for a dead one), so a late or
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
@@ -792,12 +797,16 @@ WITH batch AS MATERIALIZED (
     SELECT {schema}.workflow_settle(array_agg(f.id), array_agg(f.status), array_agg(f.result),
                                     %(keep_history)s) AS n
     FROM finished AS f WHERE f.workflow_id IS NOT NULL HAVING count(*) > 0
+), told AS (
+    -- Those finished jobs someone waits for tell their waiters at commit (migration 0027).
+    SELECT {schema}.notify_waiters(ARRAY(SELECT f.id FROM finished AS f)) AS n
 )
 SELECT (SELECT count(*) FROM finished) AS finished,
        (SELECT count(*) FROM retried) AS retried,
        (SELECT count(*) FROM archived) AS archived,
        (SELECT n FROM woken) AS woken,
-       (SELECT n FROM settled) AS settled;
+       (SELECT n FROM settled) AS settled,
+       (SELECT n FROM told) AS told;
 
 -- name: job_release_many
 -- Puts a stopping worker's unfinished jobs back to queued without spending an attempt: the
