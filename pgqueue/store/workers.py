@@ -34,6 +34,46 @@ class WorkerRow:
     stats: dict[str, object] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    """What a worker says of itself in its row (worker_register, and a revived heartbeat)."""
+
+    name: str
+    hostname: str
+    pid: int
+    queues: Sequence[str]
+    concurrency: int
+
+    def as_params(self) -> dict[str, object]:
+        """The statements' named parameters."""
+        return {
+            "name": self.name,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "queues": list(self.queues),
+            "concurrency": self.concurrency,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BeatParams:
+    """One heartbeat's parameters: who beats, its tally as JSON, and when its session took
+    the worker's lock (None when it holds none)."""
+
+    identity: WorkerIdentity
+    worker_id: int
+    stats: str | None = None
+    session_at: datetime | None = None
+
+    def as_params(self) -> dict[str, object]:
+        """The statement's named parameters."""
+        return self.identity.as_params() | {
+            "worker_id": self.worker_id,
+            "stats": self.stats,
+            "session_at": self.session_at,
+        }
+
+
 @dataclass(frozen=True)
 class Registered:
     """worker_register's row."""
@@ -104,16 +144,18 @@ class WorkersStore:
             cur.execute(query("worker_list", self.schema), {"limit": limit, "now": now})
             return cur.fetchall()
 
-    async def register(self, conn: AsyncConn, identity: Mapping[str, object]) -> int:
+    async def register(self, conn: AsyncConn, identity: WorkerIdentity) -> int:
         """A starting worker's row; its id guards every write it makes to a job."""
-        row = await fetch_one(conn, Registered, query("worker_register", self.schema), identity)
+        statement = query("worker_register", self.schema)
+        row = await fetch_one(conn, Registered, statement, identity.as_params())
         return row.id
 
-    def heartbeat(self, conn: SyncConn, params: Mapping[str, object]) -> bool:
+    def heartbeat(self, conn: SyncConn, beat: BeatParams) -> bool:
         """Prove the worker alive (the heartbeat runs in a thread, on a sync connection).
         True when its row had been removed as dead and was put back: its jobs were rescued."""
         with conn.cursor(row_factory=args_row(Beat)) as cur:
-            row = cur.execute(query("worker_heartbeat", self.schema), params).fetchone()
+            statement = query("worker_heartbeat", self.schema)
+            row = cur.execute(statement, beat.as_params()).fetchone()
         return row is not None and row.revived
 
     def hold_session(self, conn: SyncConn, worker_id: int) -> datetime:

@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +36,7 @@ from psycopg import pq
 from pgqueue.codec import encode_json
 from pgqueue.runtime.service import Health
 from pgqueue.store.plan import SyncConn
-from pgqueue.store.workers import WorkersStore
+from pgqueue.store.workers import BeatParams, WorkerIdentity, WorkersStore
 from pgqueue.worker.events import Bus, WorkerRevived
 
 log = logging.getLogger("pgqueue.worker")
@@ -49,7 +50,8 @@ class Heartbeat:
         self,
         dsn: str,
         schema: str,
-        params: dict[str, Any],
+        identity: WorkerIdentity,
+        worker_id: int,
         interval: timedelta,
         *,
         prepare: bool = True,
@@ -63,7 +65,8 @@ class Heartbeat:
         self.session = session  # hold the worker's session lock: on a direct connection only
         self.session_at: datetime | None = None  # when this connection took it
         self.store = WorkersStore(schema)
-        self.params = params
+        self.identity = identity
+        self.worker_id = worker_id
         self.events = events  # published to from the heartbeat's thread
         self.interval = interval.total_seconds()
         self.beats = 0
@@ -154,21 +157,21 @@ class Heartbeat:
                 prepare_threshold=5 if self.prepare else None,
             )
         stats = encode_json(self.report()) if self.report is not None else None
-        params = self.params | {"stats": stats, "session_at": self.session_at}
+        beat = BeatParams(self.identity, self.worker_id, stats, self.session_at)
         if self.session and self.session_at is None:
             with self._conn.transaction():  # the lock and the beat that records it, together
-                session_at = self.store.hold_session(self._conn, self.params["worker_id"])
-                revived = self.store.heartbeat(self._conn, params | {"session_at": session_at})
+                session_at = self.store.hold_session(self._conn, self.worker_id)
+                revived = self.store.heartbeat(self._conn, replace(beat, session_at=session_at))
             self.session_at = session_at
         else:
-            revived = self.store.heartbeat(self._conn, params)
+            revived = self.store.heartbeat(self._conn, beat)
         self.beats += 1
         if revived:
             log.error(
                 "worker %s was presumed dead (missed heartbeats past its lease, or its "
                 "session ended) and its running jobs were rescued; their outcomes from here "
                 "will be refused",
-                self.params["worker_id"],
+                self.worker_id,
             )
             if self.events is not None:
                 self.events.publish_threadsafe(WorkerRevived())

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 from pgqueue.errors import DatabaseError
 from pgqueue.models import WorkerSettings
@@ -20,13 +19,13 @@ from pgqueue.queries import migrations
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.store.migrations import pending_async
-from pgqueue.store.workers import WorkersStore
+from pgqueue.store.workers import WorkerIdentity, WorkersStore
 
 
 class Registration:
     name = "registration"
 
-    def __init__(self, link: Link, schema: str, identity: dict[str, Any]) -> None:
+    def __init__(self, link: Link, schema: str, identity: WorkerIdentity) -> None:
         self.link = link
         self.store = WorkersStore(schema)
         self.identity = identity
@@ -58,12 +57,12 @@ class Registration:
         return Health(self.worker_id > 0, f"worker {self.worker_id}")
 
 
-def identity(settings: WorkerSettings) -> dict[str, Any]:
+def identity(settings: WorkerSettings) -> WorkerIdentity:
     """What a worker with `settings` says of itself in its row."""
-    return {
-        "name": settings.name or f"{socket.gethostname()}:{os.getpid()}",
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "queues": list(settings.queues),
-        "concurrency": settings.concurrency,
-    }
+    return WorkerIdentity(
+        name=settings.name or f"{socket.gethostname()}:{os.getpid()}",
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        queues=tuple(settings.queues),
+        concurrency=settings.concurrency,
+    )

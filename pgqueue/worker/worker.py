@@ -253,7 +253,8 @@ class Worker:
             Heartbeat(
                 self.dsn,
                 self.schema,
-                identity(s) | {"worker_id": self.id},
+                identity(s),
+                self.id,
                 s.heartbeat_interval,
                 prepare=not s.poll_only,
                 session=not s.poll_only,  # a session lock needs a session of the worker's own

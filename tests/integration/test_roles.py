@@ -14,7 +14,7 @@ from psycopg import sql
 from pgqueue import Queue, RetryPolicy
 from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.migrate import grant_role
-from pgqueue.store.workers import WorkersStore
+from pgqueue.store.workers import BeatParams, WorkerIdentity, WorkersStore
 from pgqueue.testing import drain
 from pgqueue.worker.rescuer import Rescuer
 from tests.conftest import count, wait_until
@@ -98,7 +98,7 @@ def test_the_worker_role_finds_a_worker_whose_session_ended_and_rescues_its_job(
 
     (job_id,) = queue.enqueue_many([held.job()])
     store = WorkersStore(schema)
-    identity = {"name": "dying", "hostname": "h", "pid": 1, "queues": ["default"], "concurrency": 1}
+    identity = WorkerIdentity(name="dying", hostname="h", pid=1, queues=["default"], concurrency=1)
     rescuer = Rescuer(
         queue.registry, schema, timedelta(minutes=1), True, session_grace=timedelta(0)
     )
@@ -110,9 +110,7 @@ def test_the_worker_role_finds_a_worker_whose_session_ended_and_rescues_its_job(
             with psycopg.connect(dsn, autocommit=True) as dying:
                 with dying.transaction():
                     at = store.hold_session(dying, worker_id)
-                    store.heartbeat(
-                        dying, identity | {"worker_id": worker_id, "stats": None, "session_at": at}
-                    )
+                    store.heartbeat(dying, BeatParams(identity, worker_id, session_at=at))
                 owner.execute(
                     sql.SQL(
                         "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = %s,"
