@@ -11,19 +11,40 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,embedded,bench,cli]'
 	touch $@
 
+# The start of a recipe that needs Python 3.12 or newer: sets $$py to the newest one found
+# (PATH, then pyenv's versions), or stops saying why one is needed ($(1)).
+define PYTHON_312
+py=""; for p in python3.14 python3.13 python3.12 $$(ls -d $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+	if $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$p; break; fi; \
+done; \
+if [ -z "$$py" ]; then echo "no Python 3.12 or newer: $(1)"; exit 1; fi
+endef
+
 # django.tasks needs Django 6, which needs Python 3.12 or newer: its tests get a venv of
-# their own, on the newest such Python found (PATH, then pyenv's versions).
+# their own.
 DJANGO_VENV ?= .venv-django
 
 $(DJANGO_VENV)/.installed: pyproject.toml
-	@py=""; for p in python3.14 python3.13 python3.12 $$(ls -d $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
-		if $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py=$$p; break; fi; \
-	done; \
-	if [ -z "$$py" ]; then echo "no Python 3.12 or newer: Django 6 cannot be installed"; exit 1; fi; \
+	@$(call PYTHON_312,Django 6 cannot be installed); \
 	echo "$(DJANGO_VENV): $$($$py --version)"; \
 	$$py -m venv $(DJANGO_VENV) && \
 	$(DJANGO_VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev,embedded]' 'django>=6'
 	touch $@
+
+# The benchmarks with every peer: oban-py needs Python 3.12 or newer, so the bench runs from
+# a venv of its own on one (`make bench-venv`, then `.venv-bench/bin/python -m bench ...`).
+BENCH_VENV ?= .venv-bench
+
+$(BENCH_VENV)/.installed: pyproject.toml
+	@$(call PYTHON_312,oban-py cannot be installed); \
+	echo "$(BENCH_VENV): $$($$py --version)"; \
+	$$py -m venv $(BENCH_VENV) && \
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check \
+		-e '.[dev,embedded,bench,cli,peers]'
+	touch $@
+
+.PHONY: bench-venv
+bench-venv: $(BENCH_VENV)/.installed
 
 # The Django integration's tests on Django 6, the django.tasks backend's and its example's
 # among them.
@@ -63,4 +84,4 @@ docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(DJANGO_VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DJANGO_VENV) $(BENCH_VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache

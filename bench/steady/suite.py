@@ -35,9 +35,9 @@ from bench.steady import bound, cpu, tables
 from bench.steady.point import Point, Worker, run_point
 from bench.throughput import raw
 from bench.throughput import workloads as work
-from bench.throughput.suite import DISTRIBUTIONS, OBAN_NOTE, availability
+from bench.throughput.suite import DISTRIBUTIONS, availability
 
-PEERS = ("procrastinate", "pgqueuer", "chancy")
+PEERS = ("procrastinate", "pgqueuer", "chancy", "oban")
 SYSTEMS = ("pgqueue", *PEERS, "bound")
 # The setting each system runs at unless --setting says otherwise: the one that did
 # best in the throughput suite's short runs. {n} is the --concurrency, {n1} one more.
@@ -46,6 +46,7 @@ SETTINGS = {
     "procrastinate": "concurrency={n}, pool {n1}",
     "pgqueuer": "batch_size=100, no cap",
     "chancy": "AsyncExecutor, concurrency={n}, eager_polling",
+    "oban": "limit={n}, pool 2-20",
 }
 
 
@@ -179,7 +180,7 @@ def run_bound(config: Config, dsn: str, statements: bool) -> dict[str, Any]:
 def bench(config: Config) -> int:
     wanted = tuple(s for s in config.systems if s != "bound")
     available = availability(wanted)
-    unavailable = {k: v for k, v in available.items() if v} | {"oban": OBAN_NOTE}
+    unavailable = {k: v for k, v in available.items() if v}
     systems: dict[str, Any] = {}
     with database(config.dsn) as server:
         out = config.run.folder(server)

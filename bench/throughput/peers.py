@@ -20,8 +20,14 @@ setting's figures and the tables show each peer's best, naming the setting.
   `eager_polling` (its option for queues that always have work: without it, a worker that
   has taken its jobs sleeps until the next push or its polling interval). Its per-job INFO
   log lines are turned off (WARNING), as pgqueue writes none per job.
-- oban-py (PyPI `oban`) needs Python >= 3.12; where the bench runs on an older Python it is
-  reported as not runnable (suite.py, `OBAN_NOTE`).
+- oban-py (PyPI `oban`, psycopg 3, Python >= 3.12): schema by `oban.schema.install`, the
+  Python way of its installation guide; `enqueue` one job per transaction (each call takes a
+  pool connection and commits), `enqueue_many` for bulk; pools from `Oban.create_pool`, as
+  its quick start makes them. Worker settings: the queue's `limit=N` (jobs at once), on
+  `create_pool`'s default pool (1 to 10 connections, which its production guide calls
+  comfortable for most deployments) and on the 2 to 20 of that guide's sizing example. No
+  per-job log lines: oban-py writes them only once its telemetry logger is attached. Where
+  the bench runs on an older Python it is reported as not run (suite.py).
 
 All install into the `public` schema of the bench's own database.
 """
@@ -280,33 +286,52 @@ def _with_queries(dsn: str, body: Any, pool: int = 1) -> None:
     asyncio.run(main())
 
 
-class _PgQueuerProducer:
-    """PgQueuer is async-only: a private event loop in a thread serves the sync producer."""
+class _LoopProducer:
+    """For a peer that is async-only: a private event loop in a thread serves the sync
+    producer. Subclasses open their client in `_open`, enqueue in `_enqueue`, close in
+    `_close`, each run on that loop."""
 
     def __init__(self, dsn: str) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.queries: Any = self._call(self._open(dsn))
+        self._call(self._open(dsn))
 
-    async def _open(self, dsn: str) -> Any:
-        import asyncpg
-        from pgqueuer.db import AsyncpgDriver
-        from pgqueuer.queries import Queries
+    async def _open(self, dsn: str) -> None:
+        raise NotImplementedError
 
-        self.conn = await asyncpg.connect(url(dsn))
-        return Queries(AsyncpgDriver(self.conn))
+    async def _enqueue(self, seq: int) -> None:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        raise NotImplementedError
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
 
     def enqueue(self, seq: int) -> None:
-        self._call(self.queries.enqueue(TASK, str(seq).encode()))
+        self._call(self._enqueue(seq))
 
     def close(self) -> None:
-        self._call(self.conn.close())
+        self._call(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+
+class _PgQueuerProducer(_LoopProducer):
+    async def _open(self, dsn: str) -> None:
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        self.conn = await asyncpg.connect(url(dsn))
+        self.queries = Queries(AsyncpgDriver(self.conn))
+
+    async def _enqueue(self, seq: int) -> None:
+        await self.queries.enqueue(TASK, str(seq).encode())
+
+    async def _close(self) -> None:
+        await self.conn.close()
 
 
 # -- Chancy ------------------------------------------------------------------------------------
@@ -410,3 +435,125 @@ class Chancy:
             )
             async with Worker(chancy, register_signal_handlers=False):
                 await stop_when(stop, lambda: None)
+
+
+# -- oban-py -----------------------------------------------------------------------------------
+
+OBAN_QUEUE = "default"
+# The pool of the pool-sizing example in oban-py's production guide (`pool_min_size = 2`,
+# `pool_max_size = 20`); `create_pool`'s own default is 1 to 10.
+OBAN_POOL = (2, 20)
+
+
+async def _oban(dsn: str, min_size: int | None = None, max_size: int | None = None) -> Any:
+    """A client-mode Oban (no queues: it only enqueues) on a pool of its own making."""
+    from oban import Oban
+
+    pool = await Oban.create_pool(dsn, min_size=min_size, max_size=max_size)
+    return Oban(pool=pool), pool
+
+
+def _oban_job(seq: int) -> Any:
+    from bench.throughput.oban_jobs import Noop
+
+    return Noop.new({"seq": seq})
+
+
+class ObanPy:
+    name = "oban"
+
+    def install(self, dsn: str) -> None:
+        """`oban.schema.install(pool)`, the Python way of oban-py's installation guide."""
+
+        async def main() -> None:
+            from oban.schema import install
+
+            _, pool = await _oban(dsn)
+            try:
+                await install(pool)
+            finally:
+                await pool.close()
+
+        asyncio.run(main())
+
+    def reset(self, dsn: str) -> None:
+        truncate(dsn, "oban_jobs", "oban_producers", "oban_leaders")
+
+    def prefill(self, dsn: str, jobs: int) -> None:
+        self.enqueue_bulk(dsn, range(jobs), 5000)
+
+    def enqueue_sequential(self, dsn: str, seqs: Sequence[int]) -> None:
+        async def main() -> None:
+            oban, pool = await _oban(dsn, 1, 1)
+            try:
+                for seq in seqs:
+                    await oban.enqueue(_oban_job(seq))
+            finally:
+                await pool.close()
+
+        asyncio.run(main())
+
+    def enqueue_concurrent(self, dsn: str, seqs: Sequence[int], clients: int) -> None:
+        async def main() -> None:
+            oban, pool = await _oban(dsn, clients, clients)
+
+            async def client(part: Sequence[int]) -> None:
+                for seq in part:
+                    await oban.enqueue(_oban_job(seq))
+
+            try:
+                await asyncio.gather(*(client(seqs[n::clients]) for n in range(clients)))
+            finally:
+                await pool.close()
+
+        asyncio.run(main())
+
+    def enqueue_bulk(self, dsn: str, seqs: Sequence[int], batch: int) -> None:
+        async def main() -> None:
+            oban, pool = await _oban(dsn, 1, 1)
+            try:
+                for part in chunks(seqs, batch):
+                    await oban.enqueue_many([_oban_job(seq) for seq in part])
+            finally:
+                await pool.close()
+
+        asyncio.run(main())
+
+    def producer(self, dsn: str) -> Producer:
+        return _ObanProducer(dsn)
+
+    def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        """A queue's `limit` is its cap on jobs at once: oban-py always runs with one."""
+        if concurrency is None:
+            return {}
+        low, high = OBAN_POOL
+        return {
+            f"limit={concurrency}, default pool (1-10)": {"pool": (None, None)},
+            f"limit={concurrency}, pool {low}-{high}": {"pool": OBAN_POOL},
+        }
+
+    async def work(
+        self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
+    ) -> None:
+        from oban import Oban
+
+        import bench.throughput.oban_jobs  # noqa: F401  (the worker class, before the clock)
+
+        low, high = self.settings(concurrency)[setting]["pool"]
+        pool = await Oban.create_pool(dsn, min_size=low, max_size=high)
+        try:
+            async with Oban(pool=pool, queues={OBAN_QUEUE: concurrency or 10}):
+                await stop_when(stop, lambda: None)
+        finally:
+            await pool.close()
+
+
+class _ObanProducer(_LoopProducer):
+    async def _open(self, dsn: str) -> None:
+        self.oban, self.pool = await _oban(dsn, 1, 1)
+
+    async def _enqueue(self, seq: int) -> None:
+        await self.oban.enqueue(_oban_job(seq))
+
+    async def _close(self) -> None:
+        await self.pool.close()

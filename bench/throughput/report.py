@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PEERS = ("procrastinate", "pgqueuer", "chancy")
+PEERS = ("procrastinate", "pgqueuer", "chancy", "oban")
 # How a section's rows of one system at several settings are ranked: the best is the one a
 # table shows (naming its setting); results.json keeps them all.
 RANKED_BY = {"idle": ("p50_ms", min), "steady": ("p50_ms", min)}
@@ -188,7 +188,7 @@ def table(results: dict[str, Any]) -> str:
 
 def _peer_notes(results: dict[str, Any], columns: int) -> list[str]:
     notes = []
-    for name in [*_systems(results), "oban"]:
+    for name in _systems(results):
         note = _unavailable(results, name)
         if note:
             notes.append(f"| {name} | " + " | ".join([note] + ["-"] * (columns - 1)) + " |")

@@ -47,7 +47,7 @@ from bench.throughput import claimcost, raw, report
 from bench.throughput import workloads as work
 from bench.throughput.systems import SCHEMA
 
-SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer", "chancy")
+SYSTEMS = ("pgqueue", "procrastinate", "pgqueuer", "chancy", "oban")
 WORKLOADS = ("drain", "enqueue", "idle", "steady", "claim", "raw")
 # Each system's import name, and the distribution whose version the results record.
 PACKAGES = {
@@ -55,18 +55,15 @@ PACKAGES = {
     "procrastinate": "procrastinate",
     "pgqueuer": "pgqueuer",
     "chancy": "chancy",
+    "oban": "oban",
 }
 DISTRIBUTIONS = PACKAGES | {"pgqueue": "pgqueue-py"}
-OBAN_NOTE = (
-    "not run: oban-py (PyPI `oban`) requires Python >= 3.12; this machine has "
-    f"Python {platform.python_version()} and no 3.12 package"
-)
 # procrastinate claims one job per query (about 0.5k jobs/s here), and at concurrency below 10
 # every system claims fewer jobs per statement: smaller drains keep each run to seconds.
 # Jobs/s does not depend on N once N is well above a batch.
 # The latency workloads run every capped setting at this many jobs at once.
 LATENCY_CONCURRENCY = 10
-DRAIN_SHARE = {"pgqueue": 1.0, "pgqueuer": 1.0, "procrastinate": 0.2, "chancy": 0.2}
+DRAIN_SHARE = {"pgqueue": 1.0, "pgqueuer": 1.0, "procrastinate": 0.2, "chancy": 0.2, "oban": 0.2}
 
 
 @dataclass(frozen=True)
@@ -233,6 +230,12 @@ def availability(systems: Sequence[str]) -> dict[str, str | None]:
         found[name] = "not installed: pip install -e '.[peers]'" if missing else None
     if "chancy" in systems and found["chancy"] and sys.version_info < (3, 11):
         found["chancy"] = "not installed: Chancy needs Python >= 3.11"
+    if "oban" in systems and found["oban"] and sys.version_info < (3, 12):
+        found["oban"] = (
+            "not run: oban-py (PyPI `oban`) needs Python >= 3.12 and this bench runs on "
+            f"Python {platform.python_version()}; `make bench-venv` builds .venv-bench on "
+            "Python 3.12 or newer, with every peer, to run the bench from"
+        )
     no_asyncpg = importlib.util.find_spec("asyncpg") is None
     if "pgqueuer" in systems and found["pgqueuer"] is None and no_asyncpg:
         found["pgqueuer"] = "not installed: asyncpg (pip install -e '.[peers]')"
@@ -390,7 +393,7 @@ def collect(config: Config, server: Server, b: Bench) -> dict[str, Any]:
     results = config.run.header(server) | {
         "versions": versions(b.systems()),
         "config": {k: v for k, v in vars(config).items() if k not in ("dsn", "run")},
-        "unavailable": {k: v for k, v in b.available.items() if v} | {"oban": OBAN_NOTE},
+        "unavailable": {k: v for k, v in b.available.items() if v},
         "workloads": b.results,
     }
     results["targets"] = report.targets(results)

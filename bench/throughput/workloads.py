@@ -40,6 +40,7 @@ def system(name: str) -> System:
         "procrastinate": throughput_peers.Procrastinate(),
         "pgqueuer": throughput_peers.PgQueuer(),
         "chancy": throughput_peers.Chancy(),
+        "oban": throughput_peers.ObanPy(),
     }
     return found[name]
 
@@ -85,6 +86,7 @@ LIBRARIES = {
     "procrastinate": ("procrastinate",),
     "pgqueuer": ("pgqueuer", "pgqueuer.db", "pgqueuer.queries", "asyncpg"),
     "chancy": ("chancy", "bench.throughput.chancy_jobs"),
+    "oban": ("oban", "bench.throughput.oban_jobs"),
 }
 
 
