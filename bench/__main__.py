@@ -34,6 +34,7 @@ SUITES = {
     "relay-chaos": ("relay.chaos", "the relay killed and its broker restarted: lost, twice"),
     "dashboard": ("dashboard.suite", "dashboard pages and /metrics at 1M history; observed drain"),
     "steady": ("steady.suite", "a worker keeping up at rising rates: latency, CPU per job"),
+    "lifecycle": ("lifecycle.suite", "statements, rows, index entries and WAL per 1,000 jobs"),
 }
 
 

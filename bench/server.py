@@ -43,10 +43,13 @@ class Server:
 
 
 @contextlib.contextmanager
-def database(dsn: str | None) -> Iterator[Server]:
-    """The server at `dsn`, or an embedded one started here and stopped after."""
+def database(dsn: str | None, *, configure: dict[str, str] | None = None) -> Iterator[Server]:
+    """The server at `dsn`, or an embedded one started here and stopped after. `configure`
+    sets server settings on the embedded one (ALTER SYSTEM, then a restart, so settings that
+    need one, such as shared_preload_libraries, take effect); a server at `dsn` is used as
+    it is, and its settings are recorded."""
     if dsn:
-        yield _described(dsn, embedded=False)
+        yield _described(dsn, embedded=False, extra=tuple(configure or ()))
         return
     from pgqueue import embedded
 
@@ -57,18 +60,29 @@ def database(dsn: str | None) -> Iterator[Server]:
         )
         started = embedded.start(Path(tmp) / "data")
         try:
-            yield _described(started.dsn, embedded=True)
+            if configure:
+                _configure(started.dsn, configure)
+                started.restart()
+            yield _described(started.dsn, embedded=True, extra=tuple(configure or ()))
         finally:
             started.stop()
 
 
-def _described(dsn: str, *, embedded: bool) -> Server:
+def _configure(dsn: str, settings: dict[str, str]) -> None:
+    with psycopg.connect(dsn, autocommit=True, application_name="bench") as conn:
+        for name, value in settings.items():
+            conn.execute(
+                sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            )
+
+
+def _described(dsn: str, *, embedded: bool, extra: tuple[str, ...] = ()) -> Server:
     with psycopg.connect(dsn, autocommit=True, application_name="bench") as conn:
         row = conn.execute("SHOW server_version").fetchone()
         settings = conn.execute(
             "SELECT name, current_setting(name) FROM pg_settings"
             " WHERE name LIKE 'autovacuum%%' OR name = ANY(%s) ORDER BY name",
-            [list(SETTINGS)],
+            [[*SETTINGS, *extra]],
         ).fetchall()
     version = str(row[0]).split()[0] if row else "unknown"
     return Server(dsn, embedded, version, {str(k): str(v) for k, v in settings})

@@ -1,0 +1,1 @@
+"""The lifecycle suite: what each job costs the server, in counts."""

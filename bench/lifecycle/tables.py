@@ -1,0 +1,101 @@
+"""The lifecycle suite's results.md: every count per 1,000 jobs, one section per scenario."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def per_k(value: float, jobs: int) -> str:
+    scaled = value * 1000 / jobs
+    return f"{scaled:,.0f}" if abs(scaled) >= 100 else f"{scaled:,.1f}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    jobs = int(results["jobs"])
+    db = results["database"]
+    lines = [
+        "# lifecycle: what each job costs the server, per 1,000 jobs",
+        "",
+        f"`{results['command']}`: PostgreSQL {db['server_version']}"
+        f" ({'embedded' if db['embedded'] else 'at --dsn'}), {jobs:,} jobs a scenario.",
+        "Settings: " + ", ".join(f"{k}={v}" for k, v in sorted(db["settings"].items())) + ".",
+        "",
+    ]
+    if results["missing"]:
+        lines += ["Not counted here: " + "; ".join(results["missing"]) + ".", ""]
+    lines += summary(results["scenarios"], jobs)
+    for name, found in results["scenarios"].items():
+        for phase in ("enqueue", "drain"):
+            lines += section(f"{name}: {phase}", found[phase], jobs)
+    return "\n".join(lines) + "\n"
+
+
+def totals(cost: dict[str, Any]) -> dict[str, int]:
+    tables = cost["tables"].values()
+    found = {
+        "transactions": cost["transactions"],
+        "statements": sum(s["calls"] for s in cost.get("statements", [])),
+        "rows inserted": sum(t["inserted"] for t in tables),
+        "rows updated": sum(t["updated"] for t in tables),
+        "of them HOT": sum(t["hot_updated"] for t in tables),
+        "rows deleted": sum(t["deleted"] for t in tables),
+        "index entries": sum(cost.get("wal_records", {}).get("index_inserts", {}).values()),
+        "WAL records, own tables": sum(
+            r["records"]
+            for name, r in cost.get("wal_records", {}).get("by_relation", {}).items()
+            if not name.startswith("(")
+        ),
+        "WAL records": cost["wal"]["records"],
+        "WAL FPI": cost["wal"]["fpi"],
+        "WAL bytes": cost["wal"]["bytes"],
+    }
+    return found
+
+
+def summary(scenarios: dict[str, Any], jobs: int) -> list[str]:
+    columns = list(totals(next(iter(scenarios.values()))["drain"]))
+    lines = [
+        "## Per 1,000 jobs",
+        "",
+        "| scenario | phase | " + " | ".join(columns) + " |",
+        "|---|---|" + "---:|" * len(columns),
+    ]
+    for name, found in scenarios.items():
+        for phase in ("enqueue", "drain"):
+            row = totals(found[phase])
+            lines.append(
+                f"| {name} | {phase} | " + " | ".join(per_k(row[c], jobs) for c in columns) + " |"
+            )
+    return [*lines, ""]
+
+
+def section(title: str, cost: dict[str, Any], jobs: int) -> list[str]:
+    lines = [
+        f"## {title}",
+        "",
+        "| table | inserted | updated | HOT | deleted |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for table, rows in sorted(cost["tables"].items()):
+        cells = (rows[k] for k in ("inserted", "updated", "hot_updated", "deleted"))
+        lines.append(f"| {table} | " + " | ".join(per_k(v, jobs) for v in cells) + " |")
+    inserts = cost.get("wal_records", {}).get("index_inserts", {})
+    if inserts:
+        lines += ["", "| index | entries inserted |", "|---|---:|"]
+        lines += [f"| {index} | {per_k(n, jobs)} |" for index, n in inserts.items()]
+    statements = cost.get("statements", [])
+    if statements:
+        lines += [
+            "",
+            "| statement | calls | rows | blocks dirtied | WAL records | WAL FPI | WAL bytes |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in statements:
+            label = s["name"] or "`" + " ".join(s["query"].split())[:60] + "`"
+            cells = (s[k] for k in ("calls", "rows", "blocks_dirtied", "wal_records", "wal_fpi"))
+            lines.append(
+                f"| {label} | "
+                + " | ".join(per_k(v, jobs) for v in cells)
+                + f" | {per_k(s['wal_bytes'], jobs)} |"
+            )
+    return [*lines, ""]
