@@ -24,6 +24,7 @@ WITH mine AS (
     SELECT 1 FROM {schema}.jobs AS j
     WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
       AND j.attempt = %(attempt)s
+    FOR SHARE
 ), taken AS (
     DELETE FROM {schema}.signals
     WHERE id = (
@@ -63,6 +64,7 @@ WITH recorded AS (
         SELECT 1 FROM {schema}.jobs AS j
         WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
           AND j.attempt = %(attempt)s
+        FOR SHARE
     )
     RETURNING result
 ), unparked AS (

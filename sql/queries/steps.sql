@@ -11,10 +11,13 @@ ORDER BY s.seq;
 
 -- name: job_step_record
 -- Records step `seq` of a job, with its result, or for a sleep (`sleep_seconds` given) the
--- time it ends, by the database's clock. Guard: only while the job is still running this attempt for this worker, so a
--- worker that lost its job (rescued after its lease lapsed) records nothing; and a step already
--- recorded is kept (ON CONFLICT DO NOTHING): the caller then reads it with job_step_read.
--- Returns the recorded result and the database's clock.
+-- time it ends, by the database's clock. Guard: only while the job is still running this
+-- attempt for this worker, so a worker that lost its job (rescued after its lease lapsed)
+-- records nothing. The guard locks the job's row (FOR SHARE): a rescue racing the record
+-- waits for it to commit, and the next attempt reads it; or the record waits for the rescue
+-- and then finds the job moved. A step already recorded is kept (ON CONFLICT DO NOTHING):
+-- the caller then reads it with job_step_read. Returns the recorded result and the
+-- database's clock.
 INSERT INTO {schema}.job_steps AS s (job_id, seq, name, kind, result, started_at, finished_at)
 SELECT %(job_id)s, %(seq)s, %(name)s, %(kind)s,
        coalesce(%(result)s::jsonb,
@@ -25,6 +28,7 @@ WHERE EXISTS (
     SELECT 1 FROM {schema}.jobs AS j
     WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
       AND j.attempt = %(attempt)s
+    FOR SHARE
 )
 ON CONFLICT (job_id, seq) DO NOTHING
 RETURNING s.result, s.finished_at;
