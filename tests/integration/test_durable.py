@@ -475,3 +475,26 @@ def test_retention_prunes_the_steps_of_jobs_it_prunes(dsn: str, schema: str) -> 
                        + timedelta(seconds=1))  # fmt: skip
     assert report.deleted == 1 and report.steps_deleted == 1
     assert steps_of(dsn, schema, job_id) == []
+
+
+def test_an_async_queue_sends_signals_as_the_sync_one_does(dsn: str, schema: str) -> None:
+    import asyncio
+
+    from pgqueue import AsyncQueue
+
+    queue = Queue(dsn, schema=schema)
+    waiter = _waiter(queue)
+    job_id = queue.enqueue(waiter.job("async-k"))
+    drain(queue, dsn=dsn)
+    assert status(queue, job_id) == "scheduled"
+
+    async def send() -> None:
+        sender = AsyncQueue(dsn, schema=schema)
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await sender.signal("async-k", [1, 2], conn=conn)
+        await sender.close()
+
+    asyncio.run(send())
+    drain(queue, dsn=dsn)
+    job = queue.get_job(job_id)
+    assert job is not None and job.result == {"got": [1, 2]}, job
