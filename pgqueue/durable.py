@@ -16,7 +16,10 @@ writes before each recorded call is rolled back, since it committed with that re
 time. So every write an atomic handler makes on `ctx.connection` commits exactly once, as long
 as the handler is deterministic between steps. Between segments the job is committed as
 running for its worker, guarded by the worker's lease like a lease job: a dead worker's job is
-rescued by its task's `on_lost` policy and replays from its last record.
+rescued by its task's `on_lost` policy and replays from its last record. A sleep, a signal
+taken and a wait that timed out are records like a step's; a job that parks for a signal
+records nothing and rolls back its segment, which it runs again once woken. Where records
+commit is pgqueue/worker/checkpoints.py.
 
 Fails: StepMismatchError when the n-th call's name (or kind) differs from the n-th record,
 StepResultError when a step returns what is not JSON, SignalTimeoutError when a wait times
@@ -27,8 +30,6 @@ Parked): let them propagate.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -45,33 +46,20 @@ from pgqueue.errors import (
     StepResultError,
 )
 from pgqueue.models import LONGEST_WAIT, ClaimedJob, duration
-from pgqueue.registry import Snooze
-from pgqueue.runtime.link import Link
-from pgqueue.store import plan
-from pgqueue.store.plan import AsyncConn, Plan, SyncConn
+from pgqueue.registry import CancelSignal, Snooze
+from pgqueue.store.plan import Plan
 from pgqueue.store.signals import park_plan, send_plan, take_plan, timeout_plan, wait_read_plan
-from pgqueue.store.steps import (
-    Journal,
-    Recorded,
-    read_plan,
-    record_plan,
-    segment_begin_plan,
-    segment_commit_plan,
-    segment_discard_plan,
-    segment_end_plan,
-)
+from pgqueue.store.steps import Journal, Recorded, read_plan, record_plan
+from pgqueue.worker.checkpoints import Backend, JobLostError
 
 T = TypeVar("T")
 KEY_MAX = 1000  # characters of a signal's key
 NAME_MAX = 200  # characters of a step's name
-# How long one checkpoint of a `def` handler's lease job may wait for the worker's event
-# loop before the handler gives up (the worker is stopping, or the database is away).
-_BLOCKING_WAIT = 300.0
 
 
-class JobLostError(PgQueueError):
-    """The job is no longer this worker's (rescued after its lease lapsed, or finished
-    elsewhere): its handler stops at its next durable call, and its outcome is refused."""
+class CancelRequested(PgQueueError):
+    """Cancellation of the job was requested: a `def` handler stops at its next durable
+    call (an `async def` one is interrupted wherever it waits) and the job ends cancelled."""
 
 
 class Sleeping(Snooze):
@@ -84,117 +72,6 @@ class Parked(Snooze):
 
     def __init__(self) -> None:
         super().__init__(0)
-
-
-# -- where a job's records go -----------------------------------------------------------------
-
-
-class Backend:
-    """Runs a job's durable statements: in transactions of their own on the worker's link
-    (lease jobs), or in the segments of the job's own transaction (atomic jobs)."""
-
-    atomic = False
-
-    def run(self, make: Callable[[], Plan[T]]) -> T:
-        raise ConfigurationError(
-            "this handler is `async def`: use the awaited twins (await ctx.astep(...), "
-            "await ctx.asleep(...), await ctx.await_for_signal(...))"
-        )
-
-    async def arun(self, make: Callable[[], Plan[T]]) -> T:
-        raise ConfigurationError(
-            "this handler is a `def`: use ctx.step(...), ctx.sleep(...), "
-            "ctx.wait_for_signal(...); the `a` twins are for `async def` handlers"
-        )
-
-    def end(self, relock: bool) -> None:
-        """After a record: commit the segment with it and open the next (atomic jobs)."""
-
-    async def aend(self, relock: bool) -> None:
-        """The async twin of `end`."""
-
-    def discard(self) -> None:
-        """A recorded call was replayed: roll back what the handler wrote before it in this
-        segment (atomic jobs), which committed with the record the first time."""
-
-    async def adiscard(self) -> None:
-        """The async twin of `discard`."""
-
-
-class LeaseBackend(Backend):
-    """A lease job's records, each committed on its own on the worker's link. A `def`
-    handler's thread hands its statements to the worker's event loop and waits."""
-
-    def __init__(self, link: Link, loop: asyncio.AbstractEventLoop) -> None:
-        self.link = link
-        self.loop = loop
-
-    def run(self, make: Callable[[], Plan[T]]) -> T:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            future = asyncio.run_coroutine_threadsafe(self.arun(make), self.loop)
-            try:
-                return future.result(_BLOCKING_WAIT)
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                raise JobLostError(
-                    f"the worker could not record a step within {_BLOCKING_WAIT:g} s"
-                ) from None
-        return super().run(make)
-
-    async def arun(self, make: Callable[[], Plan[T]]) -> T:
-        # Shielded: a handler cancelled mid-record must not leave the link's connection in
-        # the middle of a statement; the record completes (or fails) on its own.
-        return await asyncio.shield(self.link.run(lambda conn: plan.run_async(conn, make())))
-
-
-class AtomicBackend(Backend):
-    """An atomic job's records, in the segments of its transaction on a sync connection."""
-
-    atomic = True
-
-    def __init__(self, conn: SyncConn, schema: str, job: ClaimedJob) -> None:
-        self.conn = conn
-        self.schema = schema
-        self.job = job
-
-    def run(self, make: Callable[[], Plan[T]]) -> T:
-        return plan.run(self.conn, make(), together=False)
-
-    def end(self, relock: bool) -> None:
-        self.run(lambda: segment_end_plan(self.schema, keep=True))
-        self.run(lambda: segment_commit_plan(self.schema))
-        if not self.run(lambda: segment_begin_plan(self.schema, self.job if relock else None)):
-            raise JobLostError(f"job {self.job.id} is no longer this worker's")
-
-    def discard(self) -> None:
-        self.run(lambda: segment_discard_plan(self.schema))
-
-
-class AsyncAtomicBackend(Backend):
-    """The async twin of AtomicBackend."""
-
-    atomic = True
-
-    def __init__(self, conn: AsyncConn, schema: str, job: ClaimedJob) -> None:
-        self.conn = conn
-        self.schema = schema
-        self.job = job
-
-    async def arun(self, make: Callable[[], Plan[T]]) -> T:
-        return await plan.run_async(self.conn, make(), together=False)
-
-    async def aend(self, relock: bool) -> None:
-        await self.arun(lambda: segment_end_plan(self.schema, keep=True))
-        await self.arun(lambda: segment_commit_plan(self.schema))
-        if not await self.arun(
-            lambda: segment_begin_plan(self.schema, self.job if relock else None)
-        ):
-            raise JobLostError(f"job {self.job.id} is no longer this worker's")
-
-    async def adiscard(self) -> None:
-        await self.arun(lambda: segment_discard_plan(self.schema))
 
 
 # -- the effects a durable call asks for ------------------------------------------------------
@@ -229,13 +106,21 @@ Flow = Generator[Effect, Any, T]
 class Durable:
     """One attempt's durable calls: where the replay stands and where records go."""
 
-    __slots__ = ("backend", "job", "journal", "loaded_at", "max_bytes", "schema", "seq")
+    __slots__ = ("backend", "cancel", "job", "journal", "loaded_at", "max_bytes", "schema", "seq")
 
-    def __init__(self, job: ClaimedJob, schema: str, backend: Backend, max_bytes: int) -> None:
+    def __init__(
+        self,
+        job: ClaimedJob,
+        schema: str,
+        backend: Backend,
+        max_bytes: int,
+        cancel: CancelSignal | None = None,
+    ) -> None:
         self.job = job
         self.schema = schema
         self.backend = backend
         self.max_bytes = max_bytes
+        self.cancel = cancel
         self.journal: Journal | None = None
         self.loaded_at = 0.0
         self.seq = 0
@@ -244,6 +129,8 @@ class Durable:
 
     def drive(self, flow: Flow[T]) -> T:
         """Carry out a flow's effects in this thread (a `def` handler)."""
+        if self.cancel is not None and self.cancel.requested:
+            raise CancelRequested(f"job {self.job.id}: cancellation was requested")
         try:
             effect = next(flow)
             while True:

@@ -30,14 +30,7 @@ from typing import Any
 import psycopg
 
 from pgqueue.codec import to_json_result
-from pgqueue.durable import (
-    AsyncAtomicBackend,
-    AtomicBackend,
-    Backend,
-    Durable,
-    LeaseBackend,
-    Parked,
-)
+from pgqueue.durable import Durable, Parked
 from pgqueue.errors import (
     InvalidArgumentsError,
     StepMismatchError,
@@ -49,6 +42,7 @@ from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooz
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
+from pgqueue.worker.checkpoints import AsyncAtomicBackend, AtomicBackend, Backend, LeaseBackend
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -214,7 +208,13 @@ class Executor:
                 cancel,
                 progress,
                 job.worker_id,
-                Durable(job, self.schema, self._backend(job, connection), self.max_result_bytes),
+                Durable(
+                    job,
+                    self.schema,
+                    self._backend(job, connection),
+                    self.max_result_bytes,
+                    cancel,
+                ),
             )
         if isinstance(job.args, Unreadable):
             raise InvalidArgumentsError(f"its stored arguments cannot be read: {job.args.reason}")

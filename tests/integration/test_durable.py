@@ -6,6 +6,7 @@ transaction for lease jobs (so a rerun would show) and on `ctx.connection` for a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -498,3 +499,29 @@ def test_an_async_queue_sends_signals_as_the_sync_one_does(dsn: str, schema: str
     drain(queue, dsn=dsn)
     job = queue.get_job(job_id)
     assert job is not None and job.result == {"got": [1, 2]}, job
+
+
+def test_a_def_handler_stops_at_its_next_step_once_its_cancellation_is_requested(
+    dsn: str, schema: str, effects: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    started = threading.Event()
+
+    def until_cancelled(ctx: JobContext) -> int:
+        started.set()
+        wait_until(lambda: ctx.cancel_requested, what="the worker to hear the cancel")
+        return 1
+
+    @queue.task()
+    def two_steps(ctx: JobContext) -> None:
+        ctx.step("one", until_cancelled, ctx)
+        ctx.step("two", record, dsn, schema, ctx.job_id, "two", ctx.attempt)
+
+    job_id = queue.enqueue(two_steps.job())
+    worker = Worker(queue, dsn=dsn, poll_interval=0.1)
+    with worker_in_thread(worker):
+        assert started.wait(60)
+        assert queue.cancel_job(job_id) is Cancellation.REQUESTED
+        wait_until(lambda: status(queue, job_id) == "cancelled", what="the job to end")
+    assert ran(dsn, schema) == []  # step two never ran
+    assert [name for _, name, _, _ in steps_of(dsn, schema, job_id)] == ["one"]
