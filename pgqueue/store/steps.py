@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pgqueue.models import ClaimedJob
-from pgqueue.queries import query
+from pgqueue.queries import query, statement
 from pgqueue.store.plan import Plan, Rows, rows_as
 
 
@@ -107,7 +107,8 @@ def record_plan(
 
 
 def _one(name: str, schema: str, params: dict[str, object] | None = None) -> Plan[Rows]:
-    rows = yield query(name, schema), params
+    # Rendered once: an atomic lane runs the segment statements for every job it runs.
+    rows = yield statement(name, schema), params
     return rows
 
 
