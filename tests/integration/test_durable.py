@@ -525,3 +525,42 @@ def test_a_def_handler_stops_at_its_next_step_once_its_cancellation_is_requested
         wait_until(lambda: status(queue, job_id) == "cancelled", what="the job to end")
     assert ran(dsn, schema) == []  # step two never ran
     assert [name for _, name, _, _ in steps_of(dsn, schema, job_id)] == ["one"]
+
+
+def test_an_atomic_job_that_parks_and_sleeps_writes_each_row_once(
+    dsn: str, schema: str, effects: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    insert = sql.SQL("INSERT INTO {}.effects (job, step, attempt) VALUES (%s, %s, %s)").format(
+        sql.Identifier(schema)
+    )
+
+    def write(ctx: JobContext, step: str) -> str:
+        ctx.connection.execute(insert, [ctx.job_id, step, ctx.attempt])
+        return step
+
+    @queue.task(atomic=True)
+    def approve(ctx: JobContext) -> Any:
+        ctx.step("before", write, ctx, "before")
+        ctx.connection.execute(insert, [ctx.job_id, "waiting", ctx.attempt])
+        got = ctx.wait_for_signal("atomic-k")  # parks: "waiting" rolls back, runs again later
+        ctx.sleep(0.2)  # commits with its record; the job then runs again after it
+        return ctx.step("after", lambda: got)
+
+    job_id = queue.enqueue(approve.job())
+    drain(queue, dsn=dsn)
+    assert status(queue, job_id) == "scheduled"
+    assert [s for _, s, _ in ran(dsn, schema)] == ["before"]
+    queue.signal("atomic-k", "yes")
+    worker = Worker(queue, dsn=dsn, poll_interval=0.1)
+    with worker_in_thread(worker):
+        wait_until(lambda: status(queue, job_id) == "succeeded", what="the job to end")
+    job = queue.get_job(job_id)
+    assert job is not None and job.result == "yes" and job.attempt == 1, job
+    assert [s for _, s, _ in ran(dsn, schema)] == ["before", "waiting"]
+    assert [kind for _, _, kind, _ in steps_of(dsn, schema, job_id)] == [
+        "step",
+        "signal",
+        "sleep",
+        "step",
+    ]
