@@ -151,3 +151,35 @@ def to_json_result(value: Any, max_bytes: int | None = None) -> Any:
     if max_bytes is not None and size > max_bytes:
         raise ValueError(f"the result is {size:,} bytes, over max_payload_bytes={max_bytes:,}")
     return data
+
+
+def step_json(value: Any, max_bytes: int | None = None) -> str:
+    """A durable step's result (pgqueue/durable.py) as the JSON text recorded; ValueError if
+    it is not JSON as it is (only dicts with string keys, lists, strings, numbers, booleans
+    and None: a replay must give back what the first run gave), or is over `max_bytes`."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"it is not JSON: {exc}") from None
+    if _non_string_keys(value):
+        raise ValueError(
+            "a dict in it has keys that are not strings, which JSON turns into strings"
+        )
+    for text_value in _strings(value):
+        if "\x00" in text_value or not is_utf8(text_value):
+            raise ValueError(
+                f"it contains a NUL character or a lone surrogate, which jsonb rejects: "
+                f"{text_value[:40]!r}"
+            )
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"it is {size:,} bytes of JSON, over max_payload_bytes={max_bytes:,}")
+    return text
+
+
+def _non_string_keys(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(not isinstance(k, str) or _non_string_keys(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_non_string_keys(item) for item in value)
+    return False

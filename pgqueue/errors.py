@@ -7,12 +7,15 @@
     │                           OperationalError, so retry loops that catch that still do)
     ├── TaskError
     │   ├── UnknownTaskError    no task is registered under that name
-    │   └── InvalidArgumentsError   arguments fail validation, or are not storable as JSON
+    │   ├── InvalidArgumentsError   arguments fail validation, or are not storable as JSON
+    │   ├── StepMismatchError   a job's code no longer matches the steps it recorded
+    │   └── StepResultError     a step returned something that is not storable as JSON
     ├── JobNotFoundError        no job has that id, live or in history
     ├── JobStateError           the job's state does not allow it (retry a succeeded job, ...)
     ├── JobFailedError          a job waited for failed (Queue.wait): its recorded error
     ├── JobCancelledError       a job waited for was cancelled
     ├── WaitTimeoutError        a wait ran out of time; the jobs run on (also a TimeoutError)
+    ├── SignalTimeoutError      no signal came for a job's wait within its timeout
     ├── MigrationError          a migration failed; the transaction was rolled back
     ├── WorkerStateError        a Worker was started while it was already running
     └── EmbeddedServerError     the throwaway local PostgreSQL could not start
@@ -55,6 +58,22 @@ class UnknownTaskError(TaskError, LookupError):
 
 class InvalidArgumentsError(TaskError, ValueError):
     """Arguments fail validation against the task's signature or cannot be stored as JSON."""
+
+
+class StepMismatchError(TaskError):
+    """A job's handler reached a step under another name than the one it recorded there
+    (a step renamed, removed or moved since): the job fails rather than replay the wrong
+    results. Finish or cancel such jobs before deploying code whose steps differ."""
+
+
+class StepResultError(TaskError, ValueError):
+    """A step returned a value that cannot be stored as JSON (or is over
+    max_payload_bytes); nothing was recorded and the job fails."""
+
+
+class SignalTimeoutError(PgQueueError, TimeoutError):
+    """No signal for the key came within the wait's timeout (JobContext.wait_for_signal).
+    The timeout is recorded as the step's outcome: a replay raises it again."""
 
 
 class MigrationError(PgQueueError):

@@ -475,7 +475,8 @@ class Job(BaseModel):
     """A job's record, from the hot table or, once finished, from history (Queue.get_job,
     Queue.list_jobs). Times are timezone-aware; durations are timedeltas (None until known).
 
-    An atomic job shows as `queued` while it runs: its claim commits with its completion.
+    An atomic job shows as `queued` while it runs: its claim commits with its completion, or
+    with its first durable step (JobContext.step), from which on it shows as `running`.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from pgqueue import bulk, hooks, migrate, outcomes
 from pgqueue import dsn as dsn_rule
 from pgqueue.dsn import redact
+from pgqueue.durable import signal_plan
 from pgqueue.errors import (
     ConfigurationError,
     ConnectionLostError,
@@ -932,6 +933,16 @@ class Queue(_Base):
                 self._waiters = BackgroundWaiters(hub)
             return self._waiters
 
+    def signal(self, key: str, payload: Any = None, *, conn: Conn | None = None) -> int:
+        """Send a signal for `key` with a JSON `payload` to the job that waits for it
+        (JobContext.wait_for_signal), or will: a signal nobody waits for yet is kept for the
+        next job that does. With `conn` it joins your transaction: delivered only if that
+        commits, and then exactly once; the same statement wakes the job parked for the key.
+        Returns the signal's id."""
+        plan = signal_plan(self.schema, key, payload, self.settings.max_payload_bytes)
+        with self._connection(conn) as c:
+            return run(c, plan)
+
 
 class AsyncQueue(_Base):
     """The async twin. `conn` arguments are psycopg `AsyncConnection`s, or SQLAlchemy
@@ -1197,6 +1208,11 @@ class AsyncQueue(_Base):
         if self._waiters is None or self._waiters.loop not in (None, loop):
             self._waiters = new_hub(self.dsn, self.settings, self.wait_settings, "AsyncQueue")
         return self._waiters
+
+    async def signal(self, key: str, payload: Any = None, *, conn: AsyncConn | None = None) -> int:
+        plan = signal_plan(self.schema, key, payload, self.settings.max_payload_bytes)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

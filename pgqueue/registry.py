@@ -13,7 +13,7 @@ import json
 import json.scanner
 import math
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
@@ -35,6 +35,8 @@ from pgqueue.models import (
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from pgqueue.durable import Durable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -107,6 +109,8 @@ class JobContext:
     progress: Progress | None = None
     worker_id: int | None = None
     """The worker running this attempt (its row in `pgqueue workers`)."""
+    durable: Durable | None = None
+    """This attempt's steps, sleeps and signals (pgqueue/durable.py), set by the worker."""
 
     def set_progress(self, fraction: float | None = None, message: str = "", **meta: Any) -> None:
         """Report how far the job has come (`fraction`, 0.0 to 1.0), what it is doing, and
@@ -141,6 +145,76 @@ class JobContext:
                 "at": datetime.now(timezone.utc).isoformat(),
             }
             self.progress.set(report)
+
+    def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run `fn(*args, **kwargs)` once as the step `name`, and return its result as
+        recorded: the JSON it gave back (so return JSON: dicts, lists, strings, numbers,
+        booleans, None). When the job runs again (a retry, a rescue, the end of a sleep),
+        each step already recorded returns its recorded result without running again.
+
+        Steps are told apart by their order: the n-th step the handler reaches must have the
+        name the n-th one had when recorded, or the job fails with StepMismatchError. Code
+        between steps runs again on every replay, so keep it deterministic: anything that
+        varies (a clock, a random value, a call to another system) belongs in a step.
+
+        A lease job's step is recorded in a transaction of its own right after `fn` returns:
+        `fn` runs at least once, and never again once its record committed. An atomic job's
+        step commits with what the handler wrote on `ctx.connection` since the previous step
+        (fn's writes included): exactly once. Not inside your own transaction block on
+        `ctx.connection`: the step commits. For `def` handlers; `astep` in `async def` ones."""
+        return typing.cast(R, self._durable().step(name, fn, args, kwargs))
+
+    async def astep(
+        self, name: str, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """`step` for an `async def` handler: `fn` is an async function, awaited once."""
+        return typing.cast(R, await self._durable().astep(name, fn, args, kwargs))
+
+    def sleep(self, duration: timedelta | float, *, name: str = "sleep") -> None:
+        """Sleep durably for `duration` (seconds or a timedelta): the sleep's end is recorded
+        as a step and the job gives back its slot (raising a Snooze: let it propagate; no
+        attempt is spent, no worker slot or connection held). When it ends the job runs
+        again, replays its recorded steps and goes on after this call."""
+        self._durable().sleep(duration, name)
+
+    async def asleep(self, duration: timedelta | float, *, name: str = "sleep") -> None:
+        """`sleep` for an `async def` handler."""
+        await self._durable().asleep(duration, name)
+
+    def sleep_until(self, when: datetime, *, name: str = "sleep") -> None:
+        """`sleep` until `when`, a timezone-aware datetime."""
+        self._durable().sleep_until(when, name)
+
+    async def asleep_until(self, when: datetime, *, name: str = "sleep") -> None:
+        """`sleep_until` for an `async def` handler."""
+        await self._durable().asleep_until(when, name)
+
+    def wait_for_signal(
+        self, key: str, *, timeout: timedelta | float | None = None, name: str | None = None
+    ) -> Any:
+        """The payload of a signal sent for `key` (Queue.signal), taken once and recorded as
+        a step named `name` (the key by default), so a replay returns the same payload.
+
+        A signal sent before the job waits is kept for it. When none is there yet, the job
+        parks (raising a Snooze: let it propagate), holding no worker slot, until a signal
+        for the key arrives, which wakes it, or `timeout` (seconds or a timedelta; None waits
+        as long as it takes) passes, after which this raises SignalTimeoutError, which the
+        handler may catch; the timeout is recorded too. Cancelling a parked job ends it."""
+        return self._durable().wait_for_signal(key, timeout, name)
+
+    async def await_for_signal(
+        self, key: str, *, timeout: timedelta | float | None = None, name: str | None = None
+    ) -> Any:
+        """`wait_for_signal` for an `async def` handler."""
+        return await self._durable().await_for_signal(key, timeout, name)
+
+    def _durable(self) -> Durable:
+        if self.durable is None:
+            raise ConfigurationError(
+                "durable calls (ctx.step, ctx.sleep, ctx.wait_for_signal) run inside a "
+                "worker: this JobContext was made without one"
+            )
+        return self.durable
 
     @property
     def cancel_requested(self) -> bool:

@@ -3,8 +3,9 @@
 Owns: deleting finished jobs older than a cutoff (optionally of some statuses or one queue):
 with no filter, first the history's daily partitions that lie wholly before the cutoff, each
 dropped at once (history/partitions.py); then what is left, in bounded batches,
-`DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short transaction; and,
-when no filter is given, periodic ticks older than the cutoff. Workers with
+`DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short transaction; when no
+filter is given, periodic ticks older than the cutoff; and last, in batches too, the durable
+steps (durable.py) of jobs that are in neither the hot table nor the history any more. Workers with
 `history_retention` set prune every `prune_interval` (± 50%), one worker at a time: each batch
 first takes a try-advisory lock, and a worker that finds it taken stops until its next
 interval. Nothing on the hot path reads history, so pruning never slows claims.
@@ -25,7 +26,7 @@ from pgqueue.errors import ConfigurationError
 from pgqueue.history.partitions import LOCK_MS
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Loop
-from pgqueue.store.history import partitions_drop_plan, prune_batch_plan
+from pgqueue.store.history import partitions_drop_plan, prune_batch_plan, steps_prune_plan
 from pgqueue.store.plan import AsyncConn, Params, SyncConn, run, run_async
 
 log = logging.getLogger("pgqueue.retention")
@@ -74,6 +75,7 @@ class PruneReport:
 
     deleted: int = 0
     ticks_deleted: int = 0
+    steps_deleted: int = 0  # jobs whose recorded steps went: upkeep, not counted as batches
     batch_seconds: list[float] = dataclasses.field(default_factory=list)
     locked_out: bool = False  # another worker held the prune lock
     after: dict[str, datetime] = dataclasses.field(default_factory=dict)  # per statement
@@ -126,7 +128,13 @@ def prune(
             deleted = report.record(step, times or [], time.perf_counter() - started)
             if deleted < cutoff.batch_size:
                 break
-    return report
+    after: int | None = None
+    while True:
+        gone = run(conn, steps_prune_plan(schema, after, cutoff.batch_size))
+        report.steps_deleted += len(gone)
+        if len(gone) < cutoff.batch_size:
+            return report
+        after = gone[-1]
 
 
 async def abatch(
@@ -194,6 +202,8 @@ class Pruner(Loop):
                 deleted = await link.run(batch)
                 if deleted is None or deleted < self.cutoff.batch_size:
                     break
+        if not report.locked_out:
+            report.steps_deleted = await self._prune_steps(link)
         self.runs += 1
         self.deleted += report.deleted
         if report.partitions:
@@ -215,6 +225,21 @@ class Pruner(Loop):
                 report.seconds,
             )
         return report
+
+    async def _prune_steps(self, link: Link) -> int:
+        """Delete the durable steps of jobs that are gone, batch by batch; how many jobs'."""
+        done, after = 0, None
+        while True:
+
+            async def batch(conn: AsyncConn, after: int | None = after) -> list[int]:
+                plan = steps_prune_plan(self.schema, after, self.cutoff.batch_size)
+                return await run_async(conn, plan)  # made in the call: a retry makes it anew
+
+            gone = await link.run(batch)
+            done += len(gone)
+            if len(gone) < self.cutoff.batch_size:
+                return done
+            after = gone[-1]
 
     async def loop(self) -> None:
         """Prune every interval (± 50%)."""

@@ -1,5 +1,5 @@
 """Retention: batches of deletes from the history table and from the periodic ticks, one
-worker at a time. Runs sql/queries/history.sql."""
+worker at a time, and of the durable steps of jobs that are gone. Runs sql/queries/history.sql."""
 
 from __future__ import annotations
 
@@ -55,6 +55,20 @@ def prune_batch_plan(
             return None
     rows = yield query(PRUNE_STATEMENTS[step], schema), params
     return [row.at for row in rows_as(Pruned, rows)]
+
+
+@dataclass(frozen=True)
+class StepsPruned:
+    """A row of job_steps_prune: a job whose recorded steps went."""
+
+    job_id: int
+
+
+def steps_prune_plan(schema: str, after: int | None, limit: int) -> Plan[list[int]]:
+    """Delete the recorded steps (pgqueue/durable.py) of at most `limit` jobs that are in
+    neither the hot table nor the history, of ids above `after`; their ids, in order."""
+    rows = yield query("job_steps_prune", schema), {"after": after, "limit": limit}
+    return [row.job_id for row in rows_as(StepsPruned, rows)]
 
 
 def partitions_step_plan(schema: str, ahead: int, lock_ms: int) -> Plan[str | None]:

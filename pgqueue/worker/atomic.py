@@ -8,6 +8,14 @@ failed attempt rolls them back to the savepoint and records the failure; a crash
 connection or a forced stop rolls back everything and the job is claimable again at once,
 without the rescuer (its attempt is not counted then).
 
+A handler with durable steps (durable.py) cuts that transaction into segments: each step
+commits what the handler wrote since the previous one with the step's record, and the next
+segment locks the job's row again and sets a new savepoint; the outcome then commits with the
+last segment. From its first step on, the job is committed as running for this worker, so a
+crash leaves it to the rescuer (after the lease, by its task's `on_lost` policy), and its
+next attempt replays the steps recorded. The lane opens and ends its transaction by
+statements (store/steps.py), since a step ends it from inside the handler.
+
 `async def` handlers get an AsyncConnection and run on the event loop; `def` handlers get a
 sync Connection, and their lane runs the whole transaction in one thread. Lanes of each kind
 claim only tasks of that kind.
@@ -34,18 +42,17 @@ from pgqueue.runtime.link import connect
 from pgqueue.store import plan
 from pgqueue.store.jobs import AtomicClaimParams, Finished, claim_atomic_plan, finish_plan
 from pgqueue.store.plan import AsyncConn, SyncConn
+from pgqueue.store.steps import (
+    segment_begin_plan,
+    segment_commit_plan,
+    segment_end_plan,
+    segment_savepoint_plan,
+)
 from pgqueue.worker.executor import Executor, Outcome
 from pgqueue.worker.observe import Observers
 
 log = logging.getLogger("pgqueue.worker")
 _BACKSTOP_MARGIN_MS = 30_000
-
-
-class _RollBack(Exception):
-    """Leaves the handler's savepoint, rolling back its writes, carrying the outcome."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
 
 
 class AtomicLane:
@@ -141,20 +148,24 @@ class AtomicLane:
         return finish_plan(self.schema, [outcome], self.keep_history)
 
     async def _one(self, conn: AsyncConn) -> bool:
-        async with conn.transaction():
-            # Plans read with a cursor of their own: the handler gets the connection as it is.
-            job = await plan.run_async(conn, self._claim(), together=False)
-            if job is None:
-                return False
-            self.observers.job_started(job)
-            try:
-                async with conn.transaction():  # a savepoint around the handler's writes
-                    outcome = await self.executor.run(job, connection=conn)
-                    if outcome.status != "succeeded":
-                        raise _RollBack(outcome)
-            except _RollBack as rollback:
-                outcome = rollback.outcome
+        # Plans read with a cursor of their own: the handler gets the connection as it is.
+        # The transaction is opened and ended by statements, not a context manager: a
+        # handler's durable steps commit it and open the next one (durable.py, segments).
+        begin = segment_begin_plan(self.schema, None, savepoint=False)
+        await plan.run_async(conn, begin, together=False)
+        job = await plan.run_async(conn, self._claim(), together=False)
+        if job is None:
+            await plan.run_async(conn, segment_commit_plan(self.schema), together=False)
+            return False
+        await plan.run_async(conn, segment_savepoint_plan(self.schema), together=False)
+        self.observers.job_started(job)
+        outcome = await self.executor.run(job, connection=conn)
+        # The handler's writes since its last step stay only if it succeeded.
+        keep = outcome.status == "succeeded"
+        await plan.run_async(conn, segment_end_plan(self.schema, keep=keep), together=False)
+        if not outcome.settled:
             await plan.run_async(conn, self._finish(outcome), together=False)
+        await plan.run_async(conn, segment_commit_plan(self.schema), together=False)
         self.observers.job_finished(job, outcome)
         self.ran += 1
         return True
@@ -169,19 +180,19 @@ class AtomicLane:
                 prepare_threshold=5 if self.prepare else None,
             )
         conn = self._sync_conn
-        with conn.transaction():
-            job = plan.run(conn, self._claim(), together=False)
-            if job is None:
-                return False
-            self.observers.job_started(job)
-            try:
-                with conn.transaction():  # a savepoint around the handler's writes
-                    outcome = self.executor.run_sync(job, conn)
-                    if outcome.status != "succeeded":
-                        raise _RollBack(outcome)
-            except _RollBack as rollback:
-                outcome = rollback.outcome
+        plan.run(conn, segment_begin_plan(self.schema, None, savepoint=False), together=False)
+        job = plan.run(conn, self._claim(), together=False)
+        if job is None:
+            plan.run(conn, segment_commit_plan(self.schema), together=False)
+            return False
+        plan.run(conn, segment_savepoint_plan(self.schema), together=False)
+        self.observers.job_started(job)
+        outcome = self.executor.run_sync(job, conn)
+        keep = outcome.status == "succeeded"
+        plan.run(conn, segment_end_plan(self.schema, keep=keep), together=False)
+        if not outcome.settled:
             plan.run(conn, self._finish(outcome), together=False)
+        plan.run(conn, segment_commit_plan(self.schema), together=False)
         self.observers.job_finished(job, outcome)
         self.ran += 1
         return True

@@ -70,6 +70,8 @@ class Completer:
         return Health(self._task is not None and not self._task.done(), f"{waiting} unwritten")
 
     def add(self, outcome: Outcome) -> None:
+        if outcome.settled:  # written by the handler's own statement (a job parked)
+            return
         self._pending.append(outcome)
         self._idle.clear()
         self._ready.set()

@@ -27,12 +27,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
+
 from pgqueue.codec import to_json_result
-from pgqueue.errors import InvalidArgumentsError, UnknownTaskError
+from pgqueue.durable import Durable, Parked
+from pgqueue.errors import (
+    InvalidArgumentsError,
+    StepMismatchError,
+    StepResultError,
+    UnknownTaskError,
+)
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
 from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze
+from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
+from pgqueue.worker.checkpoints import AsyncAtomicBackend, AtomicBackend, Backend, LeaseBackend
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -53,6 +63,7 @@ class Outcome:
     result: Any = None
     retry_in: float = 0.0
     snooze: bool = False  # a retry that gives its attempt back
+    settled: bool = False  # already written by the handler's own statement (a parked job)
     progress: dict[str, Any] | None = None  # the last report, if the row may not have it
 
     def as_row(self) -> dict[str, Any]:
@@ -76,10 +87,23 @@ class Executor:
 
     name = "executor"
 
-    def __init__(self, registry: Registry, max_threads: int, max_result_bytes: int) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        max_threads: int,
+        max_result_bytes: int,
+        *,
+        dsn: str | None = None,
+        schema: str = "pgqueue",
+        prepare: bool = True,
+    ) -> None:
+        """`dsn` and `schema`: where lease jobs record their durable steps (durable.py), on
+        a connection opened at the first step."""
         self.registry = registry
         self.threads = ThreadPoolExecutor(max_threads, thread_name_prefix="pgqueue-job")
         self.max_result_bytes = max_result_bytes
+        self.schema = schema
+        self.steps = None if dsn is None else Link(dsn, "steps", prepare=prepare)
         self._handoff: _Handoff | None = None
 
     async def start(self) -> None:
@@ -89,6 +113,8 @@ class Executor:
         """Sync handlers cannot be interrupted: threads still running one are left to end on
         their own (their jobs were put back), and nothing waits for them."""
         self.threads.shutdown(wait=False, cancel_futures=True)
+        if self.steps is not None:
+            await self.steps.close()
 
     def health(self) -> Health:
         return Health(True)
@@ -182,11 +208,29 @@ class Executor:
                 cancel,
                 progress,
                 job.worker_id,
+                Durable(
+                    job,
+                    self.schema,
+                    self._backend(job, connection),
+                    self.max_result_bytes,
+                    cancel,
+                ),
             )
         if isinstance(job.args, Unreadable):
             raise InvalidArgumentsError(f"its stored arguments cannot be read: {job.args.reason}")
         args, kwargs = task.load_args(job.args, context)
         return task, args, kwargs
+
+    def _backend(self, job: ClaimedJob, connection: Any) -> Backend:
+        """Where the job's durable steps are recorded: in its own transaction (atomic), else
+        on the steps link."""
+        if connection is None:
+            if self.steps is None:
+                return Backend()  # its calls say which twin to use, then fail
+            return LeaseBackend(self.steps, asyncio.get_running_loop())
+        if isinstance(connection, psycopg.Connection):
+            return AtomicBackend(connection, self.schema, job)
+        return AsyncAtomicBackend(connection, self.schema, job)
 
     def _retry_policy(self, name: str) -> RetryPolicy:
         try:
@@ -233,18 +277,28 @@ class Executor:
         return Outcome(job, "retry", time.monotonic() - started, retry_in=0.0, snooze=True)
 
     def _snoozed(self, job: ClaimedJob, snooze: Snooze, started: float) -> Outcome:
+        settled = isinstance(snooze, Parked)
         log.info(
-            "job %s %s attempt %s snoozed for %g s", job.id, job.task, job.attempt, snooze.seconds
+            "job %s %s attempt %s %s",
+            job.id,
+            job.task,
+            job.attempt,
+            "parked until its signal" if settled else f"snoozed for {snooze.seconds:g} s",
         )
         duration = time.monotonic() - started
-        return Outcome(job, "retry", duration, retry_in=snooze.seconds, snooze=True)
+        return Outcome(
+            job, "retry", duration, retry_in=snooze.seconds, snooze=True, settled=settled
+        )
 
     def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         if isinstance(exc, Snooze):
             return self._snoozed(job, exc, started)
         # Retrying cannot make stored arguments valid for this code, nor store what the
         # handler returns (and would run its side effects again): those fail at once.
-        retryable = not isinstance(exc, (InvalidArgumentsError, ResultError))
+        # Nor replay a job into steps that changed, or record what is not JSON.
+        retryable = not isinstance(
+            exc, (InvalidArgumentsError, ResultError, StepMismatchError, StepResultError)
+        )
         retry = self._retry_policy(job.task)
         duration = time.monotonic() - started
         error = _error_record(job, exc, kind="result" if isinstance(exc, ResultError) else "error")

@@ -269,7 +269,12 @@ class Worker:
         # The headroom beyond `concurrency` is for sync jobs that ran past their timeout: they
         # keep their thread, but their slot is free for the next job.
         self.executor = Executor(
-            self.registry, s.concurrency + STRAGGLER_THREADS, self.queue_settings.max_payload_bytes
+            self.registry,
+            s.concurrency + STRAGGLER_THREADS,
+            self.queue_settings.max_payload_bytes,
+            dsn=self.dsn,
+            schema=self.schema,
+            prepare=not s.poll_only,
         )
         await services.start(self.executor)
         self.claimer = Claimer(

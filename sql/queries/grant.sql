@@ -20,6 +20,9 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
 -- The relay publishes staged messages and deletes them once confirmed.
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.outbox, {schema}.relays TO {role};
+-- Durable steps: recorded and read back; signals taken, jobs parked for them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_steps, {schema}.signals,
+    {schema}.signal_waits TO {role};
 -- The history's daily partitions: made ahead and dropped by retention, through two functions
 -- that run as their owner, so the worker needs no DDL right of its own.
 GRANT EXECUTE ON FUNCTION {schema}.history_partitions_step(integer, integer),
@@ -40,6 +43,9 @@ GRANT SELECT ON {schema}.wake_listeners TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
 -- Messages for other systems, staged in the application's transactions.
 GRANT SELECT, INSERT ON {schema}.outbox TO {role};
+-- Signals to waiting jobs, through a function that runs as its owner: it stores the signal
+-- and wakes the job waiting for it, which this role may not move itself.
+GRANT EXECUTE ON FUNCTION {schema}.signal_send(text, jsonb) TO {role};
 
 -- name: grant_read
 -- What the dashboard and a metrics scrape need to show everything and change nothing. The

@@ -55,3 +55,24 @@ SELECT partition, estimated_rows
 FROM {schema}.history_partitions_drop(
     coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s), %(lock_ms)s
 );
+
+-- name: job_steps_prune
+-- Deletes the recorded steps and signal waits (sql/migrations/0028_durable.sql) of at most
+-- `limit` jobs that are in neither the hot table nor the history: pruned or dropped with
+-- their day, cancelled while parked, or finished with history off. Returns each job's id,
+-- lowest first, so the next batch starts past them (`after`). A job's steps stay while its
+-- row does, in either table.
+WITH gone AS (
+    SELECT DISTINCT s.job_id FROM {schema}.job_steps AS s
+    WHERE s.job_id > coalesce(%(after)s::bigint, 0)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j WHERE j.id = s.job_id)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.job_history AS h WHERE h.id = s.job_id)
+    ORDER BY s.job_id
+    LIMIT %(limit)s
+), steps AS (
+    DELETE FROM {schema}.job_steps AS s USING gone AS g WHERE s.job_id = g.job_id
+), waits AS (
+    DELETE FROM {schema}.signal_waits AS w
+    WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs AS j WHERE j.id = w.job_id)
+)
+SELECT job_id FROM gone ORDER BY job_id;

@@ -6,12 +6,13 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import Queue, RetryPolicy
+from pgqueue import JobContext, Queue, RetryPolicy
 from pgqueue.bulk import COPY_MIN_JOBS
 from pgqueue.migrate import grant_role
 from pgqueue.store.workers import BeatParams, WorkerIdentity, WorkersStore
@@ -263,4 +264,24 @@ def test_the_app_role_enqueues_workflows_and_the_worker_role_runs_them_under_rat
     ]
     with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute(sql.SQL("UPDATE {}.jobs SET priority = 1").format(sql.Identifier(schema)))
+    app.close()
+
+
+def test_the_app_role_sends_signals_and_the_worker_role_records_steps_and_takes_them(
+    schema: str, roles: tuple[str, str]
+) -> None:
+    worker_dsn, app_dsn = roles
+    app = Queue(app_dsn, schema=schema)
+
+    @app.task(name="durable_role")
+    def durable_role(ctx: JobContext) -> Any:
+        ctx.step("first", lambda: 1)
+        return ctx.wait_for_signal("go")
+
+    job_id = durable_role.enqueue()
+    drain(app, dsn=worker_dsn)  # parks, as the worker role
+    app.signal("go", {"by": "app"})  # the app role may not move jobs, but wakes this one
+    drain(app, dsn=worker_dsn)
+    job = app.get_job(job_id)
+    assert job is not None and job.status == "succeeded" and job.result == {"by": "app"}
     app.close()

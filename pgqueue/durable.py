@@ -1,0 +1,419 @@
+"""Durable execution inside a task: recorded steps, durable sleeps and signals.
+
+Owns: a job attempt's journal (the steps it recorded, read once, at its first durable call)
+and the replay: the n-th durable call of a handler (`ctx.step`, `ctx.sleep`,
+`ctx.wait_for_signal` and their async twins) returns what the n-th recorded one recorded,
+without running again, or runs and records. The logic of each call is written once, as a
+generator of effects (run a plan, call the function, end or roll back a segment) that a sync
+and an async driver carry out; the only place the twins differ.
+
+Guarantees. A lease job's step records its result in a short transaction of its own right
+after its function returns: at least once (a crash before the record runs it again), never
+again once the record committed. An atomic job's handler runs in segments, each one
+transaction on the job's connection that ends at a durable call: what the handler wrote
+since the previous one commits together with the step's record; on a replay, what the handler
+writes before each recorded call is rolled back, since it committed with that record the first
+time. So every write an atomic handler makes on `ctx.connection` commits exactly once, as long
+as the handler is deterministic between steps. Between segments the job is committed as
+running for its worker, guarded by the worker's lease like a lease job: a dead worker's job is
+rescued by its task's `on_lost` policy and replays from its last record. A sleep, a signal
+taken and a wait that timed out are records like a step's; a job that parks for a signal
+records nothing and rolls back its segment, which it runs again once woken. Where records
+commit is pgqueue/worker/checkpoints.py.
+
+Fails: StepMismatchError when the n-th call's name (or kind) differs from the n-th record,
+StepResultError when a step returns what is not JSON, SignalTimeoutError when a wait times
+out. A job that is no longer its worker's (rescued while it ran) stops at its next durable
+call with JobLostError. Sleeping and parking stop the handler with a Snooze (Sleeping,
+Parked): let them propagate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Generator
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+from pgqueue.codec import step_json
+from pgqueue.errors import (
+    ConfigurationError,
+    InvalidArgumentsError,
+    PgQueueError,
+    SignalTimeoutError,
+    StepMismatchError,
+    StepResultError,
+)
+from pgqueue.models import LONGEST_WAIT, ClaimedJob, duration
+from pgqueue.registry import CancelSignal, Snooze
+from pgqueue.store.plan import Plan
+from pgqueue.store.signals import park_plan, send_plan, take_plan, timeout_plan, wait_read_plan
+from pgqueue.store.steps import Journal, Recorded, read_plan, record_plan
+from pgqueue.worker.checkpoints import Backend, JobLostError
+
+T = TypeVar("T")
+KEY_MAX = 1000  # characters of a signal's key
+NAME_MAX = 200  # characters of a step's name
+
+
+class CancelRequested(PgQueueError):
+    """Cancellation of the job was requested: a `def` handler stops at its next durable
+    call (an `async def` one is interrupted wherever it waits) and the job ends cancelled."""
+
+
+class Sleeping(Snooze):
+    """Raised by ctx.sleep: the job gives back its slot and runs again when the sleep ends."""
+
+
+class Parked(Snooze):
+    """Raised by ctx.wait_for_signal when the job parked: it is already rescheduled, so its
+    outcome is not written again."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+# -- the effects a durable call asks for ------------------------------------------------------
+
+
+class _Run:
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Plan[Any]]) -> None:
+        self.make = make
+
+
+class _Call:
+    __slots__ = ("args", "fn", "kwargs")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+
+class _End:
+    __slots__ = ("relock",)
+
+    def __init__(self, relock: bool) -> None:
+        self.relock = relock
+
+
+_DISCARD = object()
+Effect = Any  # _Run, _Call, _End or _DISCARD
+Flow = Generator[Effect, Any, T]
+
+
+class Durable:
+    """One attempt's durable calls: where the replay stands and where records go."""
+
+    __slots__ = ("backend", "cancel", "job", "journal", "loaded_at", "max_bytes", "schema", "seq")
+
+    def __init__(
+        self,
+        job: ClaimedJob,
+        schema: str,
+        backend: Backend,
+        max_bytes: int,
+        cancel: CancelSignal | None = None,
+    ) -> None:
+        self.job = job
+        self.schema = schema
+        self.backend = backend
+        self.max_bytes = max_bytes
+        self.cancel = cancel
+        self.journal: Journal | None = None
+        self.loaded_at = 0.0
+        self.seq = 0
+
+    # -- the drivers ------------------------------------------------------------------------
+
+    def drive(self, flow: Flow[T]) -> T:
+        """Carry out a flow's effects in this thread (a `def` handler)."""
+        if self.cancel is not None and self.cancel.requested:
+            raise CancelRequested(f"job {self.job.id}: cancellation was requested")
+        try:
+            effect = next(flow)
+            while True:
+                if isinstance(effect, _Run):
+                    effect = flow.send(self.backend.run(effect.make))
+                elif isinstance(effect, _Call):
+                    effect = flow.send(effect.fn(*effect.args, **effect.kwargs))
+                elif isinstance(effect, _End):
+                    self.backend.end(effect.relock)
+                    effect = flow.send(None)
+                else:
+                    self.backend.discard()
+                    effect = flow.send(None)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+    async def adrive(self, flow: Flow[T]) -> T:
+        """Carry out a flow's effects on the event loop (an `async def` handler)."""
+        try:
+            effect = next(flow)
+            while True:
+                if isinstance(effect, _Run):
+                    effect = flow.send(await self.backend.arun(effect.make))
+                elif isinstance(effect, _Call):
+                    effect = flow.send(await effect.fn(*effect.args, **effect.kwargs))
+                elif isinstance(effect, _End):
+                    await self.backend.aend(effect.relock)
+                    effect = flow.send(None)
+                else:
+                    await self.backend.adiscard()
+                    effect = flow.send(None)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+
+    # -- what JobContext calls --------------------------------------------------------------
+
+    def step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        return self.drive(self.step_flow(check_name("step name", name), fn, args, kwargs))
+
+    async def astep(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        return await self.adrive(self.step_flow(check_name("step name", name), fn, args, kwargs))
+
+    def sleep(self, length: timedelta | float, name: str) -> None:
+        self.drive(self.sleep_flow(check_name("sleep name", name), sleep_seconds(length), None))
+
+    async def asleep(self, length: timedelta | float, name: str) -> None:
+        flow = self.sleep_flow(check_name("sleep name", name), sleep_seconds(length), None)
+        await self.adrive(flow)
+
+    def sleep_until(self, when: datetime, name: str) -> None:
+        self.drive(self.sleep_flow(check_name("sleep name", name), None, aware(when)))
+
+    async def asleep_until(self, when: datetime, name: str) -> None:
+        await self.adrive(self.sleep_flow(check_name("sleep name", name), None, aware(when)))
+
+    def wait_for_signal(self, key: str, timeout: timedelta | float | None, name: str | None) -> Any:
+        return self.drive(self._wait(key, timeout, name))
+
+    async def await_for_signal(
+        self, key: str, timeout: timedelta | float | None, name: str | None
+    ) -> Any:
+        return await self.adrive(self._wait(key, timeout, name))
+
+    def _wait(self, key: str, timeout: timedelta | float | None, name: str | None) -> Flow[Any]:
+        key = check_name("signal key", key, KEY_MAX)
+        name = key if name is None else check_name("wait name", name)
+        return self.wait_flow(key, name, timeout_seconds(timeout))
+
+    # -- the calls --------------------------------------------------------------------------
+
+    def step_flow(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Flow[Any]:
+        """ctx.step: the recorded result, or run `fn` and record what it returns."""
+        recorded = yield from self._expect(name, "step")
+        if recorded is not None:
+            yield _DISCARD
+            return recorded.result
+        seq, started = self.seq, _now()
+        value = yield _Call(fn, args, kwargs)
+        try:
+            encoded = step_json(value, self.max_bytes)
+        except ValueError as exc:
+            raise StepResultError(
+                f"job {self.job.id}: step {seq} {name!r} returned a result that cannot be "
+                f"recorded: {exc}; return JSON (dicts, lists, strings, numbers, booleans, None)"
+            ) from None
+        step = Recorded(seq, name, "step", None)
+        found = yield _Run(
+            lambda: record_plan(self.schema, self.job, step, started, encoded=encoded)
+        )
+        done = self._settled(found, step)
+        yield _End(True)
+        return done.result
+
+    def sleep_flow(self, name: str, seconds: float | None, until: datetime | None) -> Flow[None]:
+        """ctx.sleep / ctx.sleep_until: record when the sleep ends, then stop the handler
+        (Sleeping) until then; once it has ended, go on."""
+        recorded = yield from self._expect(name, "sleep")
+        if recorded is None:
+            seq, started = self.seq, _now()
+            step = Recorded(seq, name, "sleep", None)
+            encoded = None if until is None else _until_json(until)
+            found = yield _Run(
+                lambda: record_plan(
+                    self.schema, self.job, step, started, encoded=encoded, sleep_seconds=seconds
+                )
+            )
+            recorded = self._settled(found, step)
+            now = found[1]
+            yield _End(True)
+        else:
+            yield _DISCARD
+            assert self.journal is not None
+            now = self.journal.now + timedelta(seconds=time.monotonic() - self.loaded_at)
+        left = _until(recorded) - now.timestamp()
+        if left > 0:
+            raise Sleeping(min(left, LONGEST_WAIT.total_seconds()))
+
+    def wait_flow(self, key: str, name: str, timeout: float | None) -> Flow[Any]:
+        """ctx.wait_for_signal: a signal's payload, taken once; or park the job until one
+        comes (Parked), or raise SignalTimeoutError once its timeout has passed."""
+        recorded = yield from self._expect(name, "signal")
+        if recorded is not None:
+            yield _DISCARD
+            return _delivered(recorded, key)
+        seq, started, job, schema = self.seq, _now(), self.job, self.schema
+        taken = yield _Run(lambda: take_plan(schema, job, seq, name, key, started))
+        if taken is not None:
+            yield _End(True)
+            return _delivered(taken, key)
+        wait = yield _Run(lambda: wait_read_plan(schema, job.id, seq))
+        if wait is not None and wait[0] is not None and wait[0] <= wait[1]:
+            timed_out = yield _Run(lambda: timeout_plan(schema, job, seq, name, started))
+            if timed_out is None:
+                raise JobLostError(f"job {job.id} is no longer this worker's")
+            yield _End(True)
+            return _delivered(timed_out, key)
+        # Parking rolls back what the handler wrote since its last record: the job runs this
+        # part again once the signal is there, and records the wait then.
+        yield _DISCARD
+        longest = LONGEST_WAIT.total_seconds()
+        parked = yield _Run(lambda: park_plan(schema, job, seq, key, timeout, longest))
+        yield _End(not parked)
+        if parked:
+            raise Parked
+        # Not parked: a signal came meanwhile, cancellation was requested, or the job is not
+        # ours. Run again at once: the next attempt takes the signal (or ends as cancelled).
+        raise Snooze(0)
+
+    # -- the replay -------------------------------------------------------------------------
+
+    def _expect(self, name: str, kind: str) -> Flow[Recorded | None]:
+        """The next call's record, if the job made one; StepMismatchError if it was made
+        under another name or kind."""
+        if self.journal is None:
+            job_id, schema = self.job.id, self.schema
+            self.journal = yield _Run(lambda: read_plan(schema, job_id))
+            self.loaded_at = time.monotonic()
+        self.seq += 1
+        steps = self.journal.steps
+        if self.seq > len(steps):
+            return None
+        recorded = steps[self.seq - 1]
+        if recorded.seq != self.seq or recorded.name != name or recorded.kind != kind:
+            raise self._mismatch(recorded, name, kind)
+        return recorded
+
+    def _mismatch(self, recorded: Recorded, name: str, kind: str) -> StepMismatchError:
+        return StepMismatchError(
+            f"job {self.job.id} ({self.job.task}): durable call {self.seq} is "
+            f"{_call(kind, name)} but the job recorded {_call(recorded.kind, recorded.name)} "
+            "there: the task's steps were renamed, removed or reordered since the job "
+            "started. The job fails rather than replay results into the wrong steps; "
+            "enqueue it again to start afresh"
+        )
+
+    def _settled(self, found: tuple[Recorded, datetime] | None, step: Recorded) -> Recorded:
+        """The record a record_plan left: ours, or one already there under the same name
+        (this attempt's earlier try, or another worker's run)."""
+        if found is None:
+            raise JobLostError(
+                f"job {self.job.id} is no longer this worker's: step {step.seq} "
+                f"{step.name!r} was not recorded"
+            )
+        recorded = found[0]
+        if recorded.name != step.name or recorded.kind != step.kind:
+            raise self._mismatch(recorded, step.name, step.kind)
+        return recorded
+
+
+def check_name(kind: str, name: str, longest: int = NAME_MAX) -> str:
+    """A step's name or a signal's key: a non-empty string of at most `longest` characters."""
+    if not isinstance(name, str) or not name or len(name) > longest or "\x00" in name:
+        raise ConfigurationError(
+            f"a {kind} is a non-empty string of at most {longest} characters, got {name!r}"
+        )
+    return name
+
+
+def sleep_seconds(value: timedelta | float) -> float:
+    """A sleep's length in seconds: 0 to LONGEST_WAIT."""
+    wait = duration(value, "sleep")
+    if wait is None or not timedelta(0) <= wait <= LONGEST_WAIT:
+        raise ConfigurationError(
+            f"sleep({value!r}): give 0 to {LONGEST_WAIT.days} days, as seconds or a timedelta"
+        )
+    return wait.total_seconds()
+
+
+def timeout_seconds(value: timedelta | float | None) -> float | None:
+    """A wait's timeout in seconds, or None (wait as long as it takes)."""
+    if value is None:
+        return None
+    wait = duration(value, "timeout")
+    if wait is None or not timedelta(0) <= wait <= LONGEST_WAIT:
+        raise ConfigurationError(
+            f"timeout={value!r}: give 0 to {LONGEST_WAIT.days} days, as seconds or a "
+            "timedelta, or None"
+        )
+    return wait.total_seconds()
+
+
+def aware(when: datetime) -> datetime:
+    """A sleep's end: a timezone-aware datetime."""
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        raise ConfigurationError(
+            f"sleep_until({when!r}): give a timezone-aware datetime "
+            "(datetime.now(timezone.utc) + ...)"
+        )
+    return when
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _until_json(until: datetime) -> str:
+    return json.dumps({"until": until.isoformat(), "until_epoch": until.timestamp()})
+
+
+def _until(recorded: Recorded) -> float:
+    """When a recorded sleep ends, in seconds since the epoch."""
+    result = recorded.result
+    if isinstance(result, dict) and isinstance(result.get("until_epoch"), (int, float)):
+        return float(result["until_epoch"])
+    if isinstance(result, dict) and isinstance(result.get("until"), str):
+        return datetime.fromisoformat(result["until"]).timestamp()
+    raise StepMismatchError(f"sleep {recorded.name!r} recorded no end: {result!r}")
+
+
+def _delivered(recorded: Recorded, key: str) -> Any:
+    """A recorded wait's payload, or SignalTimeoutError for one that timed out."""
+    result = recorded.result
+    if isinstance(result, dict) and "payload" in result:
+        return result["payload"]
+    raise SignalTimeoutError(f"no signal {key!r} came within the wait's timeout")
+
+
+def _call(kind: str, name: str) -> str:
+    what = {"step": "step", "sleep": "sleep", "signal": "wait for signal"}.get(kind, kind)
+    return f"{what} {name!r}"
+
+
+def signal_plan(schema: str, key: str, payload: Any, max_bytes: int) -> Plan[int]:
+    """Queue.signal's plan: the key and payload checked, then the signal stored and its
+    oldest waiter woken; the signal's id. InvalidArgumentsError for a payload that is not
+    JSON, ConfigurationError for a bad key."""
+    key = check_name("signal key", key, KEY_MAX)
+    try:
+        encoded = step_json(payload, max_bytes)
+    except ValueError as exc:
+        raise InvalidArgumentsError(
+            f"signal {key!r}: its payload cannot be stored: {exc}"
+        ) from None
+    return send_plan(schema, key, encoded)

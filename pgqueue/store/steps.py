@@ -1,0 +1,148 @@
+"""The steps a job recorded, and the transactions of an atomic job's segments (durable.py).
+Runs sql/queries/steps.sql."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pgqueue.models import ClaimedJob
+from pgqueue.queries import query, statement
+from pgqueue.store.plan import Plan, Rows, rows_as
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One recorded step of a job: its place, name, kind (step, sleep, signal) and result."""
+
+    seq: int
+    name: str
+    kind: str
+    result: object  # JSON, as psycopg reads jsonb
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    """The steps a job recorded, in order, and the database's clock when they were read."""
+
+    steps: list[Recorded]
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A row of job_steps_read: a recorded step (all None when the job recorded none) and
+    the clock."""
+
+    seq: int | None
+    name: str | None
+    kind: str | None
+    result: object
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A row of job_step_record: the result recorded, and when."""
+
+    result: object
+    finished_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A row of job_step_read: a step already recorded, and the clock."""
+
+    name: str
+    kind: str
+    result: object
+    now: datetime
+
+
+def _guard(job: ClaimedJob) -> dict[str, object]:
+    return {"job_id": job.id, "worker_id": job.worker_id, "attempt": job.attempt}
+
+
+def read_plan(schema: str, job_id: int) -> Plan[Journal]:
+    """The job's recorded steps, in order."""
+    rows = rows_as(_Listed, (yield query("job_steps_read", schema), {"job_id": job_id}))
+    steps = [
+        Recorded(row.seq, row.name, row.kind, row.result)
+        for row in rows
+        if row.seq is not None and row.name is not None and row.kind is not None
+    ]
+    return Journal(steps, rows[0].now)
+
+
+def record_plan(
+    schema: str,
+    job: ClaimedJob,
+    step: Recorded,
+    started_at: datetime,
+    *,
+    encoded: str | None,
+    sleep_seconds: float | None = None,
+) -> Plan[tuple[Recorded, datetime] | None]:
+    """Record `step` (its result as JSON text `encoded`; or a sleep of `sleep_seconds`): the
+    step as recorded, which is the one found if it already was, and the database's clock.
+    None when the job is no longer running this attempt for this worker and the step was not
+    recorded."""
+    params = _guard(job) | {
+        "seq": step.seq,
+        "name": step.name,
+        "kind": step.kind,
+        "result": encoded,
+        "sleep_seconds": sleep_seconds,
+        "started_at": started_at,
+    }
+    written = rows_as(_Written, (yield query("job_step_record", schema), params))
+    if written:
+        return Recorded(step.seq, step.name, step.kind, written[0].result), written[0].finished_at
+    where = {"job_id": job.id, "seq": step.seq}
+    found = rows_as(_Found, (yield query("job_step_read", schema), where))
+    if not found:
+        return None
+    row = found[0]
+    return Recorded(step.seq, row.name, row.kind, row.result), row.now
+
+
+def _one(name: str, schema: str, params: dict[str, object] | None = None) -> Plan[Rows]:
+    # Rendered once: an atomic lane runs the segment statements for every job it runs.
+    rows = yield statement(name, schema), params
+    return rows
+
+
+def segment_begin_plan(
+    schema: str, job: ClaimedJob | None, *, savepoint: bool = True
+) -> Plan[bool]:
+    """Open an atomic job's next segment: BEGIN, then (given the job) lock its row again,
+    and set the savepoint. False when the job is no longer ours (nothing is locked then)."""
+    yield from _one("job_segment_begin", schema)
+    found = True
+    if job is not None:
+        found = bool((yield from _one("job_segment_lock", schema, _guard(job))))
+    if savepoint:
+        yield from _one("job_segment_savepoint", schema)
+    return found
+
+
+def segment_savepoint_plan(schema: str) -> Plan[None]:
+    """Mark where the handler's writes of the segment start."""
+    yield from _one("job_segment_savepoint", schema)
+
+
+def segment_discard_plan(schema: str) -> Plan[None]:
+    """Roll back the handler's writes of this segment; the savepoint stays."""
+    yield from _one("job_segment_discard", schema)
+
+
+def segment_end_plan(schema: str, *, keep: bool) -> Plan[None]:
+    """End the handler's part of the segment, keeping its writes or rolling them back."""
+    if not keep:
+        yield from _one("job_segment_discard", schema)
+    yield from _one("job_segment_release", schema)
+
+
+def segment_commit_plan(schema: str) -> Plan[None]:
+    """Commit the segment: the claim, the handler's writes, the step's record."""
+    yield from _one("job_segment_commit", schema)

@@ -1,0 +1,69 @@
+-- Durable execution: the steps a job recorded (sql/migrations/0028_durable.sql), and the
+-- transactions an atomic job's steps commit in (pgqueue/durable.py).
+
+-- name: job_steps_read
+-- The steps a job recorded, in order, each with the database's clock now (a sleep compares
+-- its end with it); one row with a NULL seq when the job recorded none.
+SELECT s.seq, s.name, s.kind, s.result, c.now
+FROM (SELECT clock_timestamp() AS now) AS c
+LEFT JOIN {schema}.job_steps AS s ON s.job_id = %(job_id)s
+ORDER BY s.seq;
+
+-- name: job_step_record
+-- Records step `seq` of a job, with its result, or for a sleep (`sleep_seconds` given) the
+-- time it ends, by the database's clock. Guard: only while the job is still running this
+-- attempt for this worker, so a worker that lost its job (rescued after its lease lapsed)
+-- records nothing. The guard locks the job's row (FOR SHARE): a rescue racing the record
+-- waits for it to commit, and the next attempt reads it; or the record waits for the rescue
+-- and then finds the job moved. A step already recorded is kept (ON CONFLICT DO NOTHING):
+-- the caller then reads it with job_step_read. Returns the recorded result and the
+-- database's clock.
+INSERT INTO {schema}.job_steps AS s (job_id, seq, name, kind, result, started_at, finished_at)
+SELECT %(job_id)s, %(seq)s, %(name)s, %(kind)s,
+       coalesce(%(result)s::jsonb,
+                jsonb_build_object('until', e.ends, 'until_epoch', extract(epoch FROM e.ends))),
+       %(started_at)s, clock_timestamp()
+FROM (SELECT clock_timestamp() + make_interval(secs => %(sleep_seconds)s::float8) AS ends) AS e
+WHERE EXISTS (
+    SELECT 1 FROM {schema}.jobs AS j
+    WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
+      AND j.attempt = %(attempt)s
+    FOR SHARE
+)
+ON CONFLICT (job_id, seq) DO NOTHING
+RETURNING s.result, s.finished_at;
+
+-- name: job_step_read
+-- One recorded step: its name, kind and result (after job_step_record found it taken).
+SELECT name, kind, result, clock_timestamp() FROM {schema}.job_steps
+WHERE job_id = %(job_id)s AND seq = %(seq)s;
+
+-- name: job_segment_begin
+-- Opens the transaction of an atomic job's next segment: what its handler writes until its
+-- next step, and that step's record, commit together in it.
+BEGIN;
+
+-- name: job_segment_lock
+-- Locks an atomic job's row again at the start of a segment. Between segments the job is
+-- committed as running for this worker, guarded by the worker's lease like a lease job;
+-- this finds no row once the job is no longer ours (rescued after the lease lapsed).
+SELECT id FROM {schema}.jobs
+WHERE id = %(job_id)s AND status = 'running' AND worker_id = %(worker_id)s
+  AND attempt = %(attempt)s
+FOR UPDATE;
+
+-- name: job_segment_savepoint
+-- Marks where the handler's writes of the segment start.
+SAVEPOINT pgqueue_segment;
+
+-- name: job_segment_discard
+-- Rolls back what the handler wrote in this segment, keeping the claim; the savepoint stays.
+ROLLBACK TO SAVEPOINT pgqueue_segment;
+
+-- name: job_segment_release
+-- Keeps what the handler wrote in this segment, in the transaction.
+RELEASE SAVEPOINT pgqueue_segment;
+
+-- name: job_segment_commit
+-- Commits a segment: the handler's writes, the step's record, the claim.
+COMMIT;
