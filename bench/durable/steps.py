@@ -54,10 +54,17 @@ def _ms(values: list[float], q: float) -> float:
 
 
 def _drain_all(dsn: str, schema: str, concurrency: int) -> float:
-    """Seconds for burst workers to leave no live job in `schema`."""
+    """Seconds for burst workers to leave no live job in `schema`; atomic jobs run at the
+    same concurrency as the others."""
     started = time.perf_counter()
     for _ in range(20):
-        drain(app.queue, dsn=dsn, schema=schema, concurrency=concurrency)
+        drain(
+            app.queue,
+            dsn=dsn,
+            schema=schema,
+            concurrency=concurrency,
+            atomic_concurrency=min(concurrency, 100),
+        )
         with psycopg.connect(dsn) as conn:
             row = conn.execute(
                 sql.SQL("SELECT count(*) FROM {}.jobs").format(sql.Identifier(schema))
