@@ -35,6 +35,7 @@ SUITES = {
     "dashboard": ("dashboard.suite", "dashboard pages and /metrics at 1M history; observed drain"),
     "steady": ("steady.suite", "a worker keeping up at rising rates: latency, CPU per job"),
     "lifecycle": ("lifecycle.suite", "statements, rows, index entries and WAL per 1,000 jobs"),
+    "durable": ("durable.suite", "checkpoints, steps against chains, parked jobs, wait() wake-up"),
 }
 
 

@@ -211,12 +211,13 @@ class Waiters:
         ordered = sorted(read)
         for start in range(0, len(ordered), READ_CHUNK):
             ends = await self.store.outcomes(conn, ordered[start : start + READ_CHUNK])
-            if ends and self.settings.listen:
-                await self.store.unregister(conn, [end.id for end in ends])
+            # Settled before the rows go: the waits resume while the delete commits.
             for end in ends:
                 for future in self._waits.pop(end.id, []):
                     if not future.done():
                         future.set_result(end)
+            if ends and self.settings.listen:
+                await self.store.unregister(conn, [end.id for end in ends])
 
     async def _idle(self, conn: AsyncConn, timeout: float | None) -> None:
         """Return on new work, a notice for a waited job, or after `timeout` seconds."""

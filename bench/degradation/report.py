@@ -162,6 +162,16 @@ def table(summary: dict[str, Any]) -> str:
         "claim p50: c = timed around each claim statement by the claim loop, w = by pgqueue's "
         "Worker itself (stats.recent_claims). dead tuples: max."
     )
+    beside = [
+        f"{summary[key]:,} {what}"
+        for key, what in (
+            ("waiting_jobs", "blocked workflow jobs"),
+            ("sleeping_jobs", "jobs parked by durable sleeps and signal waits"),
+        )
+        if summary.get(key)
+    ]
+    if beside:
+        lines.append(f"In the jobs table throughout each run: {' and '.join(beside)}.")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@ from psycopg import sql
 
 from bench.degradation import roles
 from bench.degradation.sampler import Prober, Sample, Sampler, counters_hint, history_hint
+from bench.durable.parked import add_parked
 from pgqueue.migrate import apply
 from pgqueue.queries import query
 
@@ -158,11 +159,13 @@ def run_one(
     workers: int,
     hold: float | None,
     waiting: int = 0,
+    sleeping: int = 0,
 ) -> tuple[list[Sample], dict[str, Any]]:
     """Run one strategy in one mode on a fresh schema; returns its samples and plan notes.
 
     `hold` is how long the long-runner (hold mode only) keeps its snapshot; None: throughout.
-    `waiting` blocked workflow jobs sit in the jobs table throughout (pgqueue strategies).
+    `waiting` blocked workflow jobs sit in the jobs table throughout (pgqueue strategies),
+    and `sleeping` jobs parked by durable sleeps and signal waits, in the claimed queue.
     """
     schema = f"bench_degradation_{strategy}_{mode}_{os.getpid()}"
     run = Run(ctx, ctx.Event())
@@ -171,6 +174,8 @@ def run_one(
             not_atomic = create_schema(conn, schema)
             if waiting:
                 add_waiting(conn, schema, waiting)
+            if sleeping:
+                add_parked(conn, schema, sleeping, roles.QUEUE)
             if mode == "hold":
                 ready = ctx.Event()
                 run.start("long-runner", roles.long_runner, dsn, hold, ready, run.stop)

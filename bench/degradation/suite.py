@@ -2,8 +2,8 @@
 
     python -m bench degradation [--dsn DSN] [--duration S] [--rate N] [--workers N]
                                 [--strategies plain,hint,default] [--modes control,hold]
-                                [--hold S] [--runaway-seconds S] [--waiting N] [--out DIR]
-                                [--short]
+                                [--hold S] [--runaway-seconds S] [--waiting N] [--sleeping N]
+                                [--out DIR] [--short]
 
 For each strategy and mode it runs, as separate OS processes, a producer enqueuing no-op jobs
 at a fixed rate, the workers, and in `hold` mode a long-runner idle in a REPEATABLE READ
@@ -53,6 +53,7 @@ class Config:
     runaway_seconds: float
     waiting: int
     run: Run
+    sleeping: int = 0
     durations: dict[str, float] = field(default_factory=dict)
 
     def duration_of(self, strategy: str, mode: str) -> float:
@@ -88,6 +89,13 @@ def parse_args(argv: Sequence[str]) -> Config:
         help="blocked workflow jobs (chains of ten, their heads a day ahead) in the jobs table "
         "throughout each run (default 0)",
     )
+    parser.add_argument(
+        "--sleeping",
+        type=int,
+        default=0,
+        help="jobs parked by durable sleeps and signal waits (half each, due in a day or "
+        "more; bench/durable/parked.py) in the jobs table throughout each run (default 0)",
+    )
     args = parser.parse_args(argv)
     strategies = options.choices(parser, "--strategies", args.strategies, STRATEGIES)
     modes = ("control",) if args.control else options.choices(parser, "--modes", args.modes, MODES)
@@ -106,8 +114,9 @@ def parse_args(argv: Sequence[str]) -> Config:
         },
     )
     durations = _durations(parser, args.durations)
-    if args.waiting < 0:
-        parser.error(f"--waiting must be 0 or more, got {args.waiting}")
+    for flag, value in (("--waiting", args.waiting), ("--sleeping", args.sleeping)):
+        if value < 0:
+            parser.error(f"{flag} must be 0 or more, got {value}")
     if args.hold is not None and args.hold <= 0:
         parser.error(f"--hold must be greater than 0 seconds, got {args.hold}")
     return Config(
@@ -121,6 +130,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         hold=args.hold,
         runaway_seconds=args.runaway_seconds,
         waiting=args.waiting,
+        sleeping=args.sleeping,
         run=Run("degradation", argv, args.out, args.short),
     )
 
@@ -154,9 +164,14 @@ def bench(config: Config) -> int:
         samples, runs = run_all(config, server.dsn, out)
         summary = summarise(config, runs)
         config.run.write(out, "summary.json", server, summary)
+    beside = [
+        f"{n:,} {what}"
+        for n, what in ((config.waiting, "waiting"), (config.sleeping, "sleeping"))
+        if n
+    ]
     title = (
         f"pgqueue degradation: {config.rate:g} jobs/s, {config.workers} workers, "
-        f"PostgreSQL {server.version}"
+        f"PostgreSQL {server.version}" + (f", {' and '.join(beside)} beside" if beside else "")
     )
     report.charts(out, samples, title, config.rate * config.runaway_seconds)
     print(report.table(summary))
@@ -186,6 +201,7 @@ def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dic
                 workers=config.workers,
                 hold=config.hold,
                 waiting=config.waiting,
+                sleeping=config.sleeping,
             )
             report.append_samples(csv_path, rows)
             samples.extend(rows)
@@ -209,6 +225,7 @@ def summarise(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "workers": config.workers,
         "hold_s": config.hold,
         "waiting_jobs": config.waiting,
+        "sleeping_jobs": config.sleeping,
         "runaway_seconds": config.runaway_seconds,
         "runaway_depth": config.rate * config.runaway_seconds,
         "strategies": report.by_strategy(runs),

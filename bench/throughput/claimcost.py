@@ -20,23 +20,27 @@ from pgqueue.queries import query
 from pgqueue.worker.claimer import CEILING, FLOOR
 
 
-def top_up(conn: psycopg.Connection[Any], size: int) -> None:
-    row = conn.execute(f"SELECT count(*) FROM {SCHEMA}.jobs").fetchone()
+def top_up(conn: psycopg.Connection[Any], size: int, schema: str = SCHEMA) -> None:
+    """Queued jobs added until `size` are queued (jobs in other states are not counted)."""
+    row = conn.execute(f"SELECT count(*) FROM {schema}.jobs WHERE status = 'queued'").fetchone()
     have = int(row[0]) if row else 0
     if have < size:
         conn.execute(
-            f"INSERT INTO {SCHEMA}.jobs (queue, task, args)"
+            f"INSERT INTO {schema}.jobs (queue, task, args)"
             " SELECT %s, 'noop', jsonb_build_object('seq', n) FROM generate_series(1, %s) AS n",
             [QUEUE, size - have],
         )
-    conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
+    conn.execute(f"VACUUM ANALYZE {schema}.jobs")
 
 
-def claim_cost(dsn: str, size: int, claims: int, batch: int = 10) -> dict[str, Any]:
-    """Median, p95 and max milliseconds of `claims` job_claim statements at `size` queued."""
+def claim_cost(
+    dsn: str, size: int, claims: int, batch: int = 10, schema: str = SCHEMA
+) -> dict[str, Any]:
+    """Median, p95 and max milliseconds of `claims` job_claim statements at `size` queued
+    (in `schema`, the throughput bench's own by default)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        top_up(conn, size)
-    statement = query("job_claim", SCHEMA)
+        top_up(conn, size, schema)
+    statement = query("job_claim", schema)
     params = {
         "queue": QUEUE,
         "after_priority": FLOOR[0],

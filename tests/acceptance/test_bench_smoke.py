@@ -50,3 +50,18 @@ def test_short_bench_writes_samples_summary_and_charts_for_every_strategy(
     for chart in CHARTS:
         assert (out / chart).stat().st_size > 0, chart
     assert "strategy" in result.stdout  # the summary table
+
+
+def test_short_bench_runs_beside_jobs_parked_by_durable_sleeps_and_waits(
+    dsn: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "degradation-sleeping"
+    result = run_python(
+        "-m", "bench", "degradation", "--short", "--strategies", "default", "--modes",
+        "control", "--sleeping", "2000", "--dsn", dsn, "--out", str(out), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sleeping_jobs"] == 2000
+    assert isinstance(summary["strategies"]["default"]["control"]["claim_p50_end_ms"], float)
+    assert "2,000 jobs parked by durable sleeps and signal waits" in result.stdout
