@@ -10,9 +10,12 @@ through the same code.
 Invariants:
 - A job is registered before its state is read, so a finish that commits after the read
   notifies this session.
-- Every waited job is read again each `poll_interval`, notices or not: a notice lost (the race
-  migration 0027 describes, a broken connection, a pooler that cannot LISTEN) delays a result
-  by at most that, never loses it. With `listen=False` the hub only polls, and registers
+- A newly registered job is read once more shortly after (`CONFIRM_AFTER`): a finish whose
+  notice went out before the registration committed, and which committed after the first
+  read (the race migration 0027 describes), is found then, not a poll later.
+- Every waited job is read again each `poll_interval`, notices or not: a notice lost (a
+  broken connection, a pooler that cannot LISTEN) delays a result by at most that, never
+  loses it. With `listen=False` the hub only polls, and registers
   nothing.
 - A job's row goes when no wait of this process waits for it any longer: with the read that
   finds it finished, or at the hub's next step after its last wait timed out or was
@@ -50,6 +53,9 @@ log = logging.getLogger("pgqueue.wait")
 P = ParamSpec("P")
 T = TypeVar("T")
 READ_CHUNK = 5000  # jobs read per statement when a poll covers many
+# When a newly registered job is read again: a finish that raced its registration has
+# committed by then (its notice went out before the registration, its commit after the read).
+CONFIRM_AFTER = (0.05, 0.25, 1.0, 5.0)
 _BACKOFF_MAX = 5.0
 
 
@@ -111,6 +117,7 @@ class Waiters:
         self._register: set[int] = set()  # waited for, not yet registered and read
         self._unregister: set[int] = set()  # registered, no longer waited for
         self._heard: set[int] = set()  # notified, not yet read
+        self._confirm: list[tuple[float, frozenset[int]]] = []  # (when, jobs) to read again
         self._work = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._connected = False
@@ -186,13 +193,15 @@ class Waiters:
         # A new session: every wait registers again, and every waited job is read.
         self._register = set(self._waits)
         self._unregister.clear()
+        self._confirm.clear()
         interval = self.settings.poll_interval.total_seconds()
         next_poll = time.monotonic() + interval
         while True:
             await self._step(conn, poll=time.monotonic() >= next_poll)
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + interval
-            timeout = max(next_poll - time.monotonic(), 0.0) if self._waits else None
+            wake = min([next_poll, *(at for at, _ in self._confirm)])
+            timeout = max(wake - time.monotonic(), 0.0) if self._waits else None
             await self._idle(conn, timeout)
 
     async def _step(self, conn: AsyncConn, *, poll: bool) -> None:
@@ -206,7 +215,9 @@ class Waiters:
         new, self._register = self._register, set()
         if new and self.settings.listen:
             await self.store.register(conn, sorted(new))
-        read = set(self._waits) if poll else (new | self._heard) & set(self._waits)
+            now = time.monotonic()
+            self._confirm.extend((now + delay, frozenset(new)) for delay in CONFIRM_AFTER)
+        read = set(self._waits) if poll else (new | self._heard | self._due()) & set(self._waits)
         self._heard.clear()
         ordered = sorted(read)
         for start in range(0, len(ordered), READ_CHUNK):
@@ -218,6 +229,15 @@ class Waiters:
                         future.set_result(end)
             if ends and self.settings.listen:
                 await self.store.unregister(conn, [end.id for end in ends])
+
+    def _due(self) -> set[int]:
+        """The registered jobs whose confirming read is due; they leave the list."""
+        now = time.monotonic()
+        due = [ids for at, ids in self._confirm if at <= now]
+        if not due:
+            return set()
+        self._confirm = [(at, ids) for at, ids in self._confirm if at > now]
+        return set().union(*due)
 
     async def _idle(self, conn: AsyncConn, timeout: float | None) -> None:
         """Return on new work, a notice for a waited job, or after `timeout` seconds."""

@@ -307,3 +307,39 @@ def test_a_schema_never_migrated_is_a_clear_error(dsn: str) -> None:
         assert isinstance(caught.value, __import__("pgqueue").DatabaseError)
     finally:
         queue.close()
+
+
+def test_a_finish_that_raced_the_registration_is_found_without_waiting_for_a_poll(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    """A finish that looked for waiters before the wait registered, and committed after the
+    wait's first read, sent no notice: the wait reads the job again soon after registering."""
+    echo = queue.task(name="echo")(lambda value: value)
+    _only_notices(queue)
+    job_id = echo.enqueue("late")
+    ended: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            queue.wait(job_id, timeout=60)
+        except BaseException as exc:  # the test reads what ended the wait
+            ended.append(exc)
+
+    last_read = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgqueue:wait'"
+        " AND datname = current_database() AND state = 'idle' AND query LIKE %s"
+    )
+    with psycopg.connect(dsn) as finisher, psycopg.connect(dsn, autocommit=True) as watch:
+        queue.cancel_job(job_id, conn=finisher)  # looks for waiters now: there are none
+        thread = threading.Thread(target=waiting)
+        thread.start()
+        wait_until(lambda: _rows(dsn, schema) == 1, what="the wait's registration")
+        wait_until(
+            lambda: watch.execute(last_read, ("%gone AS MATERIALIZED%",)).fetchone() == (1,),
+            what="the wait's read of a job still live to it",
+        )
+        assert thread.is_alive()
+    # The cancellation commits here, with no notice: an hour's poll would be too late.
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert len(ended) == 1 and isinstance(ended[0], JobCancelledError)
