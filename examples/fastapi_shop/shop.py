@@ -74,7 +74,10 @@ async def send_receipt(order_id: int) -> None:
 
 
 async def request_session() -> AsyncIterator[AsyncSession]:
-    """One transaction per request: committed after the handler, rolled back if it raises."""
+    """One transaction per request: committed after the handler, rolled back if it raises.
+    Used with scope="function", so the commit comes before the response is sent: with
+    FastAPI's default scope it would come after, and a client could act on an order whose
+    rows are not there yet."""
     async with Sessions() as session, session.begin():
         yield session
 
@@ -105,7 +108,7 @@ app = FastAPI(lifespan=lifespan)
 
 @app.post("/orders")
 async def place_order(
-    item: str, session: Annotated[AsyncSession, Depends(request_session)]
+    item: str, session: Annotated[AsyncSession, Depends(request_session, scope="function")]
 ) -> dict[str, int]:
     order = Order(item=item)
     session.add(order)
