@@ -38,7 +38,7 @@ from pgqueue import health
 from pgqueue.errors import DatabaseError
 from pgqueue.models import ClaimedJob
 from pgqueue.store.workers import WorkersStore
-from pgqueue.worker.observe import outcome_name
+from pgqueue.worker.observe import StepEvent, outcome_name
 
 if TYPE_CHECKING:
     from pgqueue.worker.executor import Outcome
@@ -89,6 +89,7 @@ class WorkerMetrics(Collector):
         self.claims = {"jobs": 0, "empty": 0}
         self.jobs_claimed = 0
         self.claim_seconds = _Histogram(CLAIM_BUCKETS)
+        self.durable: dict[tuple[str, str, str], int] = {}  # (counter, queue, task)
 
     def job_started(self, job: ClaimedJob) -> None:
         if job.waited is None:
@@ -113,6 +114,16 @@ class WorkerMetrics(Collector):
             if name == "retried":
                 self.retries[task] = self.retries.get(task, 0) + 1
 
+    def step_event(self, event: StepEvent) -> None:
+        counter = _DURABLE_COUNTED.get((event.kind, event.what)) or _DURABLE_COUNTED.get(
+            ("*", event.what)
+        )
+        if counter is None:
+            return
+        key = (counter, event.job.queue, event.job.task)
+        with self._lock:
+            self.durable[key] = self.durable.get(key, 0) + 1
+
     def claimed(self, seconds: float, jobs: int) -> None:
         with self._lock:
             self.claim_seconds.observe(seconds)
@@ -126,6 +137,7 @@ class WorkerMetrics(Collector):
             waits = {k: (h.cumulative(), h.total) for k, h in self.wait_seconds.items()}
             claims, claimed = dict(self.claims), self.jobs_claimed
             claim_times = (self.claim_seconds.cumulative(), self.claim_seconds.total)
+            durable = dict(self.durable)
         family = CounterMetricFamily(
             "pgqueue_jobs_finished",
             "Job attempts ended by this worker, by outcome: succeeded, failed, retried, "
@@ -169,6 +181,40 @@ class WorkerMetrics(Collector):
         )
         histogram.add_metric([], *claim_times)
         yield histogram
+        yield from _durable_families(durable)
+
+
+# The durable-call counters (pgqueue/durable.py), each told by a (kind, what) pair of a
+# StepEvent ("*": any kind), and its help.
+_DURABLE_COUNTED = {
+    ("step", "recorded"): "pgqueue_steps_recorded",
+    ("*", "replayed"): "pgqueue_steps_replayed",
+    ("sleep", "recorded"): "pgqueue_sleeps",
+    ("signal", "parked"): "pgqueue_signal_waits",
+    ("signal", "recorded"): "pgqueue_signals_delivered",
+    ("signal", "timed out"): "pgqueue_signal_timeouts",
+    ("*", "mismatch"): "pgqueue_step_mismatches",
+}
+_DURABLE_HELP = {
+    "pgqueue_steps_recorded": "Steps (ctx.step) that ran and recorded their result.",
+    "pgqueue_steps_replayed": "Recorded steps, sleeps and waits a run of their job replayed "
+    "without running them again.",
+    "pgqueue_sleeps": "Durable sleeps (ctx.sleep) that began.",
+    "pgqueue_signal_waits": "Times a job parked to wait for a signal (ctx.wait_for_signal).",
+    "pgqueue_signals_delivered": "Signals a waiting job took.",
+    "pgqueue_signal_timeouts": "Waits for a signal whose timeout passed first.",
+    "pgqueue_step_mismatches": "Runs that found another step recorded in a step's place "
+    "(StepMismatchError: the job fails).",
+}
+
+
+def _durable_families(counts: dict[tuple[str, str, str], int]) -> Iterator[Metric]:
+    for name, help_text in _DURABLE_HELP.items():
+        family = CounterMetricFamily(name, help_text, labels=["queue", "task"])
+        for (counter, queue, task), count in counts.items():
+            if counter == name:
+                family.add_metric([queue, task], count)
+        yield family
 
 
 class WorkerCollector(Collector):
