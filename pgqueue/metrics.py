@@ -287,8 +287,21 @@ class DatabaseCollector(Collector):
             "How long the oldest queued (due, unclaimed) job of each queue has waited.",
             labels=["queue"],
         )
+        sleeping = GaugeMetricFamily(
+            "pgqueue_queue_jobs_sleeping",
+            "Scheduled jobs of each queue asleep in a durable sleep (ctx.sleep).",
+            labels=["queue"],
+        )
+        parked = GaugeMetricFamily(
+            "pgqueue_queue_jobs_waiting_for_signal",
+            "Scheduled jobs of each queue parked until a signal (ctx.wait_for_signal).",
+            labels=["queue"],
+        )
         for row in health.queue_depth(conn, self.schema):
             jobs.add_metric([row.queue, row.status], row.jobs)
+            if row.status == "scheduled":
+                sleeping.add_metric([row.queue], row.sleeping)
+                parked.add_metric([row.queue], row.waiting_for_signal)
             if row.oldest_queued_seconds is not None:
                 oldest.add_metric([row.queue], max(row.oldest_queued_seconds, 0.0))
         holders = [h for h in health.horizon_holders(conn) if h.age is not None]
@@ -317,7 +330,7 @@ class DatabaseCollector(Collector):
         )
         staged.add_metric(["staged"], outbox.staged)
         staged.add_metric(["dead"], outbox.dead)
-        return [jobs, oldest, horizon, alive, running, free, staged]
+        return [jobs, oldest, sleeping, parked, horizon, alive, running, free, staged]
 
 
 def registry_for_worker(worker: Worker, dsn: str) -> CollectorRegistry:

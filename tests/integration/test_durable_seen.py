@@ -3,6 +3,7 @@ observers are told of, the metrics and the trace spans built from them."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -69,10 +70,8 @@ def test_job_steps_says_which_signal_a_parked_job_waits_for_and_what_it_took(
     @queue.task(name="approve")
     def approve(ctx: JobContext) -> str:
         decision = ctx.wait_for_signal("order-9", timeout=timedelta(hours=1))
-        try:
+        with contextlib.suppress(SignalTimeoutError):
             ctx.wait_for_signal("never", timeout=0, name="second look")
-        except SignalTimeoutError:
-            pass
         return str(decision)
 
     job_id = queue.enqueue(approve.job())
@@ -194,3 +193,89 @@ def test_metrics_count_steps_replays_sleeps_signal_waits_and_deliveries(
     assert samples[("pgqueue_signal_waits_total", labels)] == 1
     assert samples[("pgqueue_signals_delivered_total", labels)] == 1
     assert ("pgqueue_step_mismatches_total", labels) not in samples
+
+
+def test_the_queue_gauges_count_sleeping_and_parked_jobs_apart(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    from pgqueue.metrics import DatabaseCollector
+
+    @queue.task(name="sleeper")
+    def sleeper(ctx: JobContext) -> None:
+        ctx.sleep(timedelta(hours=1))
+
+    @queue.task(name="waiter")
+    def waiter(ctx: JobContext) -> None:
+        ctx.wait_for_signal("never")
+
+    @queue.task(name="later")
+    def later() -> None:
+        pass
+
+    queue.enqueue_many([sleeper.job(), sleeper.job(), waiter.job()])
+    queue.enqueue(later.job(), delay=timedelta(hours=1))  # scheduled, neither
+    burst(queue, dsn)
+    collector = DatabaseCollector(dsn, schema)
+    try:
+        samples = {
+            (s.name, tuple(s.labels.items())): s.value
+            for family in collector.collect()
+            for s in family.samples
+        }
+    finally:
+        collector.close()
+    assert samples[("pgqueue_queue_jobs", (("queue", "default"), ("status", "scheduled")))] == 4
+    assert samples[("pgqueue_queue_jobs_sleeping", (("queue", "default"),))] == 2
+    assert samples[("pgqueue_queue_jobs_waiting_for_signal", (("queue", "default"),))] == 1
+
+
+def test_a_step_that_runs_is_a_child_span_of_its_job_and_the_rest_are_events(
+    queue: Queue, dsn: str
+) -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.trace", reason="needs opentelemetry-sdk")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from pgqueue.tracing import JobTracer
+
+    exporter = InMemorySpanExporter()
+    provider = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    inner = provider.get_tracer("test")
+
+    def charge() -> int:
+        with inner.start_as_current_span("provider call"):
+            return 42
+
+    @queue.task(name="traced", retry=RetryPolicy(base=0))
+    def traced(ctx: JobContext) -> None:
+        ctx.step("charge", charge)
+        ctx.sleep(0, name="nap")
+        ctx.wait_for_signal("go", name="approval")
+
+    queue.enqueue(traced.job())
+    tracer = JobTracer(provider)
+    burst(queue, dsn, tracer)  # runs the step, parks
+    queue.signal("go", True)
+    burst(queue, dsn, tracer)  # replays the step and the sleep, takes the signal
+    spans = exporter.get_finished_spans()
+    jobs = [s for s in spans if s.name == "process default"]
+    steps = [s for s in spans if s.name == "pgqueue.step charge"]
+    [call] = [s for s in spans if s.name == "provider call"]
+    assert len(jobs) == 2 and len(steps) == 1  # the replay makes no span, an event
+    first, second = sorted(jobs, key=lambda s: s.start_time or 0)
+    [step] = steps
+    assert step.parent is not None and step.parent.span_id == first.context.span_id
+    assert call.parent is not None and call.parent.span_id == step.context.span_id
+    assert step.attributes is not None and step.attributes["pgqueue.step.seq"] == 1
+    assert step.attributes["pgqueue.step.replayed"] is False
+    assert [e.name for e in first.events] == ["pgqueue.signal.wait"]
+    assert first.events[0].attributes is not None
+    assert first.events[0].attributes["pgqueue.signal.key"] == "go"
+    assert [e.name for e in second.events] == [
+        "pgqueue.step.replayed",
+        "pgqueue.step.replayed",
+        "pgqueue.signal.received",
+    ]
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached here
