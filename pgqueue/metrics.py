@@ -181,11 +181,55 @@ class WorkerMetrics(Collector):
         )
         histogram.add_metric([], *claim_times)
         yield histogram
-        yield from _durable_families(durable)
+        yield from self._durable(durable)
+
+    @staticmethod
+    def _durable(counts: dict[tuple[str, str, str], int]) -> Iterator[Metric]:
+        by = ["queue", "task"]
+        families = (
+            CounterMetricFamily(
+                "pgqueue_steps_recorded",
+                "Steps (ctx.step) that ran and recorded their result.",
+                labels=by,
+            ),
+            CounterMetricFamily(
+                "pgqueue_steps_replayed",
+                "Recorded steps, sleeps and waits that a run of their job replayed without "
+                "running them again.",
+                labels=by,
+            ),
+            CounterMetricFamily(
+                "pgqueue_sleeps", "Durable sleeps (ctx.sleep) that began.", labels=by
+            ),
+            CounterMetricFamily(
+                "pgqueue_signal_waits",
+                "Times a job parked to wait for a signal (ctx.wait_for_signal).",
+                labels=by,
+            ),
+            CounterMetricFamily(
+                "pgqueue_signals_delivered", "Signals a waiting job took.", labels=by
+            ),
+            CounterMetricFamily(
+                "pgqueue_signal_timeouts",
+                "Waits for a signal whose timeout passed first.",
+                labels=by,
+            ),
+            CounterMetricFamily(
+                "pgqueue_step_mismatches",
+                "Runs that found another durable call recorded in a call's place "
+                "(StepMismatchError: the job fails).",
+                labels=by,
+            ),
+        )
+        for family in families:
+            for (counter, queue, task), count in counts.items():
+                if counter == family.name:
+                    family.add_metric([queue, task], count)
+            yield family
 
 
 # The durable-call counters (pgqueue/durable.py), each told by a (kind, what) pair of a
-# StepEvent ("*": any kind), and its help.
+# StepEvent ("*": any kind).
 _DURABLE_COUNTED = {
     ("step", "recorded"): "pgqueue_steps_recorded",
     ("*", "replayed"): "pgqueue_steps_replayed",
@@ -195,26 +239,6 @@ _DURABLE_COUNTED = {
     ("signal", "timed out"): "pgqueue_signal_timeouts",
     ("*", "mismatch"): "pgqueue_step_mismatches",
 }
-_DURABLE_HELP = {
-    "pgqueue_steps_recorded": "Steps (ctx.step) that ran and recorded their result.",
-    "pgqueue_steps_replayed": "Recorded steps, sleeps and waits a run of their job replayed "
-    "without running them again.",
-    "pgqueue_sleeps": "Durable sleeps (ctx.sleep) that began.",
-    "pgqueue_signal_waits": "Times a job parked to wait for a signal (ctx.wait_for_signal).",
-    "pgqueue_signals_delivered": "Signals a waiting job took.",
-    "pgqueue_signal_timeouts": "Waits for a signal whose timeout passed first.",
-    "pgqueue_step_mismatches": "Runs that found another step recorded in a step's place "
-    "(StepMismatchError: the job fails).",
-}
-
-
-def _durable_families(counts: dict[tuple[str, str, str], int]) -> Iterator[Metric]:
-    for name, help_text in _DURABLE_HELP.items():
-        family = CounterMetricFamily(name, help_text, labels=["queue", "task"])
-        for (counter, queue, task), count in counts.items():
-            if counter == name:
-                family.add_metric([queue, task], count)
-        yield family
 
 
 class WorkerCollector(Collector):
