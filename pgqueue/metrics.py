@@ -185,40 +185,39 @@ class WorkerMetrics(Collector):
 
     @staticmethod
     def _durable(counts: dict[tuple[str, str, str], int]) -> Iterator[Metric]:
-        by = ["queue", "task"]
         families = (
             CounterMetricFamily(
                 "pgqueue_steps_recorded",
                 "Steps (ctx.step) that ran and recorded their result.",
-                labels=by,
+                labels=["queue", "task"],
             ),
             CounterMetricFamily(
                 "pgqueue_steps_replayed",
                 "Recorded steps, sleeps and waits that a run of their job replayed without "
                 "running them again.",
-                labels=by,
+                labels=["queue", "task"],
             ),
             CounterMetricFamily(
-                "pgqueue_sleeps", "Durable sleeps (ctx.sleep) that began.", labels=by
+                "pgqueue_sleeps", "Durable sleeps (ctx.sleep) that began.", labels=["queue", "task"]
             ),
             CounterMetricFamily(
                 "pgqueue_signal_waits",
                 "Times a job parked to wait for a signal (ctx.wait_for_signal).",
-                labels=by,
+                labels=["queue", "task"],
             ),
             CounterMetricFamily(
-                "pgqueue_signals_delivered", "Signals a waiting job took.", labels=by
+                "pgqueue_signals_delivered", "Signals a waiting job took.", labels=["queue", "task"]
             ),
             CounterMetricFamily(
                 "pgqueue_signal_timeouts",
                 "Waits for a signal whose timeout passed first.",
-                labels=by,
+                labels=["queue", "task"],
             ),
             CounterMetricFamily(
                 "pgqueue_step_mismatches",
                 "Runs that found another durable call recorded in a call's place "
                 "(StepMismatchError: the job fails).",
-                labels=by,
+                labels=["queue", "task"],
             ),
         )
         for family in families:
