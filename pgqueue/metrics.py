@@ -1,7 +1,7 @@
 """Prometheus metrics: a worker's own counters and histograms, and the database's gauges.
 
 Owns: the metric names (the README lists each), WorkerMetrics (an observer a worker tells of
-each job and claim, which counts in plain Python and builds its series only when scraped:
+each job, claim and durable call, which counts in plain Python and builds its series only when scraped:
 prometheus_client's own counters cost a job several times more), and the collectors read at
 scrape time: WorkerCollector (running jobs, free slots and rescues of one worker) and
 DatabaseCollector (queue depth, oldest queued job, the horizon's age, workers and outbox),
