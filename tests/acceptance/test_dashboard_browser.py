@@ -429,7 +429,8 @@ def test_a_workflow_is_reached_from_its_jobs_and_shows_members_states_and_edges(
 def test_a_durable_job_s_steps_show_cut_and_open_whole_and_markup_stays_text(
     page: Any, site: dict[str, Any], dsn: str, schema: str
 ) -> None:
-    ids = durable_jobs(Queue(dsn, schema=schema), dsn)
+    with ThreadPoolExecutor(1) as apart:  # Playwright's own loop runs in this thread
+        ids = apart.submit(durable_jobs, Queue(dsn, schema=schema), dsn).result()
     page.goto(site["url"] + f"/jobs/{ids['done']}")
     result = page.locator("[data-testid=step-result]")
     whole = result.locator("pre")

@@ -666,6 +666,7 @@ def test_a_durable_job_s_page_lists_its_steps_and_what_it_waits_for(dsn: str, sc
     assert all(status == 200 for status, _, _ in pages.values())
     asleep = pages["sleeper"][1]
     assert 'data-testid="sleeping"' in asleep and 'data-testid="waiting"' not in asleep
+    assert "<dt>waited</dt><dd>-</dd>" in asleep  # not a negative wait: it runs again later
     steps = first(r'<table data-testid="steps">(.*?)</table>', asleep)
     assert "greet" in steps and "recorded" in steps and "a day" in steps and ">sleep<" in steps
     assert ATTACK not in asleep and html.escape(ATTACK, quote=False)[:20] in asleep
