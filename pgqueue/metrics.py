@@ -1,10 +1,11 @@
 """Prometheus metrics: a worker's own counters and histograms, and the database's gauges.
 
 Owns: the metric names (the README lists each), WorkerMetrics (an observer a worker tells of
-each job, claim and durable call, which counts in plain Python and builds its series only when scraped:
-prometheus_client's own counters cost a job several times more), and the collectors read at
-scrape time: WorkerCollector (running jobs, free slots and rescues of one worker) and
-DatabaseCollector (queue depth, oldest queued job, the horizon's age, workers and outbox),
+each job, claim and durable call, which counts in plain Python and builds its series only
+when scraped: prometheus_client's own counters cost a job several times more), and the
+collectors read at scrape time: WorkerCollector (running jobs, free slots and rescues of one
+worker) and DatabaseCollector (queue depth, with the jobs asleep or parked for a signal,
+oldest queued job, the horizon's age, workers and outbox),
 which `pgqueue worker --metrics-port` and the dashboard's /metrics both serve.
 
 Invariants: the gauges are read when Prometheus scrapes, from the hot jobs table and the
