@@ -51,6 +51,7 @@ from pgqueue.store.plan import Plan
 from pgqueue.store.signals import park_plan, send_plan, take_plan, timeout_plan, wait_read_plan
 from pgqueue.store.steps import Journal, Recorded, read_plan, record_plan
 from pgqueue.worker.checkpoints import Backend, JobLostError
+from pgqueue.worker.observe import Observers, StepEvent
 
 T = TypeVar("T")
 KEY_MAX = 1000  # characters of a signal's key
@@ -106,7 +107,17 @@ Flow = Generator[Effect, Any, T]
 class Durable:
     """One attempt's durable calls: where the replay stands and where records go."""
 
-    __slots__ = ("backend", "cancel", "job", "journal", "loaded_at", "max_bytes", "schema", "seq")
+    __slots__ = (
+        "backend",
+        "cancel",
+        "job",
+        "journal",
+        "loaded_at",
+        "max_bytes",
+        "observers",
+        "schema",
+        "seq",
+    )
 
     def __init__(
         self,
@@ -115,8 +126,11 @@ class Durable:
         backend: Backend,
         max_bytes: int,
         cancel: CancelSignal | None = None,
+        observers: Observers | None = None,
     ) -> None:
+        """`observers` are told of each call (StepEvent), when given."""
         self.job = job
+        self.observers = observers
         self.schema = schema
         self.backend = backend
         self.max_bytes = max_bytes
@@ -134,38 +148,52 @@ class Durable:
         try:
             effect = next(flow)
             while True:
-                if isinstance(effect, _Run):
-                    effect = flow.send(self.backend.run(effect.make))
-                elif isinstance(effect, _Call):
-                    effect = flow.send(effect.fn(*effect.args, **effect.kwargs))
-                elif isinstance(effect, _End):
-                    self.backend.end(effect.relock)
-                    effect = flow.send(None)
-                else:
-                    self.backend.discard()
-                    effect = flow.send(None)
+                try:
+                    value = self._carry_out(effect)
+                except BaseException as exc:  # the flow sees it where it asked (a step's span)
+                    effect = flow.throw(exc)
+                    continue
+                effect = flow.send(value)
         except StopIteration as stop:
             result: T = stop.value
             return result
+
+    def _carry_out(self, effect: Effect) -> Any:
+        if isinstance(effect, _Run):
+            return self.backend.run(effect.make)
+        if isinstance(effect, _Call):
+            return effect.fn(*effect.args, **effect.kwargs)
+        if isinstance(effect, _End):
+            self.backend.end(effect.relock)
+        else:
+            self.backend.discard()
+        return None
 
     async def adrive(self, flow: Flow[T]) -> T:
         """Carry out a flow's effects on the event loop (an `async def` handler)."""
         try:
             effect = next(flow)
             while True:
-                if isinstance(effect, _Run):
-                    effect = flow.send(await self.backend.arun(effect.make))
-                elif isinstance(effect, _Call):
-                    effect = flow.send(await effect.fn(*effect.args, **effect.kwargs))
-                elif isinstance(effect, _End):
-                    await self.backend.aend(effect.relock)
-                    effect = flow.send(None)
-                else:
-                    await self.backend.adiscard()
-                    effect = flow.send(None)
+                try:
+                    value = await self._acarry_out(effect)
+                except BaseException as exc:
+                    effect = flow.throw(exc)
+                    continue
+                effect = flow.send(value)
         except StopIteration as stop:
             result: T = stop.value
             return result
+
+    async def _acarry_out(self, effect: Effect) -> Any:
+        if isinstance(effect, _Run):
+            return await self.backend.arun(effect.make)
+        if isinstance(effect, _Call):
+            return await effect.fn(*effect.args, **effect.kwargs)
+        if isinstance(effect, _End):
+            await self.backend.aend(effect.relock)
+        else:
+            await self.backend.adiscard()
+        return None
 
     # -- what JobContext calls --------------------------------------------------------------
 
@@ -219,20 +247,28 @@ class Durable:
         if recorded is not None:
             yield _DISCARD
             return recorded.result
-        seq, started = self.seq, _now()
-        value = yield _Call(fn, args, kwargs)
+        seq, started, clock = self.seq, _now(), time.monotonic()
+        self._tell(seq, name, "step", "started")
         try:
-            encoded = step_json(value, self.max_bytes)
-        except ValueError as exc:
-            raise StepResultError(
-                f"job {self.job.id}: step {seq} {name!r} returned a result that cannot be "
-                f"recorded: {exc}; return JSON (dicts, lists, strings, numbers, booleans, None)"
-            ) from None
-        step = Recorded(seq, name, "step", None)
-        found = yield _Run(
-            lambda: record_plan(self.schema, self.job, step, started, encoded=encoded)
-        )
-        done = self._settled(found, step)
+            value = yield _Call(fn, args, kwargs)
+            try:
+                encoded = step_json(value, self.max_bytes)
+            except ValueError as exc:
+                raise StepResultError(
+                    f"job {self.job.id}: step {seq} {name!r} returned a result that cannot be "
+                    f"recorded: {exc}; return JSON (dicts, lists, strings, numbers, booleans, "
+                    "None)"
+                ) from None
+            step = Recorded(seq, name, "step", None)
+            found = yield _Run(
+                lambda: record_plan(self.schema, self.job, step, started, encoded=encoded)
+            )
+            done = self._settled(found, step)
+        except BaseException as exc:
+            took = time.monotonic() - clock
+            self._tell(seq, name, "step", "failed", duration=took, error=exc)
+            raise
+        self._tell(seq, name, "step", "recorded", duration=time.monotonic() - clock)
         yield _End(True)
         return done.result
 
@@ -251,6 +287,7 @@ class Durable:
             )
             recorded = self._settled(found, step)
             now = found[1]
+            self._tell(seq, name, "sleep", "recorded", until=_until_at(recorded))
             yield _End(True)
         else:
             yield _DISCARD
@@ -258,6 +295,7 @@ class Durable:
             now = self.journal.now + timedelta(seconds=time.monotonic() - self.loaded_at)
         left = _until(recorded) - now.timestamp()
         if left > 0:
+            self._tell(recorded.seq, name, "sleep", "sleeping", until=_until_at(recorded))
             raise Sleeping(min(left, LONGEST_WAIT.total_seconds()))
 
     def wait_flow(self, key: str, name: str, timeout: float | None) -> Flow[Any]:
@@ -270,6 +308,7 @@ class Durable:
         seq, started, job, schema = self.seq, _now(), self.job, self.schema
         taken = yield _Run(lambda: take_plan(schema, job, seq, name, key, started))
         if taken is not None:
+            self._tell(seq, name, "signal", "recorded", key=key)
             yield _End(True)
             return _delivered(taken, key)
         wait = yield _Run(lambda: wait_read_plan(schema, job.id, seq))
@@ -277,6 +316,7 @@ class Durable:
             timed_out = yield _Run(lambda: timeout_plan(schema, job, seq, name, started))
             if timed_out is None:
                 raise JobLostError(f"job {job.id} is no longer this worker's")
+            self._tell(seq, name, "signal", "timed out", key=key, until=wait[0])
             yield _End(True)
             return _delivered(timed_out, key)
         # Parking rolls back what the handler wrote since its last record: the job runs this
@@ -286,6 +326,10 @@ class Durable:
         parked = yield _Run(lambda: park_plan(schema, job, seq, key, timeout, longest))
         yield _End(not parked)
         if parked:
+            until = None if timeout is None else _now() + timedelta(seconds=timeout)
+            if wait is not None:
+                until = wait[0]  # parked again for the same wait: its first deadline holds
+            self._tell(seq, name, "signal", "parked", key=key, until=until)
             raise Parked
         # Not parked: a signal came meanwhile, cancellation was requested, or the job is not
         # ours. Run again at once: the next attempt takes the signal (or ends as cancelled).
@@ -307,9 +351,16 @@ class Durable:
         recorded = steps[self.seq - 1]
         if recorded.seq != self.seq or recorded.name != name or recorded.kind != kind:
             raise self._mismatch(recorded, name, kind)
+        self._tell(self.seq, name, kind, "replayed")
         return recorded
 
+    def _tell(self, seq: int, name: str, kind: str, what: str, **more: Any) -> None:
+        """Tell the worker's observers what a call did (pgqueue/worker/observe.py)."""
+        if self.observers is not None:
+            self.observers.step_event(StepEvent(self.job, seq, name, kind, what, **more))
+
     def _mismatch(self, recorded: Recorded, name: str, kind: str) -> StepMismatchError:
+        self._tell(self.seq, name, kind, "mismatch")
         return StepMismatchError(
             f"job {self.job.id} ({self.job.task}): durable call {self.seq} is "
             f"{_call(kind, name)} but the job recorded {_call(recorded.kind, recorded.name)} "
@@ -390,6 +441,10 @@ def _until(recorded: Recorded) -> float:
     if isinstance(result, dict) and isinstance(result.get("until"), str):
         return datetime.fromisoformat(result["until"]).timestamp()
     raise StepMismatchError(f"sleep {recorded.name!r} recorded no end: {result!r}")
+
+
+def _until_at(recorded: Recorded) -> datetime:
+    return datetime.fromtimestamp(_until(recorded), timezone.utc)
 
 
 def _delivered(recorded: Recorded, key: str) -> Any:

@@ -1,10 +1,11 @@
 """Prometheus metrics: a worker's own counters and histograms, and the database's gauges.
 
 Owns: the metric names (the README lists each), WorkerMetrics (an observer a worker tells of
-each job and claim, which counts in plain Python and builds its series only when scraped:
-prometheus_client's own counters cost a job several times more), and the collectors read at
-scrape time: WorkerCollector (running jobs, free slots and rescues of one worker) and
-DatabaseCollector (queue depth, oldest queued job, the horizon's age, workers and outbox),
+each job, claim and durable call, which counts in plain Python and builds its series only
+when scraped: prometheus_client's own counters cost a job several times more), and the
+collectors read at scrape time: WorkerCollector (running jobs, free slots and rescues of one
+worker) and DatabaseCollector (queue depth, with the jobs asleep or parked for a signal,
+oldest queued job, the horizon's age, workers and outbox),
 which `pgqueue worker --metrics-port` and the dashboard's /metrics both serve.
 
 Invariants: the gauges are read when Prometheus scrapes, from the hot jobs table and the
@@ -38,7 +39,7 @@ from pgqueue import health
 from pgqueue.errors import DatabaseError
 from pgqueue.models import ClaimedJob
 from pgqueue.store.workers import WorkersStore
-from pgqueue.worker.observe import outcome_name
+from pgqueue.worker.observe import StepEvent, outcome_name
 
 if TYPE_CHECKING:
     from pgqueue.worker.executor import Outcome
@@ -89,6 +90,7 @@ class WorkerMetrics(Collector):
         self.claims = {"jobs": 0, "empty": 0}
         self.jobs_claimed = 0
         self.claim_seconds = _Histogram(CLAIM_BUCKETS)
+        self.durable: dict[tuple[str, str, str], int] = {}  # (counter, queue, task)
 
     def job_started(self, job: ClaimedJob) -> None:
         if job.waited is None:
@@ -113,6 +115,16 @@ class WorkerMetrics(Collector):
             if name == "retried":
                 self.retries[task] = self.retries.get(task, 0) + 1
 
+    def step_event(self, event: StepEvent) -> None:
+        counter = _DURABLE_COUNTED.get((event.kind, event.what)) or _DURABLE_COUNTED.get(
+            ("*", event.what)
+        )
+        if counter is None:
+            return
+        key = (counter, event.job.queue, event.job.task)
+        with self._lock:
+            self.durable[key] = self.durable.get(key, 0) + 1
+
     def claimed(self, seconds: float, jobs: int) -> None:
         with self._lock:
             self.claim_seconds.observe(seconds)
@@ -126,6 +138,7 @@ class WorkerMetrics(Collector):
             waits = {k: (h.cumulative(), h.total) for k, h in self.wait_seconds.items()}
             claims, claimed = dict(self.claims), self.jobs_claimed
             claim_times = (self.claim_seconds.cumulative(), self.claim_seconds.total)
+            durable = dict(self.durable)
         family = CounterMetricFamily(
             "pgqueue_jobs_finished",
             "Job attempts ended by this worker, by outcome: succeeded, failed, retried, "
@@ -169,6 +182,63 @@ class WorkerMetrics(Collector):
         )
         histogram.add_metric([], *claim_times)
         yield histogram
+        yield from self._durable(durable)
+
+    @staticmethod
+    def _durable(counts: dict[tuple[str, str, str], int]) -> Iterator[Metric]:
+        families = (
+            CounterMetricFamily(
+                "pgqueue_steps_recorded",
+                "Steps (ctx.step) that ran and recorded their result.",
+                labels=["queue", "task"],
+            ),
+            CounterMetricFamily(
+                "pgqueue_steps_replayed",
+                "Recorded steps, sleeps and waits that a run of their job replayed without "
+                "running them again.",
+                labels=["queue", "task"],
+            ),
+            CounterMetricFamily(
+                "pgqueue_sleeps", "Durable sleeps (ctx.sleep) that began.", labels=["queue", "task"]
+            ),
+            CounterMetricFamily(
+                "pgqueue_signal_waits",
+                "Times a job parked to wait for a signal (ctx.wait_for_signal).",
+                labels=["queue", "task"],
+            ),
+            CounterMetricFamily(
+                "pgqueue_signals_delivered", "Signals a waiting job took.", labels=["queue", "task"]
+            ),
+            CounterMetricFamily(
+                "pgqueue_signal_timeouts",
+                "Waits for a signal whose timeout passed first.",
+                labels=["queue", "task"],
+            ),
+            CounterMetricFamily(
+                "pgqueue_step_mismatches",
+                "Runs that found another durable call recorded in a call's place "
+                "(StepMismatchError: the job fails).",
+                labels=["queue", "task"],
+            ),
+        )
+        for family in families:
+            for (counter, queue, task), count in counts.items():
+                if counter == family.name:
+                    family.add_metric([queue, task], count)
+            yield family
+
+
+# The durable-call counters (pgqueue/durable.py), each told by a (kind, what) pair of a
+# StepEvent ("*": any kind).
+_DURABLE_COUNTED = {
+    ("step", "recorded"): "pgqueue_steps_recorded",
+    ("*", "replayed"): "pgqueue_steps_replayed",
+    ("sleep", "recorded"): "pgqueue_sleeps",
+    ("signal", "parked"): "pgqueue_signal_waits",
+    ("signal", "recorded"): "pgqueue_signals_delivered",
+    ("signal", "timed out"): "pgqueue_signal_timeouts",
+    ("*", "mismatch"): "pgqueue_step_mismatches",
+}
 
 
 class WorkerCollector(Collector):
@@ -241,8 +311,21 @@ class DatabaseCollector(Collector):
             "How long the oldest queued (due, unclaimed) job of each queue has waited.",
             labels=["queue"],
         )
+        sleeping = GaugeMetricFamily(
+            "pgqueue_queue_jobs_sleeping",
+            "Scheduled jobs of each queue asleep in a durable sleep (ctx.sleep).",
+            labels=["queue"],
+        )
+        parked = GaugeMetricFamily(
+            "pgqueue_queue_jobs_waiting_for_signal",
+            "Scheduled jobs of each queue parked until a signal (ctx.wait_for_signal).",
+            labels=["queue"],
+        )
         for row in health.queue_depth(conn, self.schema):
             jobs.add_metric([row.queue, row.status], row.jobs)
+            if row.status == "scheduled":
+                sleeping.add_metric([row.queue], row.sleeping)
+                parked.add_metric([row.queue], row.waiting_for_signal)
             if row.oldest_queued_seconds is not None:
                 oldest.add_metric([row.queue], max(row.oldest_queued_seconds, 0.0))
         holders = [h for h in health.horizon_holders(conn) if h.age is not None]
@@ -271,7 +354,7 @@ class DatabaseCollector(Collector):
         )
         staged.add_metric(["staged"], outbox.staged)
         staged.add_metric(["dead"], outbox.dead)
-        return [jobs, oldest, horizon, alive, running, free, staged]
+        return [jobs, oldest, sleeping, parked, horizon, alive, running, free, staged]
 
 
 def registry_for_worker(worker: Worker, dsn: str) -> CollectorRegistry:

@@ -559,6 +559,83 @@ class Job(BaseModel):
 FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
+StepState = Literal["recorded", "sleep", "signal wait", "timed out"]
+
+
+class JobStep(BaseModel):
+    """One durable call a job recorded (JobContext.step, sleep, wait_for_signal), in the
+    order its handler reached it (Queue.job_steps)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int = Field(description="its place among the job's durable calls, from 1")
+    name: str = Field(description="the step's name; a sleep's, or a wait's (its key by default)")
+    kind: Literal["step", "sleep", "signal"] = Field(description="what recorded it")
+    result: Any = Field(
+        default=None,
+        description="what it recorded (JSON): a step's result, a sleep's {\"until\"}, a "
+        'signal\'s {"payload", "sent_at"}, or {"timeout": true} for a wait that timed out',
+    )
+    started_at: datetime | None = Field(default=None, description="when the call began")
+    finished_at: datetime = Field(description="when it was recorded")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def state(self) -> StepState:
+        """recorded (a step's result), sleep, signal wait (a signal taken) or timed out (a
+        wait whose timeout passed first)."""
+        if self.kind == "step":
+            return "recorded"
+        if self.kind == "sleep":
+            return "sleep"
+        if isinstance(self.result, dict) and self.result.get("timeout"):
+            return "timed out"
+        return "signal wait"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def duration(self) -> timedelta | None:
+        """From the call's start to its record; for a wait, how long until its signal."""
+        return None if self.started_at is None else self.finished_at - self.started_at
+
+    @property
+    def sleeps_until(self) -> datetime | None:
+        """When a sleep ends; None for another kind."""
+        found = self.result.get("until") if isinstance(self.result, dict) else None
+        if self.kind != "sleep" or not isinstance(found, str):
+            return None
+        return datetime.fromisoformat(found)
+
+
+class JobSteps(BaseModel):
+    """A job's durable calls, and what it waits for now (Queue.job_steps): `sleeping_until`
+    while it sleeps (ctx.sleep), `waiting_for` and `waiting_until` while it is parked for a
+    signal (ctx.wait_for_signal; `waiting_until` None: no timeout). Steps stay with a
+    finished job in history until retention prunes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: int = Field(description="the job's id")
+    steps: list[JobStep] = Field(description="its recorded calls, in order")
+    sleeping_until: datetime | None = Field(
+        default=None, description="while the job sleeps, when the sleep ends"
+    )
+    waiting_for: str | None = Field(
+        default=None, description="while the job is parked for a signal, the signal's key"
+    )
+    waiting_until: datetime | None = Field(
+        default=None, description="while parked, when the wait times out (None: never)"
+    )
+    waiting_since: datetime | None = Field(default=None, description="while parked, since when")
+
+    @property
+    def waiting(self) -> str | None:
+        """What the job waits for, said for a person: "sleep" or "signal"; None if neither."""
+        if self.waiting_for is not None:
+            return "signal"
+        return "sleep" if self.sleeping_until is not None else None
+
+
 class Enqueued(int):
     """The id of an enqueued job (an int, as before), and whether this call created it.
 

@@ -44,6 +44,7 @@ from pgqueue.models import (
     JobOptions,
     JobPage,
     JobStatus,
+    JobSteps,
     Message,
     Missed,
     NewJob,
@@ -67,6 +68,7 @@ from pgqueue.store import concurrency
 from pgqueue.store import jobs as jobs_store
 from pgqueue.store import outbox as outbox_store
 from pgqueue.store import queues as queues_store
+from pgqueue.store import steps as steps_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
@@ -381,6 +383,9 @@ class _Base(abc.ABC):
     def _get_plan(self, job_id: int) -> Plan[Job | None]:
         return jobs_store.get_plan(_job_id(job_id), self.schema)
 
+    def _steps_plan(self, job_id: int) -> Plan[JobSteps]:
+        return steps_store.steps_plan(self.schema, _job_id(job_id))
+
     def _list_plan(self, filters: _JobFilters) -> Plan[JobPage]:
         given: dict[str, Any] = dict(filters)
         return jobs_store.list_plan(JobFilter(**given), self.schema)
@@ -694,6 +699,13 @@ class Queue(_Base):
         """The job's record from the hot table or history, or None if there is none."""
         with self._connection(conn) as c:
             return run(c, self._get_plan(job_id), together=False)
+
+    def job_steps(self, job_id: int, *, conn: Conn | None = None) -> JobSteps:
+        """The durable calls the job recorded (JobContext.step, sleep, wait_for_signal), in
+        order, and what it waits for now: a sleep's end, or the signal it is parked for. A
+        job that made none, or that does not exist, has no steps."""
+        with self._connection(conn) as c:
+            return run(c, self._steps_plan(job_id), together=False)
 
     def _connection(self, conn: Conn | None) -> Any:
         if conn is not None:
@@ -1019,6 +1031,10 @@ class AsyncQueue(_Base):
     async def get_job(self, job_id: int, *, conn: AsyncConn | None = None) -> Job | None:
         async with self._connection(conn) as c:
             return await run_async(c, self._get_plan(job_id), together=False)
+
+    async def job_steps(self, job_id: int, *, conn: AsyncConn | None = None) -> JobSteps:
+        async with self._connection(conn) as c:
+            return await run_async(c, self._steps_plan(job_id), together=False)
 
     def _connection(self, conn: AsyncConn | None) -> Any:
         if conn is not None:

@@ -2,7 +2,9 @@
 of the enqueue that made it.
 
 Owns: `instrument()`, which registers the enqueue spans' hook (pgqueue/hooks.py) in this
-process, and JobTracer, the worker's observer behind `pgqueue worker --trace`. The enqueuer's
+process, and JobTracer, the worker's observer behind `pgqueue worker --trace`: a span per job
+attempt, a child span per durable step that runs, and an event on the attempt's span for each
+other durable call (a step replayed, a sleep, a signal wait; pgqueue/durable.py). The enqueuer's
 context travels in the job's row (its trace_context column, W3C trace context as OTel's
 propagator writes it), so the link holds across processes and machines. Attributes follow
 OpenTelemetry's messaging conventions: messaging.system "pgqueue", the queue as
@@ -30,7 +32,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pgqueue import hooks
 from pgqueue.models import ClaimedJob, NewJob
 from pgqueue.store.jobs import trace_context
-from pgqueue.worker.observe import outcome_name
+from pgqueue.worker.observe import StepEvent, outcome_name
 
 if TYPE_CHECKING:
     from pgqueue.worker.executor import Outcome
@@ -107,6 +109,7 @@ class JobTracer:
         self.tracer = _tracer(tracer_provider)
         self._open: dict[int, tuple[trace.Span | None, object]] = {}
         self._last: tuple[str, context.Context, bool] | None = None
+        self._steps: dict[int, tuple[trace.Span, object]] = {}  # a step's span, while it runs
 
     def _enqueued(self, carrier: dict[str, Any] | None) -> tuple[context.Context | None, bool]:
         """The enqueue span's context from a job's carrier, and whether its trace was
@@ -170,3 +173,75 @@ class JobTracer:
 
     def claimed(self, seconds: float, jobs: int) -> None:
         pass
+
+    def step_event(self, event: StepEvent) -> None:
+        """A step that runs is a span, the child of its job's, current while its function
+        runs (so the function's own spans are its children); every other durable call is an
+        event on the job's span: a step replayed, a sleep, a park, a signal taken, a wait
+        timed out, a mismatch."""
+        opened = self._open.get(event.job.id)
+        job_span = opened[0] if opened is not None else None
+        if job_span is None or not job_span.is_recording():
+            return  # no span, or one a sampler dropped: nothing of its steps is kept either
+        if event.kind == "step" and event.what == "started":
+            self._step_started(job_span, event)
+        elif event.kind == "step" and event.what in ("recorded", "failed"):
+            self._step_ended(event)
+        elif (event.kind, event.what) in _STEP_EVENTS:
+            job_span.add_event(_STEP_EVENTS[event.kind, event.what], _event_attributes(event))
+
+    def _step_started(self, job_span: trace.Span, event: StepEvent) -> None:
+        span = self.tracer.start_span(
+            f"pgqueue.step {event.name}",
+            context=trace.set_span_in_context(job_span),
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "messaging.message.id": str(event.job.id),
+                "pgqueue.step.seq": event.seq,
+                "pgqueue.step.name": event.name,
+                "pgqueue.step.replayed": False,
+            },
+        )
+        token = context.attach(trace.set_span_in_context(span))
+        self._steps[event.job.id] = (span, token)
+
+    def _step_ended(self, event: StepEvent) -> None:
+        opened = self._steps.pop(event.job.id, None)
+        if opened is None:
+            return
+        span, token = opened
+        if event.error is not None:
+            span.set_attribute("error.type", type(event.error).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, str(event.error)[:1000]))
+        span.end()
+        context.detach(token)  # type: ignore[arg-type]
+
+
+# The events a durable call other than a step that runs puts on its job's span.
+_STEP_EVENTS = {
+    ("step", "replayed"): "pgqueue.step.replayed",
+    ("sleep", "replayed"): "pgqueue.step.replayed",
+    ("signal", "replayed"): "pgqueue.step.replayed",
+    ("sleep", "sleeping"): "pgqueue.sleep",
+    ("signal", "parked"): "pgqueue.signal.wait",
+    ("signal", "recorded"): "pgqueue.signal.received",
+    ("signal", "timed out"): "pgqueue.signal.timeout",
+    ("step", "mismatch"): "pgqueue.step.mismatch",
+    ("sleep", "mismatch"): "pgqueue.step.mismatch",
+    ("signal", "mismatch"): "pgqueue.step.mismatch",
+}
+
+
+def _event_attributes(event: StepEvent) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "pgqueue.step.seq": event.seq,
+        "pgqueue.step.name": event.name,
+        "pgqueue.step.kind": event.kind,
+    }
+    if event.what == "replayed":
+        found["pgqueue.step.replayed"] = True
+    if event.key is not None:
+        found["pgqueue.signal.key"] = event.key
+    if event.until is not None:
+        found["pgqueue.until"] = event.until.isoformat()
+    return found

@@ -412,11 +412,22 @@ def jobs_list(args: argparse.Namespace) -> int:
 
 
 def jobs_show(args: argparse.Namespace) -> int:
+    """A job's record, and for a durable job its steps and what it waits for (with --json,
+    under "steps", whole; absent for a job that made no durable call)."""
     with connect(resolve_dsn(args)) as conn:
-        job = _jobs_queue(args).get_job(args.id, conn=conn)
-    if job is None:
+        queue = _jobs_queue(args)
+        job = queue.get_job(args.id, conn=conn)
+        steps = queue.job_steps(args.id, conn=conn) if job is not None else None
+    if job is None or steps is None:
         raise JobNotFoundError(f"no job has id {args.id}, live or in history")
-    _show(args, job, "print_job")
+    durable = bool(steps.steps) or steps.waiting is not None
+    if args.json:
+        shown = job.model_dump(mode="json")
+        if durable:
+            shown["steps"] = steps.model_dump(mode="json", exclude={"job_id"})
+        print(json.dumps(shown, indent=2))
+    else:
+        _print((job, steps if durable else None), "print_job")
     return 0
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from pgqueue import health, words
 from pgqueue.cli import recurring
-from pgqueue.models import Job, JobPage, Workflow
+from pgqueue.models import Job, JobPage, JobSteps, Workflow
 from pgqueue.store.workers import WorkerRow
 
 
@@ -290,8 +290,54 @@ def print_workflow(console: Console, flow: Workflow) -> None:
     console.print(table)
 
 
-def print_job(console: Console, job: Job) -> None:
-    """One job's record, field by field, with each failed attempt and the last traceback."""
+def print_job(console: Console, shown: tuple[Job, JobSteps | None]) -> None:
+    """One job's record, field by field, with each failed attempt and the last traceback;
+    then, for a durable job, what it waits for and its steps."""
+    job, steps = shown
+    _print_record(console, job)
+    if steps is not None:
+        _print_steps(console, steps)
+
+
+def _print_steps(console: Console, steps: JobSteps) -> None:
+    """What a durable job waits for, and its steps as a table: seq, name, state, duration
+    and result, the names and results sharing what the console leaves and cut with an
+    ellipsis (`--json` has them whole)."""
+    if steps.waiting_for is not None:
+        until = (
+            ", no timeout"
+            if steps.waiting_until is None
+            else f" until {_when(steps.waiting_until)}"
+        )
+        console.print(f"{'waiting for':>16}: signal {steps.waiting_for!r}{until}")
+    if steps.sleeping_until is not None:
+        console.print(f"{'sleeping until':>16}: {_when(steps.sleeping_until)}")
+    if not steps.steps:
+        return
+    headers = ("seq", "name", "state", "took", "result")
+    rows = [
+        (str(s.seq), s.name, s.state, words.age(s.duration), _compact(s.result))
+        for s in steps.steps
+    ]
+    natural = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    fixed = natural[0] + natural[2] + natural[3]
+    shared = _share([natural[1], natural[4]], console.width - fixed - 2 * (len(headers) - 1))
+    widths = [natural[0], shared[0], natural[2], natural[3], shared[1]]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(
+            header, no_wrap=True, width=width, justify="right" if header == "seq" else "left"
+        )
+    for row in rows:
+        table.add_row(*(_cut(cell, width) for cell, width in zip(row, widths, strict=True)))
+    console.print(table)
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _print_record(console: Console, job: Job) -> None:
     fields = {
         "id": job.id,
         "status": job.status.value,

@@ -20,13 +20,14 @@ import psycopg
 
 from pgqueue import health, words
 from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError
-from pgqueue.models import Job, JobStatus
+from pgqueue.models import Job, JobStatus, JobSteps
 from pgqueue.queue import Queue
 from pgqueue.schedule import RecurringJob
 from pgqueue.store.health import QueueActivity, queue_activity
 from pgqueue.store.jobs import newest_id_plan
 from pgqueue.store.periodic import list_periodic
 from pgqueue.store.plan import SyncConn, run
+from pgqueue.store.steps import Waiting, waits_plan
 from pgqueue.store.workers import WorkersStore
 
 PAGE_SIZE = 50
@@ -107,6 +108,8 @@ class JobsPage:
     floor: int
     next_before_id: int | None
     window_ran_out: bool  # the page is short because the search window ended, not history
+    # Its scheduled jobs that sleep (ctx.sleep) or are parked for a signal, by id.
+    waiting: dict[int, Waiting] = field(default_factory=dict)
 
 
 def jobs(conn: SyncConn, queue: Queue, form: JobFilterForm) -> JobsPage:
@@ -129,22 +132,42 @@ def jobs(conn: SyncConn, queue: Queue, form: JobFilterForm) -> JobsPage:
     except ConfigurationError as exc:
         raise FilterError(str(exc)) from None
     ran_out = found.next_before_id is None and floor > 0
+    scheduled = [j.id for j in found.jobs if j.status is JobStatus.SCHEDULED]
+    # One statement for the page's scheduled jobs, none when it shows none.
+    waiting = run(conn, waits_plan(queue.schema, scheduled), together=False) if scheduled else {}
     return JobsPage(
         jobs=found.jobs,
         top=top,
         floor=floor,
         next_before_id=found.next_before_id or (floor + 1 if ran_out else None),
         window_ran_out=ran_out,
+        waiting=waiting,
     )
 
 
-def job(conn: SyncConn, queue: Queue, job_id: int) -> Job | None:
-    return queue.get_job(job_id, conn=conn)
+@dataclass(frozen=True)
+class JobDetail:
+    """A job's page: its record, and its durable steps and what it waits for."""
+
+    job: Job
+    steps: JobSteps
+
+
+def job(conn: SyncConn, queue: Queue, job_id: int) -> JobDetail | None:
+    found = queue.get_job(job_id, conn=conn)
+    if found is None:
+        return None
+    return JobDetail(found, queue.job_steps(job_id, conn=conn))
 
 
 def pretty(value: Any) -> str:
     """A stored JSON value as the job page shows it (escaped by the template, not here)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def compact(value: Any) -> str:
+    """A stored JSON value on one line, as a table cell shows it (escaped by the template)."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def queues(conn: SyncConn, schema: str) -> list[QueueActivity]:

@@ -68,6 +68,7 @@ class Views:
         env.filters["when"] = _when
         env.filters["seconds"] = _seconds
         env.globals["pretty"] = pages.pretty
+        env.globals["compact"] = pages.compact
 
     # -- rendering --------------------------------------------------------------------------
 

@@ -114,12 +114,15 @@ def queue_activity(conn: SyncConn, schema: str, now: datetime | None = None) -> 
 
 
 class QueueDepth(Report):
-    """Live jobs of one queue in one status; `oldest_queued_seconds` only for `queued`."""
+    """Live jobs of one queue in one status; `oldest_queued_seconds` only for `queued`,
+    `waiting_for_signal` and `sleeping` only for `scheduled`."""
 
     queue: str
     status: str
     jobs: int
     oldest_queued_seconds: float | None
+    waiting_for_signal: int = 0  # of the scheduled: parked for a signal (ctx.wait_for_signal)
+    sleeping: int = 0  # of the scheduled: asleep (ctx.sleep)
 
 
 def queue_depth(conn: SyncConn, schema: str, now: datetime | None = None) -> list[QueueDepth]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from pgqueue.models import ClaimedJob
+from pgqueue.models import ClaimedJob, JobStep, JobSteps
 from pgqueue.queries import query, statement
 from pgqueue.store.plan import Plan, Rows, rows_as
 
@@ -104,6 +104,62 @@ def record_plan(
         return None
     row = found[0]
     return Recorded(step.seq, row.name, row.kind, row.result), row.now
+
+
+@dataclass(frozen=True, slots=True)
+class _Shown:
+    """A row of job_steps_list."""
+
+    seq: int
+    name: str
+    kind: str
+    result: object
+    started_at: datetime | None
+    finished_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A row of job_waits_read: what a scheduled job waits for, a signal or a sleep's end."""
+
+    id: int
+    waiting_for: str | None
+    waiting_until: datetime | None
+    waiting_since: datetime | None
+    sleeping_until: datetime | None
+
+
+def waits_plan(
+    schema: str, job_ids: list[int], now: datetime | None = None
+) -> Plan[dict[int, Waiting]]:
+    """Of `job_ids`, those waiting on a durable call (a sleep, a signal), by id."""
+    rows = yield query("job_waits_read", schema), {"ids": job_ids, "now": now}
+    return {row.id: row for row in rows_as(Waiting, rows)}
+
+
+def steps_plan(schema: str, job_id: int) -> Plan[JobSteps]:
+    """A job's recorded steps, whole, and what it waits for now (Queue.job_steps)."""
+    rows = rows_as(_Shown, (yield query("job_steps_list", schema), {"job_id": job_id}))
+    waits = yield from waits_plan(schema, [job_id])
+    wait = waits.get(job_id)
+    return JobSteps(
+        job_id=job_id,
+        steps=[
+            JobStep(
+                seq=row.seq,
+                name=row.name,
+                kind=row.kind,  # type: ignore[arg-type]  # the table's CHECK keeps it one of them
+                result=row.result,
+                started_at=row.started_at,
+                finished_at=row.finished_at,
+            )
+            for row in rows
+        ],
+        sleeping_until=wait.sleeping_until if wait else None,
+        waiting_for=wait.waiting_for if wait else None,
+        waiting_until=wait.waiting_until if wait else None,
+        waiting_since=wait.waiting_since if wait else None,
+    )
 
 
 def _one(name: str, schema: str, params: dict[str, object] | None = None) -> Plan[Rows]:

@@ -43,6 +43,7 @@ from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
 from pgqueue.worker.checkpoints import AsyncAtomicBackend, AtomicBackend, Backend, LeaseBackend
+from pgqueue.worker.observe import Observers
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -96,15 +97,17 @@ class Executor:
         dsn: str | None = None,
         schema: str = "pgqueue",
         prepare: bool = True,
+        observers: Observers | None = None,
     ) -> None:
         """`dsn` and `schema`: where lease jobs record their durable steps (durable.py), on
-        a connection opened at the first step."""
+        a connection opened at the first step; `observers` are told of each step."""
         self.registry = registry
         self.threads = ThreadPoolExecutor(max_threads, thread_name_prefix="pgqueue-job")
         self.max_result_bytes = max_result_bytes
         self.schema = schema
         self.steps = None if dsn is None else Link(dsn, "steps", prepare=prepare)
         self._handoff: _Handoff | None = None
+        self.observers = observers
 
     async def start(self) -> None:
         """Nothing to start: threads start with the first sync jobs."""
@@ -214,6 +217,7 @@ class Executor:
                     self._backend(job, connection),
                     self.max_result_bytes,
                     cancel,
+                    self.observers,
                 ),
             )
         if isinstance(job.args, Unreadable):

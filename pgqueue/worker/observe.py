@@ -35,13 +35,39 @@ log = logging.getLogger("pgqueue.worker")
 
 
 class JobObserver(Protocol):
-    """Told of each job a worker starts and finishes, and of each claim statement."""
+    """Told of each job a worker starts and finishes, and of each claim statement. An
+    observer that also has a `step_event(event: StepEvent)` method is told of each durable
+    call of a job (pgqueue/durable.py) too."""
 
     def job_started(self, job: ClaimedJob) -> None: ...
 
     def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None: ...
 
     def claimed(self, seconds: float, jobs: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """What a job's durable call did, told in the handler's thread or task, between the
+    job's job_started and job_finished.
+
+    `what`, by kind: a step is "started" then "recorded" (or "failed", with `error`, when its
+    function raised or its result could not be recorded); a sleep is "recorded" when it
+    begins, then "sleeping" each time it gives back the job's slot (with `until`); a wait for
+    a signal is "parked" when the job parks (with `key` and its timeout as `until`),
+    "recorded" when it takes a signal, "timed out" when its timeout passed first. Any of
+    them is "replayed" when a run of the job returns what an earlier one recorded, and
+    "mismatch" when it finds another call recorded there (the job then fails)."""
+
+    job: ClaimedJob
+    seq: int
+    name: str
+    kind: str  # step, sleep or signal
+    what: str
+    duration: float | None = None  # seconds, for a step recorded or failed
+    until: datetime | None = None
+    key: str | None = None
+    error: BaseException | None = None
 
 
 class Observers:
@@ -70,6 +96,17 @@ class Observers:
                 observer.claimed(seconds, jobs)
             except Exception:
                 log.exception("observer %r failed on a claim", observer)
+
+    def step_event(self, event: StepEvent) -> None:
+        """Tell the observers that have a step_event method; the others are not asked."""
+        for observer in self.all:
+            told = getattr(observer, "step_event", None)
+            if told is None:
+                continue
+            try:
+                told(event)
+            except Exception:
+                log.exception("observer %r failed on job %s's step", observer, event.job.id)
 
 
 # Outcome.status as observers name it: a retry is "retried", a snooze "snoozed".

@@ -275,6 +275,7 @@ class Worker:
             dsn=self.dsn,
             schema=self.schema,
             prepare=not s.poll_only,
+            observers=self.observers,
         )
         await services.start(self.executor)
         self.claimer = Claimer(

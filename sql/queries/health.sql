@@ -124,14 +124,25 @@ WHERE schemaname = %(schema)s AND relname = %(table)s;
 -- name: queue_read_depth
 -- What a metrics scrape reads of the queues: live jobs per queue and status, and how long the
 -- oldest queued job of each queue has been due. Reads the hot table only, never history, so a
--- scrape costs the same however much history is kept.
-SELECT queue, status, count(*) AS jobs,
+-- scrape costs the same however much history is kept. Of the scheduled jobs, those parked for
+-- a signal and those asleep (their last recorded step a sleep): a probe by primary key of
+-- each scheduled job's wait and last step, never a scan of the steps.
+SELECT j.queue, j.status, count(*) AS jobs,
        extract(epoch FROM coalesce(%(now)s::timestamptz, now())
-                          - min(run_at) FILTER (WHERE status = 'queued'))::float8
-           AS oldest_queued_seconds
-FROM {schema}.jobs
-GROUP BY queue, status
-ORDER BY queue, status;
+                          - min(j.run_at) FILTER (WHERE j.status = 'queued'))::float8
+           AS oldest_queued_seconds,
+       count(*) FILTER (
+           WHERE j.status = 'scheduled'
+             AND EXISTS (SELECT 1 FROM {schema}.signal_waits AS w WHERE w.job_id = j.id)
+       ) AS waiting_for_signal,
+       count(*) FILTER (
+           WHERE j.status = 'scheduled'
+             AND (SELECT l.kind FROM {schema}.job_steps AS l WHERE l.job_id = j.id
+                  ORDER BY l.seq DESC LIMIT 1) = 'sleep'
+       ) AS sleeping
+FROM {schema}.jobs AS j
+GROUP BY j.queue, j.status
+ORDER BY j.queue, j.status;
 
 -- name: transaction_without_jit
 -- Turns JIT compilation off until the transaction ends. queue_read_activity's estimate is

@@ -67,3 +67,31 @@ RELEASE SAVEPOINT pgqueue_segment;
 -- name: job_segment_commit
 -- Commits a segment: the handler's writes, the step's record, the claim.
 COMMIT;
+
+-- name: job_steps_list
+-- The steps a job recorded, in order, whole, for people (Queue.job_steps, the dashboard,
+-- `pgqueue jobs show`). An index range of the steps' primary key.
+SELECT seq, name, kind, result, started_at, finished_at
+FROM {schema}.job_steps
+WHERE job_id = %(job_id)s
+ORDER BY seq;
+
+-- name: job_waits_read
+-- Of the given jobs, those waiting as scheduled jobs on a durable call, and what for: the
+-- signal a job is parked for (its key, timeout and since when), or the end of the sleep its
+-- last step recorded, while that is still ahead. One row per such job; one probe of each
+-- job's row, its wait and its last step by primary key, so a page of jobs reads a page's
+-- worth (the dashboard's jobs list shows them in one statement).
+SELECT j.id, w.key AS waiting_for, w.until AS waiting_until, w.since AS waiting_since,
+       z.until AS sleeping_until
+FROM {schema}.jobs AS j
+LEFT JOIN {schema}.signal_waits AS w ON w.job_id = j.id
+LEFT JOIN LATERAL (
+    SELECT CASE WHEN l.kind = 'sleep' THEN (l.result ->> 'until')::timestamptz END AS until
+    FROM {schema}.job_steps AS l
+    WHERE l.job_id = j.id
+    ORDER BY l.seq DESC
+    LIMIT 1
+) AS z ON true
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'scheduled'
+  AND (w.job_id IS NOT NULL OR z.until > coalesce(%(now)s::timestamptz, now()));

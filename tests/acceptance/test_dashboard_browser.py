@@ -39,7 +39,13 @@ from tests.conftest import (
     wait_until,
     worker_process,
 )
-from tests.integration.test_dashboard import ATTACK, relay_process, relays_shown, sample_flow
+from tests.integration.test_dashboard import (
+    ATTACK,
+    durable_jobs,
+    relay_process,
+    relays_shown,
+    sample_flow,
+)
 
 playwright_api = chromium.require()
 TOKEN = "a-token-for-the-browser-tests"
@@ -418,3 +424,25 @@ def test_a_workflow_is_reached_from_its_jobs_and_shows_members_states_and_edges(
     page.click(f"tr[data-job='{collect}'] [data-testid=waits-for] a[data-edge='{held}']")
     page.wait_for_url(site["url"] + f"/jobs/{held}")
     queue.close()
+
+
+def test_a_durable_job_s_steps_show_cut_and_open_whole_and_markup_stays_text(
+    page: Any, site: dict[str, Any], dsn: str, schema: str
+) -> None:
+    with ThreadPoolExecutor(1) as apart:  # Playwright's own loop runs in this thread
+        ids = apart.submit(durable_jobs, Queue(dsn, schema=schema), dsn).result()
+    page.goto(site["url"] + f"/jobs/{ids['done']}")
+    result = page.locator("[data-testid=step-result]")
+    whole = result.locator("pre")
+    assert not whole.is_visible()
+    assert result.locator("summary").inner_text().endswith("…")
+    result.locator("summary").click()
+    assert "y" * 500 in whole.inner_text()
+    page.goto(site["url"] + f"/jobs/{ids['sleeper']}")
+    assert page.locator("[data-testid=sleeping]").is_visible()
+    assert "window.pwned" in page.locator("[data-testid=steps]").inner_text()
+    assert page.evaluate("window.pwned === undefined")
+    shoot(page, "durable-job")
+    page.goto(site["url"] + "/jobs")
+    badge = page.locator(f"tr[data-job='{ids['waiter']}'] [data-testid=waiting-badge]")
+    assert badge.inner_text() == "signal"

@@ -7,10 +7,11 @@ not allow the action, exits 1 with one line and no traceback.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
-from pgqueue import Queue, RetryPolicy
+from pgqueue import JobContext, Queue, RetryPolicy
 from pgqueue.testing import drain
 from tests.acceptance.test_cli import assert_usage_error, run_pgqueue
 
@@ -86,6 +87,38 @@ def test_jobs_show_prints_the_record_with_its_error(
     record = json.loads(jobs_cli(dsn, schema, "show", str(jobs["succeeded"]), "--json"))
     assert record["status"] == "succeeded" and record["result"] == "done"
     assert record["run_time"] is not None
+
+
+def test_jobs_show_prints_a_durable_job_s_steps_and_what_it_waits_for_in_80_columns(
+    dsn: str, schema: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+
+    @queue.task(name="durable")
+    def durable(ctx: JobContext) -> None:
+        ctx.step("a step whose name is rather long, to be cut", lambda: {"text": "x" * 200})
+        ctx.sleep(timedelta(days=1), name="a day")
+
+    @queue.task(name="parked")
+    def parked(ctx: JobContext) -> None:
+        ctx.wait_for_signal("order-7-approval")
+
+    sleeper, waiter = durable.enqueue(), parked.enqueue()
+    plain = queue.task(name="plain")(lambda: None).enqueue()
+    drain(queue)
+    queue.close()
+    text = jobs_cli(dsn, schema, "show", str(sleeper))
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "sleeping until" in text and "a day" in text and "recorded" in text
+    assert "…" in text  # the long name and result are cut, not wrapped
+    record = json.loads(jobs_cli(dsn, schema, "show", str(sleeper), "--json"))
+    steps = record["steps"]["steps"]
+    assert [s["state"] for s in steps] == ["recorded", "sleep"]
+    assert steps[0]["result"] == {"text": "x" * 200}  # whole
+    assert record["steps"]["sleeping_until"] is not None
+    text = jobs_cli(dsn, schema, "show", str(waiter))
+    assert "signal 'order-7-approval', no timeout" in text and "seq" not in text
+    assert "steps" not in json.loads(jobs_cli(dsn, schema, "show", str(plain), "--json"))
 
 
 def test_jobs_cancel_and_retry_change_the_jobs(dsn: str, schema: str, jobs: dict[str, int]) -> None:

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import Chain, Queue, chain, chord, group
+from pgqueue import Chain, JobContext, Queue, chain, chord, group
 from pgqueue.migrate import grant_role
 from pgqueue.models import RelayState
 from pgqueue.testing import drain
@@ -620,3 +620,66 @@ def test_an_unknown_workflow_or_a_bad_page_is_refused_with_a_clear_message(
         assert status == 400 and f"after &#39;{too_large}&#39; is not a job id" in body
     finally:
         site.stop()
+
+
+# -- durable jobs -------------------------------------------------------------------------------
+
+
+def durable_jobs(queue: Queue, dsn: str) -> dict[str, int]:
+    """A job asleep for a day, one parked for a signal, one finished with its steps (one
+    step's result holds markup, another's is long), and one merely scheduled."""
+
+    @queue.task(name="seen.sleeper", queue="seen")
+    def sleeper(ctx: JobContext) -> None:
+        ctx.step("greet", lambda: ATTACK)
+        ctx.sleep(timedelta(days=1), name="a day")
+
+    @queue.task(name="seen.waiter", queue="seen")
+    def waiter(ctx: JobContext) -> None:
+        ctx.wait_for_signal("order-<9>", timeout=timedelta(hours=2))
+
+    @queue.task(name="seen.done", queue="seen")
+    def done(ctx: JobContext) -> str:
+        ctx.step("long", lambda: {"text": "y" * 500})
+        return "ok"
+
+    ids = {
+        "sleeper": sleeper.enqueue(),
+        "waiter": waiter.enqueue(),
+        "done": done.enqueue(),
+        "later": done.with_options(delay=timedelta(days=1)).enqueue(),
+    }
+    drain(queue, dsn=dsn, queues=["seen"])  # a queue the browser tests' worker leaves alone
+    return {name: int(i) for name, i in ids.items()}
+
+
+def test_a_durable_job_s_page_lists_its_steps_and_what_it_waits_for(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    ids = durable_jobs(queue, dsn)
+    site = Served(create_app(dsn, schema=schema, token=TOKEN))
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        pages = {name: site.request(f"/jobs/{i}", headers=auth) for name, i in ids.items()}
+        _, listed, _ = site.request("/jobs", headers=auth)
+    finally:
+        site.stop()
+    assert all(status == 200 for status, _, _ in pages.values())
+    asleep = pages["sleeper"][1]
+    assert 'data-testid="sleeping"' in asleep and 'data-testid="waiting"' not in asleep
+    assert "<dt>waited</dt><dd>-</dd>" in asleep  # not a negative wait: it runs again later
+    steps = first(r'<table data-testid="steps">(.*?)</table>', asleep)
+    assert "greet" in steps and "recorded" in steps and "a day" in steps and ">sleep<" in steps
+    assert ATTACK not in asleep and html.escape(ATTACK, quote=False)[:20] in asleep
+    parked = pages["waiter"][1]
+    waiting = first(r'data-testid="waiting">(.*?)</dd>', parked)
+    assert "order-&lt;9&gt;" in waiting and "until" in waiting
+    assert 'data-testid="steps"' not in parked  # nothing recorded yet
+    finished = pages["done"][1]  # in history: its steps stay with it
+    assert 'data-testid="sleeping"' not in finished
+    whole = first(r'<details data-testid="step-result">(.*?)</details>', finished)
+    assert "…" in first(r"<summary>(.*?)</summary>", whole) and "y" * 500 in whole
+    assert 'data-testid="steps"' not in pages["later"][1]
+    assert 'data-testid="sleeping-badge"' in row_of(listed, ids["sleeper"])
+    assert 'data-testid="waiting-badge"' in row_of(listed, ids["waiter"])
+    assert "badge" not in row_of(listed, ids["later"])  # scheduled, not durable
+    assert "badge" not in row_of(listed, ids["done"])

@@ -27,6 +27,8 @@ EXPECTED = [
     "JobPage",
     "JobStateError",
     "JobStatus",
+    "JobStep",
+    "JobSteps",
     "Message",
     "MigrationError",
     "NewJob",
