@@ -238,5 +238,9 @@ def _named(schema: str) -> dict[str, str]:
         except (KeyError, IndexError, ValueError):
             continue
         names[_key(text)] = name
+    # A bare transaction statement is named after itself, not after whichever query file
+    # happens to hold the same one word: BEGIN and COMMIT come from many callers.
+    for word in ("begin", "commit", "rollback"):
+        names[word] = word.upper()
     claim, finish = _bound_sql()
     return names | {_key(claim): "lease_finish.sql claim", _key(finish): "lease_finish.sql finish"}
