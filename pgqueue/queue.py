@@ -68,7 +68,7 @@ from pgqueue.store import outbox as outbox_store
 from pgqueue.store import queues as queues_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
-from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
+from pgqueue.tenants import ConcurrencyLimit, check_keyed_atomic, limit_key, resolve_limits
 from pgqueue.waiting import STARTING, BackgroundWaiters, Waiters, WaitSettings, new_hub
 from pgqueue.workflow import Flow, OnFailure, build
 
@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         atomic: bool
         dedupe_window: timedelta | float | None
         concurrency_key: str | None
+        limits: Sequence[str] | None
         tags: Sequence[str] | None
 
     # A handler with a JobContext parameter (first, or after up to five others, where
@@ -230,6 +231,7 @@ class _Base(abc.ABC):
         atomic: bool = False,
         dedupe_window: timedelta | float | None = None,
         concurrency_key: str | None = None,
+        limits: Sequence[str] | None = None,
         tags: Sequence[str] | None = None,
     ) -> Any:
         """Register a handler, `def` or `async def`, as a task.
@@ -240,7 +242,10 @@ class _Base(abc.ABC):
         says what happens to a job whose worker died. `atomic=True` runs claim, handler and
         completion in one transaction; it bounds the job's time (default 60 s, at most 15
         min). `dedupe_window` applies to jobs enqueued with a dedupe_key. `concurrency_key`
-        caps how many jobs with that key run at once; atomic tasks cannot take one. `tags`
+        caps how many jobs with that key run at once; `limits` are more such keys, each with its
+        own limit, or templates of them formatted from each job's arguments
+        ("tenant:{tenant_id}"); a job starts when all its keys have room. Atomic tasks take
+        no key. `tags`
         label its jobs, for list_jobs(tag=...).
         """
         options = JobOptions(
@@ -250,10 +255,13 @@ class _Base(abc.ABC):
             delay=duration(delay, "delay"),
             dedupe_window=duration(dedupe_window, "dedupe_window"),
             concurrency_key=concurrency_key,
+            limits=None
+            if limits is None
+            else tuple([limits] if isinstance(limits, str) else limits),
             tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags),
         )
-        if atomic and concurrency_key is not None:
-            refuse_keyed_atomic(name or "this atomic task", concurrency_key)
+        if atomic:
+            check_keyed_atomic(name or "this atomic task", options)
         timeout = duration(timeout, "timeout")
         if atomic:
             timeout = _atomic_timeout(timeout)
@@ -364,7 +372,10 @@ class _Base(abc.ABC):
                 raise ConfigurationError("pass args to task.job(...), not beside the job")
             if not options:
                 return job
-            return dataclasses.replace(job, options=job.options.merged(dict(options)))
+            merged = job.options.merged(dict(options))
+            if options.get("limits") is not None:  # templates given here: the job's args fill them
+                merged = resolve_limits(job.task, merged, job.args)
+            return dataclasses.replace(job, options=merged)
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))

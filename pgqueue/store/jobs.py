@@ -61,7 +61,7 @@ from pgqueue.store.plan import (
     rows_as,
 )
 from pgqueue.store.workers import bound_idle
-from pgqueue.tenants import refuse_keyed_atomic
+from pgqueue.tenants import check_keyed_atomic
 from pgqueue.wakeup import Position
 
 # A concurrent enqueue that commits the same key while ours waits is invisible to our
@@ -98,9 +98,10 @@ def insert(
     larger than max_payload_bytes; nothing is stored.
     """
     for job in jobs:
-        if job.atomic and job.options.concurrency_key is not None:
-            refuse_keyed_atomic(job.task, job.options.concurrency_key)
-    if len(jobs) == 1:
+        if job.atomic:
+            check_keyed_atomic(job.task, job.options)
+    # A job with several limit keys takes job_insert even alone: only it stores limit_keys.
+    if len(jobs) == 1 and jobs[0].options.limits is None:
         return _insert_one(jobs[0], schema, max_payload_bytes, alone=alone)
     rows = encode_rows([j.as_row() for j in jobs])
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:

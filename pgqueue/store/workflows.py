@@ -19,7 +19,7 @@ from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
 from pgqueue.store.jobs import reserve_ids_plan, trace_context
 from pgqueue.store.plan import AsyncConn, Plan, execute, rows_as
-from pgqueue.tenants import refuse_keyed_atomic
+from pgqueue.tenants import check_keyed_atomic
 from pgqueue.workflow import Node
 
 
@@ -41,8 +41,8 @@ def enqueue_plan(
     """Store a built workflow (pgqueue/workflow.py); its id is its first job's."""
     for index, node in enumerate(nodes):
         job = node.job
-        if job.atomic and job.options.concurrency_key is not None:
-            refuse_keyed_atomic(job.task, job.options.concurrency_key)
+        if job.atomic:
+            check_keyed_atomic(job.task, job.options)
         if max_payload_bytes is not None:
             size = len(encode_args(job))
             if size > max_payload_bytes:
