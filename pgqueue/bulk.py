@@ -44,7 +44,9 @@ def copyable(
         return False
     for job in jobs:
         o = job.options
-        if o.dedupe_key is not None or o.run_at is not None or o.delay or o.tags or o.limits:
+        if o.dedupe_key is not None or o.run_at is not None or o.delay or o.tags:
+            return False
+        if o.limits or o.fairness_key is not None:
             return False
     return True
 

@@ -297,6 +297,15 @@ class JobOptions(Settings):
             )
         return keys or None
 
+    fairness_key: str | None = None
+
+    @field_validator("fairness_key")
+    @classmethod
+    def _fairness_key(cls, value: str | None) -> str | None:
+        if value is not None and not CONCURRENCY_KEY.fullmatch(value):
+            raise ValueError("a fairness key is 1-255 characters without NUL, and not '*'")
+        return value
+
     tags: tuple[str, ...] | None = None
 
     @field_validator("tags", mode="before")
@@ -828,6 +837,7 @@ class NewJob:
             "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
             "concurrency_key": opts.concurrency_key,
             "limit_keys": limit_keys(opts),
+            "fairness_key": opts.fairness_key,
             "tags": list(opts.tags) if opts.tags else None,
         }
 

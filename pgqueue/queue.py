@@ -63,12 +63,19 @@ from pgqueue.queries import Migration, channel
 from pgqueue.registry import EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
+from pgqueue.store import fairness as fairness_store
 from pgqueue.store import jobs as jobs_store
 from pgqueue.store import outbox as outbox_store
 from pgqueue.store import queues as queues_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
-from pgqueue.tenants import ConcurrencyLimit, check_keyed_atomic, limit_key, resolve_limits
+from pgqueue.tenants import (
+    ConcurrencyLimit,
+    FairShare,
+    check_keyed_atomic,
+    limit_key,
+    resolve_keys,
+)
 from pgqueue.waiting import STARTING, BackgroundWaiters, Waiters, WaitSettings, new_hub
 from pgqueue.workflow import Flow, OnFailure, build
 
@@ -103,6 +110,7 @@ if TYPE_CHECKING:
         dedupe_window: timedelta | float | None
         concurrency_key: str | None
         limits: Sequence[str] | None
+        fairness_key: str | None
         tags: Sequence[str] | None
 
     # A handler with a JobContext parameter (first, or after up to five others, where
@@ -232,6 +240,7 @@ class _Base(abc.ABC):
         dedupe_window: timedelta | float | None = None,
         concurrency_key: str | None = None,
         limits: Sequence[str] | None = None,
+        fairness_key: str | None = None,
         tags: Sequence[str] | None = None,
     ) -> Any:
         """Register a handler, `def` or `async def`, as a task.
@@ -245,7 +254,8 @@ class _Base(abc.ABC):
         caps how many jobs with that key run at once; `limits` are more such keys, each with its
         own limit, or templates of them formatted from each job's arguments
         ("tenant:{tenant_id}"); a job starts when all its keys have room. Atomic tasks take
-        no key. `tags`
+        no key. `fairness_key` (also a template) shares the queue's starts fairly between
+        keys, by their weights (set_fairness_weight). `tags`
         label its jobs, for list_jobs(tag=...).
         """
         options = JobOptions(
@@ -258,6 +268,7 @@ class _Base(abc.ABC):
             limits=None
             if limits is None
             else tuple([limits] if isinstance(limits, str) else limits),
+            fairness_key=fairness_key,
             tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags),
         )
         if atomic:
@@ -373,8 +384,8 @@ class _Base(abc.ABC):
             if not options:
                 return job
             merged = job.options.merged(dict(options))
-            if options.get("limits") is not None:  # templates given here: the job's args fill them
-                merged = resolve_limits(job.task, merged, job.args)
+            if options.get("limits") is not None or options.get("fairness_key") is not None:
+                merged = resolve_keys(job.task, merged, job.args)  # templates given here
             return dataclasses.replace(job, options=merged)
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
@@ -406,6 +417,15 @@ class _Base(abc.ABC):
 
     def _limits_plan(self) -> Plan[list[ConcurrencyLimit]]:
         return concurrency.list_limits_plan(self.schema)
+
+    def _weight_plan(self, key: str, weight: float | None) -> Plan[None]:
+        return fairness_store.set_weight_plan(self.schema, key, weight)
+
+    def _shares_plan(self, window: timedelta | float) -> Plan[list[FairShare]]:
+        seconds = duration(window, "window")
+        if seconds is None or seconds <= timedelta(0):
+            raise ConfigurationError(f"window={window!r}: give a positive duration")
+        return fairness_store.shares_plan(self.schema, seconds.total_seconds())
 
     def _pause_plan(self, queues: str | Sequence[str], reason: str) -> Plan[list[str]]:
         if not isinstance(reason, str) or len(reason) > 1000 or "\x00" in reason:
@@ -753,6 +773,26 @@ class Queue(_Base):
         with self._connection(conn) as c:
             run(c, plan)
 
+    def set_fairness_weight(
+        self, key: str, weight: float | None, *, conn: Conn | None = None
+    ) -> None:
+        """Give fairness key `key` a weight (None: back to the default, 1): among a queue's
+        backlogged keys, each gets started jobs in proportion to its weight. Applies to jobs
+        enqueued from then on."""
+        plan = self._weight_plan(key, weight)
+        with self._connection(conn) as c:
+            run(c, plan)
+
+    def fair_shares(
+        self, *, window: timedelta | float = 300, conn: Conn | None = None
+    ) -> list[FairShare]:
+        """Per queue and fairness key: weight, queued and running jobs, and the share of the
+        queue's fair starts over the last `window` (seconds or a timedelta, rounded down to
+        whole minutes) against the share its weight owes it."""
+        plan = self._shares_plan(window)
+        with self._connection(conn) as c:
+            return run(c, plan, together=False)
+
     def concurrency_limits(self, *, conn: Conn | None = None) -> list[ConcurrencyLimit]:
         """Every key with a limit, running jobs or waiting jobs; the default ('*') first."""
         with self._connection(conn) as c:
@@ -1060,6 +1100,20 @@ class AsyncQueue(_Base):
         plan = self._set_limit_plan(key, max_running)
         async with self._connection(conn) as c:
             await run_async(c, plan)
+
+    async def set_fairness_weight(
+        self, key: str, weight: float | None, *, conn: AsyncConn | None = None
+    ) -> None:
+        plan = self._weight_plan(key, weight)
+        async with self._connection(conn) as c:
+            await run_async(c, plan)
+
+    async def fair_shares(
+        self, *, window: timedelta | float = 300, conn: AsyncConn | None = None
+    ) -> list[FairShare]:
+        plan = self._shares_plan(window)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan, together=False)
 
     async def concurrency_limits(self, *, conn: AsyncConn | None = None) -> list[ConcurrencyLimit]:
         async with self._connection(conn) as c:

@@ -35,6 +35,24 @@ class ConcurrencyLimit(BaseModel):
     waiting: int
 
 
+class FairShare(BaseModel):
+    """One fairness key of one queue as `Queue.fair_shares()` lists it: its weight, its
+    queued and running jobs, the fair jobs it started over the window, the share of the
+    queue's fair starts that is (None: no starts), and the share its weight owes it among the
+    keys listed for the queue (those with jobs, or starts in the window)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queue: str
+    key: str
+    weight: float
+    queued: int
+    running: int
+    started: int
+    share: float | None
+    owed: float
+
+
 def refuse_keyed_atomic(task: str, key: str | Iterable[str]) -> None:
     given = f"concurrency_key={key!r}" if isinstance(key, str) else f"limits={list(key)!r}"
     raise ConfigurationError(
@@ -44,11 +62,17 @@ def refuse_keyed_atomic(task: str, key: str | Iterable[str]) -> None:
 
 
 def check_keyed_atomic(task: str, options: JobOptions) -> None:
-    """Refuses an atomic job any limit key (ConfigurationError)."""
+    """Refuses an atomic job any limit or fairness key (ConfigurationError)."""
     if options.concurrency_key is not None:
         refuse_keyed_atomic(task, options.concurrency_key)
     if options.limits is not None:
         refuse_keyed_atomic(task, options.limits)
+    if options.fairness_key is not None:
+        raise ConfigurationError(
+            f"task {task!r} is atomic and cannot take fairness_key={options.fairness_key!r}: "
+            "atomic jobs are claimed in their own transactions, first in, first out; use a "
+            "lease (non-atomic) task for fair shares"
+        )
 
 
 def template_fields(template: str) -> list[str]:
@@ -58,8 +82,7 @@ def template_fields(template: str) -> list[str]:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
         raise ConfigurationError(
-            f"limit key template {template!r} cannot be read ({e}); write a literal brace as "
-            "{{ or }}"
+            f"key template {template!r} cannot be read ({e}); write a literal brace as {{{{ or }}}}"
         ) from None
     names = []
     for _, field, _, _ in parsed:
@@ -67,7 +90,7 @@ def template_fields(template: str) -> list[str]:
             name = field.split(".", 1)[0].split("[", 1)[0]
             if not name or name.isdigit():
                 raise ConfigurationError(
-                    f"limit key template {template!r}: name the argument, as in "
+                    f"key template {template!r}: name the argument, as in "
                     "'tenant:{tenant_id}' (positional fields like {} or {0} have no value)"
                 )
             names.append(name)
@@ -81,34 +104,52 @@ def check_templates(task: str, keys: Iterable[str], params: Iterable[str] | None
         for name in template_fields(key):
             if known is not None and name not in known:
                 raise ConfigurationError(
-                    f"task {task!r}: limit key template {key!r} names {name!r}, which is not "
+                    f"task {task!r}: key template {key!r} names {name!r}, which is not "
                     f"a parameter of the handler (it has {sorted(known)})"
                 )
 
 
-def resolve_limits(task: str, options: JobOptions, args: dict[str, Any]) -> JobOptions:
-    """The options with their limit key templates formatted from the job's arguments (as
-    JSON); the options themselves when no key is a template. InvalidArgumentsError names the
-    template and the missing argument, or the key it made when that key is not valid."""
-    if options.limits is None or not any("{" in k or "}" in k for k in options.limits):
+def templated(options: JobOptions) -> list[str]:
+    """The task's keys that may be templates: its limits and its fairness key."""
+    keys = list(options.limits or ())
+    if options.fairness_key is not None:
+        keys.append(options.fairness_key)
+    return keys
+
+
+def resolve_keys(task: str, options: JobOptions, args: dict[str, Any]) -> JobOptions:
+    """The options with their limit and fairness key templates formatted from the job's
+    arguments (as JSON); the options themselves when no key is a template.
+    InvalidArgumentsError names the template and the missing argument, or the key it made
+    when that key is not valid."""
+    if not any("{" in k or "}" in k for k in templated(options)):
         return options
-    keys = []
-    for template in options.limits:
-        try:
-            key = template.format_map(args)
-        except (KeyError, IndexError, AttributeError) as e:
-            raise InvalidArgumentsError(
-                f"task {task!r}: limit key template {template!r} needs the argument {e}, "
-                f"which this job does not have (its arguments: {sorted(args)}); pass it, or "
-                "give limits=[...] at enqueue"
-            ) from None
-        if not CONCURRENCY_KEY.fullmatch(key):
-            raise InvalidArgumentsError(
-                f"task {task!r}: limit key template {template!r} made {key[:300]!r}, not a "
-                "valid key (1-255 characters without NUL, not '*')"
-            )
-        keys.append(key)
-    return options.model_copy(update={"limits": tuple(dict.fromkeys(keys))})
+    update: dict[str, Any] = {}
+    if options.limits is not None:
+        keys = [_format(task, template, args) for template in options.limits]
+        update["limits"] = tuple(dict.fromkeys(keys))
+    if options.fairness_key is not None:
+        update["fairness_key"] = _format(task, options.fairness_key, args)
+    return options.model_copy(update=update)
+
+
+def _format(task: str, template: str, args: dict[str, Any]) -> str:
+    if "{" not in template and "}" not in template:
+        return template
+    try:
+        key = template.format_map(args)
+    except (KeyError, IndexError, AttributeError) as e:
+        raise InvalidArgumentsError(
+            f"task {task!r}: key template {template!r} needs the argument {e}, which this "
+            f"job does not have (its arguments: {sorted(args)}); pass it, or give the key "
+            "at enqueue"
+        ) from None
+    if not CONCURRENCY_KEY.fullmatch(key):
+        raise InvalidArgumentsError(
+            f"task {task!r}: key template {template!r} made {key[:300]!r}, not a valid key "
+            "(1-255 characters without NUL, not '*')"
+        )
+    return key
 
 
 def limit_key(key: str | None) -> str:

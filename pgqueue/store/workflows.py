@@ -17,6 +17,7 @@ from pgqueue.codec import encode_args, encode_json, encode_rows, too_large
 from pgqueue.errors import JobNotFoundError, JobStateError
 from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
+from pgqueue.store import fairness
 from pgqueue.store.jobs import reserve_ids_plan, trace_context
 from pgqueue.store.plan import AsyncConn, Plan, execute, rows_as
 from pgqueue.tenants import check_keyed_atomic
@@ -48,6 +49,7 @@ def enqueue_plan(
             if size > max_payload_bytes:
                 raise too_large(index, job, size, max_payload_bytes)
     ids = yield from reserve_ids_plan(len(nodes), schema)
+    vtimes = yield from fairness.stamp_plan([node.job for node in nodes], schema)
     workflow = ids[0]
     earlier = sorted({i for node in nodes for i in node.after_ids})
     done: dict[int, tuple[str, Any]] = {}
@@ -92,6 +94,7 @@ def enqueue_plan(
             | {
                 "id": job_id,
                 "args": args,
+                "vtime": vtimes[index],
                 "remaining": remaining,
                 "on_failure": node.on_failure,
                 "result_arg": node.result_arg,

@@ -17,19 +17,19 @@
 -- wake-up per transaction and queue, unless a later statement goes lower.
 WITH input AS (
     SELECT j.queue, j.task, j.args, j.priority, j.max_attempts, coalesce(j.atomic, false) AS atomic,
-           j.concurrency_key, j.limit_keys, j.tags,
+           j.concurrency_key, j.limit_keys, j.fairness_key, j.vtime, j.tags,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(queue text, task text, args jsonb, priority smallint, max_attempts integer,
               run_at timestamptz, delay double precision, atomic boolean, concurrency_key text,
-              limit_keys text[], tags text[])
+              limit_keys text[], fairness_key text, vtime double precision, tags text[])
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
-         limit_keys, tags, trace_context, status)
+         limit_keys, fairness_key, vtime, tags, trace_context, status)
     SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
-           limit_keys, tags, %(trace_context)s::jsonb,
+           limit_keys, fairness_key, vtime, tags, %(trace_context)s::jsonb,
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input
@@ -167,14 +167,14 @@ FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(ids)s::bigint[])
 WITH input AS (
     SELECT j.ord, j.queue, j.task, j.args, j.priority, j.max_attempts,
            coalesce(j.atomic, false) AS atomic, j.dedupe_key, j.dedupe_window, j.concurrency_key,
-           j.limit_keys, j.tags,
+           j.limit_keys, j.fairness_key, j.vtime, j.tags,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(ord integer, queue text, task text, args jsonb, priority smallint,
               max_attempts integer, run_at timestamptz, delay double precision, atomic boolean,
               dedupe_key text, dedupe_window double precision, concurrency_key text,
-              limit_keys text[], tags text[])
+              limit_keys text[], fairness_key text, vtime double precision, tags text[])
 ), recent AS (
     -- One index probe per key (a lateral LIMIT 1), whatever the table statistics say.
     SELECT k.dedupe_key, h.id
@@ -198,11 +198,12 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key,
-         concurrency_key, limit_keys, tags, trace_context)
+         concurrency_key, limit_keys, fairness_key, vtime, tags, trace_context)
     SELECT f.queue, f.task, f.args, f.priority, f.max_attempts, f.run_at, f.atomic,
            CASE WHEN f.run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END,
-           f.dedupe_key, f.concurrency_key, f.limit_keys, f.tags, %(trace_context)s::jsonb
+           f.dedupe_key, f.concurrency_key, f.limit_keys, f.fairness_key, f.vtime, f.tags,
+           %(trace_context)s::jsonb
     FROM (
         SELECT DISTINCT ON (i.dedupe_key) i.*
         FROM input AS i
@@ -589,7 +590,7 @@ WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 -- job_claim_rated while tasks or keys have limits, and claims again (the locks are released
 -- at once, this being its own statement).
 WITH picked AS (
-    SELECT id, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL
+    SELECT id, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL OR vtime IS NOT NULL
                OR task = ANY(%(limited_tasks)s::text[]) AS keyed
     FROM {schema}.jobs
     WHERE queue = %(queue)s

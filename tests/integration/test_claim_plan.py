@@ -167,3 +167,46 @@ def test_keyed_claim_from_the_floor_stays_under_the_jit_threshold_with_a_big_bac
         (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
         cost = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]["Total Cost"]
     assert cost < 100_000, cost
+
+
+@pytest.mark.parametrize("hint", [(-32768, float("-inf")), (0, 500.0)], ids=["floor", "hinted"])
+def test_fair_claim_is_an_index_range_scan_on_the_fair_claim_index(
+    dsn: str, schema: str, hint: tuple[int, float]
+) -> None:
+    """job_claim_fair walks jobs_fair_claim_idx from its (priority, vtime) hint, a start
+    bound, whatever the plan: dead entries below the hint are never visited."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args, priority, fairness_key, vtime) "
+                "SELECT 'default', 't', '{{}}', (g % 3) - 1, "
+                "CASE WHEN g % 4 = 0 THEN NULL ELSE 'k' || (g % 50) END, "
+                "CASE WHEN g % 4 = 0 THEN NULL ELSE g / 10.0 END "
+                "FROM generate_series(1, 20000) AS g"
+            ).format(table)
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+    params = {
+        "queue": "default",
+        "after_priority": hint[0],
+        "after_vtime": hint[1],
+        "limit": 10,
+        "worker_id": 1,
+        "now": None,
+    }
+    claim = query("job_claim_fair", schema)
+    with psycopg.connect(dsn) as conn:
+        for mode, explain in (("custom", custom_plan), ("generic", generic_plan)):
+            plan = explain(conn, claim, params)
+            on_jobs = [
+                n
+                for n in plan_nodes(plan)
+                if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+            ]
+            assert all("Index" in n["Node Type"] for n in on_jobs), json.dumps(plan, indent=1)
+            scans = [n for n in on_jobs if n.get("Index Name") == "jobs_fair_claim_idx"]
+            assert len(scans) == 1, json.dumps(plan, indent=1)
+            cond = scans[0].get("Index Cond", "")
+            assert "queue =" in cond and "ROW(priority, vtime) >=" in cond, (mode, cond)
+        conn.rollback()
