@@ -60,6 +60,7 @@ from pgqueue.store.plan import (
     fetch_one,
     one_as,
     rows_as,
+    run_async,
 )
 from pgqueue.store.workers import bound_idle
 from pgqueue.tenants import check_keyed_atomic
@@ -681,8 +682,12 @@ class JobsStore:
         self, conn: AsyncConn, jobs: Sequence[NewJob], now: datetime | None = None
     ) -> list[Enqueued]:
         """Insert jobs a worker makes itself (follow-ups, periodic ticks); their ids in order.
-        `now` pins the clock their delays count from."""
-        query_, params = insert(jobs, self.schema)
+        `now` pins the clock their delays count from. Fair jobs are stamped first, in the
+        caller's transaction."""
+        vtimes = None
+        if fairness.fair(jobs):
+            vtimes = await run_async(conn, fairness.stamp_plan(jobs, self.schema), together=False)
+        query_, params = insert(jobs, self.schema, vtimes=vtimes)
         return await fetch(conn, _inserted, query_, {**(params or {}), "now": now})
 
     async def claim_unkeyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed | None:

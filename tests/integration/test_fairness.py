@@ -191,3 +191,59 @@ def test_a_job_committed_after_claims_passed_its_stamp_is_moved_up_to_the_clock(
     assert row == (29.0,)
     claimed, _ = fair_claim(db, schema, top, limit=5)
     assert quiet in claimed
+
+
+def test_a_paused_fair_queue_runs_nothing_until_resumed(queue: Queue, app: Any) -> None:
+    queue.pause_queue("default")
+    fair = app.with_options(fairness_key="a")
+    ids = queue.enqueue_many([fair.job(i) for i in range(5)])
+    other = queue.enqueue(app.with_options(queue="other", fairness_key="a").job(9))
+    drain(queue, queues=("default", "other"))
+    statuses = [job.status.value for job in map(queue.get_job, ids) if job is not None]
+    assert statuses == ["queued"] * 5
+    done = queue.get_job(other)
+    assert done is not None and done.status.value == "succeeded"
+    queue.resume_queue("default")
+    drain(queue)
+    statuses = [job.status.value for job in map(queue.get_job, ids) if job is not None]
+    assert statuses == ["succeeded"] * 5
+
+
+def test_fair_jobs_of_a_workflow_are_stamped_and_run_after_what_they_wait_for(
+    queue: Queue, app: Any, db: Any, schema: str
+) -> None:
+    from pgqueue import chain
+
+    fair = app.with_options(fairness_key="tenant:1")
+    flow = queue.enqueue_workflow(chain(fair.job(1), fair.job(2), fair.job(3)))
+    vtimes = db.execute(
+        f'SELECT vtime, status FROM "{schema}".jobs WHERE workflow_id = %s ORDER BY id',
+        [flow.id],
+    ).fetchall()
+    assert vtimes == [(0.0, "queued"), (1.0, "blocked"), (2.0, "blocked")]
+    drain(queue, concurrency=2)
+    done = queue.get_workflow(flow.id)
+    assert done is not None and {job.status.value for job in done.jobs} == {"succeeded"}
+
+
+def test_jobs_a_worker_enqueues_itself_are_stamped_too(
+    queue: Queue, app: Any, db: Any, schema: str, dsn: str
+) -> None:
+    """Recurring ticks and rescue follow-ups go through JobsStore.insert_jobs."""
+    import asyncio
+
+    from pgqueue.store.jobs import JobsStore
+
+    queue.enqueue_many([app.with_options(fairness_key="a").job(i) for i in range(3)])
+
+    async def insert() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            jobs = [app.with_options(fairness_key="a").job(9), app.job(10)]
+            return [int(i) for i in await JobsStore(schema).insert_jobs(conn, jobs)]
+
+    fair_id, plain_id = asyncio.run(insert())
+    rows = db.execute(
+        f'SELECT id, vtime FROM "{schema}".jobs WHERE id = ANY(%s) ORDER BY id',
+        [[fair_id, plain_id]],
+    ).fetchall()
+    assert rows == [(fair_id, 3.0), (plain_id, None)]
