@@ -202,6 +202,8 @@ class Claimer:
         """While every slot is busy: the priorities whose new jobs in `queue` the next claim
         finds without a wake-up (it starts from the floor, at the hint, or in an announced
         range); None when it may find none of them (a hint parked past everything)."""
+        if queue in self.fair and not self._rated(queue):
+            return self._fair.wake_range(queue)
         hint = self._hints[queue]
         if hint.forget or hint.after is None:
             return FLOOR[0], CEILING[0]

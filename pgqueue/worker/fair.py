@@ -34,6 +34,7 @@ from pgqueue.store.plan import AsyncConn
 from pgqueue.wakeup import Position
 
 CLAIM_RETRIES = 5
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # the claim's floor and ceiling priorities
 
 
 @dataclass
@@ -72,6 +73,15 @@ class FairHints:
     def forget(self) -> None:
         for hint in self._hints.values():
             hint.forget()
+
+    def wake_range(self, queue: str) -> tuple[int, int]:
+        """While every slot is busy: the priorities whose new jobs the next fair claim finds
+        without a wake-up: its hint's and after (every one from the floor). A more urgent job
+        is announced, and its wake-up sends the claim to the floor."""
+        hint = self._hints.get(queue)
+        if hint is None or hint.after is None:
+            return PRIORITY_MIN, PRIORITY_MAX
+        return hint.after[0], PRIORITY_MAX
 
     async def claim(self, queue: str, want: int) -> FairClaimed:
         """Up to `want` fair jobs of `queue` from its hint; moves the hint past them."""
