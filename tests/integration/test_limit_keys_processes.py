@@ -1,5 +1,7 @@
 """Worker processes killed with kill -9 at random never let a key run over its limit, and
-lose no job, while every job holds two limit keys (its tenant's and its user's).
+lose no job, while every job holds two limit keys (its tenant's and its user's) and is
+claimed fairly between tenants (its fairness key), so rescued jobs come back through the
+fair claim too.
 
 A separate connection samples the database as often as it can: in each sample (one
 statement, one snapshot) the running jobs carrying each key, and each key's slot counter,
@@ -119,6 +121,13 @@ def test_killed_workers_never_let_a_key_over_its_limit_and_lose_no_job(
             assert count(conn, schema, "job_history", "status = 'succeeded'") == JOBS
             assert count(conn, schema, "jobs") == 0
             assert count(conn, schema, "concurrency_slots", "running <> 0") == 0
+            fair_starts = conn.execute(
+                sql.SQL("SELECT sum(started) FROM {}.fairness_starts").format(
+                    sql.Identifier(schema)
+                )
+            ).fetchone()
+            # The fair claim ran (the plain claim takes what its walk leaves, at the end).
+            assert fair_starts is not None and fair_starts[0] > 0
     finally:
         sampler.stop.set()
         sampler.join(timeout=30)
