@@ -247,3 +247,14 @@ def test_jobs_a_worker_enqueues_itself_are_stamped_too(
         [[fair_id, plain_id]],
     ).fetchall()
     assert rows == [(fair_id, 3.0), (plain_id, None)]
+
+
+def test_a_deduplicated_fair_job_is_stored_once_with_its_vtime(
+    queue: Queue, app: Any, db: Any, schema: str
+) -> None:
+    fair = app.with_options(fairness_key="a", dedupe_key="once")
+    first = queue.enqueue(fair.job(1))
+    again = queue.enqueue(fair.job(2))
+    assert first.created and not again.created and int(again) == int(first)
+    rows = db.execute(f'SELECT vtime FROM "{schema}".jobs WHERE fairness_key = %s', ["a"])
+    assert rows.fetchall() == [(0.0,)]
