@@ -19,6 +19,7 @@ SUITES = {
     "chaos": ("chaos.suite", "kill -9, restarts and faults: nothing lost, nothing run twice"),
     "tenants": ("tenants.suite", "keyed claims against keyless ones, and fairness"),
     "tenants-overadmit": ("tenants.overadmit", "the per-key limit under racing claims"),
+    "fairness": ("fairness.suite", "quiet tenants beside a flood, shares by weight, claim cost"),
     "dedupe": ("dedupe.suite", "what a dedupe key costs at enqueue"),
     "records": ("records.suite", "reading job records from a large history"),
     "history": ("history.suite", "pruning and reading a history of 1M jobs"),

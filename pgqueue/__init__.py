@@ -45,7 +45,7 @@ from pgqueue.models import (
 from pgqueue.outcomes import JobOutcome
 from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.registry import JobContext, Signature, Snooze, Task
-from pgqueue.tenants import ConcurrencyLimit
+from pgqueue.tenants import ConcurrencyLimit, FairShare
 from pgqueue.waiting import WaitSettings
 from pgqueue.worker.worker import Worker
 from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
@@ -63,6 +63,7 @@ __all__ = [
     "EmbeddedServerError",
     "Enqueued",
     "EnqueuedWorkflow",
+    "FairShare",
     "Group",
     "InvalidArgumentsError",
     "Job",

@@ -7,10 +7,10 @@ were given, increasing, as from job_insert. On an autocommit connection the thre
 transaction of their own; otherwise in the caller's, which is never committed here.
 
 A batch takes COPY only when every job is a plain queued job: no dedupe key (that needs
-job_insert_unique), no run_at or delay (the status depends on the server's clock), and only
-on a connection the caller does not hold in pipeline mode. Others go through job_insert
-unchanged. Fails like job_insert, before any row is sent:
-InvalidArgumentsError for a job whose arguments are not JSON or are over
+job_insert_unique), no limits beyond the concurrency key, no run_at or delay (the status
+depends on the server's clock), and only on a connection the caller does not hold in
+pipeline mode. Others go through job_insert unchanged. Fails like job_insert, before any
+row is sent: InvalidArgumentsError for a job whose arguments are not JSON or are over
 max_payload_bytes, ConfigurationError for an atomic job with a concurrency key. The ids
 taken by then become gaps, and the caller's transaction stays usable. Errors from the
 server (a check constraint) leave nothing stored.
@@ -27,7 +27,7 @@ from psycopg import pq
 
 from pgqueue.codec import encode_args, too_large
 from pgqueue.models import NewJob
-from pgqueue.tenants import refuse_keyed_atomic
+from pgqueue.tenants import check_keyed_atomic
 
 # Below this many jobs the three round trips cost more than job_insert's JSON batch saves.
 COPY_MIN_JOBS = 64
@@ -45,6 +45,8 @@ def copyable(
     for job in jobs:
         o = job.options
         if o.dedupe_key is not None or o.run_at is not None or o.delay or o.tags:
+            return False
+        if o.limits or o.fairness_key is not None:
             return False
     return True
 
@@ -107,8 +109,8 @@ class Batch:
 def _fields(job: NewJob) -> tuple[str, str]:
     """The COPY fields before and after the arguments; checks the job's options."""
     o = job.options
-    if job.atomic and o.concurrency_key is not None:
-        refuse_keyed_atomic(job.task, o.concurrency_key)
+    if job.atomic:
+        check_keyed_atomic(job.task, o)
     key = "\\N" if o.concurrency_key is None else o.concurrency_key.translate(_ESCAPES)
     head = f"{o.queue.translate(_ESCAPES)}\t{job.task.translate(_ESCAPES)}"
     return head, f"{o.priority}\t{o.max_attempts}\t{'t' if job.atomic else 'f'}\t{key}"

@@ -5,7 +5,8 @@ each job, claim and durable call, which counts in plain Python and builds its se
 when scraped: prometheus_client's own counters cost a job several times more), and the
 collectors read at scrape time: WorkerCollector (running jobs, free slots and rescues of one
 worker) and DatabaseCollector (queue depth, with the jobs asleep or parked for a signal,
-oldest queued job, the horizon's age, workers and outbox),
+oldest queued job, the horizon's age, workers, outbox, and per tenant key its running and
+waiting jobs and limit, and per fairness key its share of starts against the share owed),
 which `pgqueue worker --metrics-port` and the dashboard's /metrics both serve.
 
 Invariants: the gauges are read when Prometheus scrapes, from the hot jobs table and the
@@ -38,6 +39,8 @@ from prometheus_client.registry import Collector
 from pgqueue import health
 from pgqueue.errors import DatabaseError
 from pgqueue.models import ClaimedJob
+from pgqueue.store import concurrency, fairness
+from pgqueue.store.plan import run
 from pgqueue.store.workers import WorkersStore
 from pgqueue.worker.observe import StepEvent, outcome_name
 
@@ -354,7 +357,52 @@ class DatabaseCollector(Collector):
         )
         staged.add_metric(["staged"], outbox.staged)
         staged.add_metric(["dead"], outbox.dead)
-        return [jobs, oldest, sleeping, parked, horizon, alive, running, free, staged]
+        return [
+            jobs,
+            oldest,
+            sleeping,
+            parked,
+            horizon,
+            alive,
+            running,
+            free,
+            staged,
+            *tenant_metrics(conn, self.schema),
+        ]
+
+
+SHARE_WINDOW_SECONDS = 300.0  # the window fair shares are measured over
+
+
+def tenant_metrics(conn: psycopg.Connection[Any], schema: str) -> list[Metric]:
+    """Per limit key: running, waiting (parked on it) and its limit (none: unlimited); per
+    queue and fairness key: the share of the queue's fair starts over the last five minutes
+    and the share its weight owes it. One series per key: keep keys to a few thousand."""
+    key_jobs = GaugeMetricFamily(
+        "pgqueue_key_jobs",
+        "Jobs per limit key (tenant) that run or wait for a slot.",
+        labels=["key", "state"],
+    )
+    key_limit = GaugeMetricFamily(
+        "pgqueue_key_limit", "Each limit key's max_running (* is the default).", labels=["key"]
+    )
+    for limit in run(conn, concurrency.list_limits_plan(schema), together=False):
+        key_jobs.add_metric([limit.key, "running"], limit.running)
+        key_jobs.add_metric([limit.key, "waiting"], limit.waiting)
+        if limit.max_running is not None:
+            key_limit.add_metric([limit.key], limit.max_running)
+    share = GaugeMetricFamily(
+        "pgqueue_fair_share",
+        "Each fairness key's share of its queue's fair starts over the last five minutes, "
+        "received and owed (by weight, among the keys with jobs or starts).",
+        labels=["queue", "key", "kind"],
+    )
+    shares = fairness.shares_plan(schema, SHARE_WINDOW_SECONDS)
+    for row in run(conn, shares, together=False):
+        share.add_metric([row.queue, row.key, "owed"], row.owed)
+        if row.share is not None:
+            share.add_metric([row.queue, row.key, "received"], row.share)
+    return [key_jobs, key_limit, share]
 
 
 def registry_for_worker(worker: Worker, dsn: str) -> CollectorRegistry:

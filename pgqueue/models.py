@@ -47,6 +47,7 @@ LONGEST_LEASE = timedelta(days=1)
 CONCURRENCY_KEY = re.compile(r"^(?!\*$)[^\x00]{1,255}$", re.DOTALL)
 TAG = re.compile(r"^[^\x00]{1,128}$", re.DOTALL)
 MAX_TAGS = 32
+MAX_LIMIT_KEYS = 16
 
 
 _NAME_RULES = {
@@ -275,6 +276,34 @@ class JobOptions(Settings):
             raise ValueError(
                 "a concurrency key is 1-255 characters without NUL, and not '*' (the default)"
             )
+        return value
+
+    limits: tuple[str, ...] | None = None
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limits(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = (value,)
+        keys = tuple(dict.fromkeys(value))  # each once, in the order given
+        if len(keys) > MAX_LIMIT_KEYS or not all(
+            isinstance(k, str) and CONCURRENCY_KEY.fullmatch(k) for k in keys
+        ):
+            raise ValueError(
+                f"limits are up to {MAX_LIMIT_KEYS} keys of 1-255 characters without NUL, "
+                "and not '*' (the default)"
+            )
+        return keys or None
+
+    fairness_key: str | None = None
+
+    @field_validator("fairness_key")
+    @classmethod
+    def _fairness_key(cls, value: str | None) -> str | None:
+        if value is not None and not CONCURRENCY_KEY.fullmatch(value):
+            raise ValueError("a fairness key is 1-255 characters without NUL, and not '*'")
         return value
 
     tags: tuple[str, ...] | None = None
@@ -885,5 +914,16 @@ class NewJob:
             "dedupe_key": opts.dedupe_key,
             "dedupe_window": opts.dedupe_window.total_seconds() if opts.dedupe_window else None,
             "concurrency_key": opts.concurrency_key,
+            "limit_keys": limit_keys(opts),
+            "fairness_key": opts.fairness_key,
             "tags": list(opts.tags) if opts.tags else None,
         }
+
+
+def limit_keys(options: JobOptions) -> list[str] | None:
+    """The job's limit keys beyond its concurrency_key, sorted, as the jobs table stores them
+    (limit_keys); None when there are none."""
+    if options.limits is None:
+        return None
+    keys = sorted(set(options.limits) - {options.concurrency_key})
+    return keys or None

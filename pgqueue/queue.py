@@ -65,13 +65,20 @@ from pgqueue.queries import Migration, channel
 from pgqueue.registry import EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
+from pgqueue.store import fairness as fairness_store
 from pgqueue.store import jobs as jobs_store
 from pgqueue.store import outbox as outbox_store
 from pgqueue.store import queues as queues_store
 from pgqueue.store import steps as steps_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
-from pgqueue.tenants import ConcurrencyLimit, limit_key, refuse_keyed_atomic
+from pgqueue.tenants import (
+    ConcurrencyLimit,
+    FairShare,
+    check_keyed_atomic,
+    limit_key,
+    resolve_keys,
+)
 from pgqueue.waiting import STARTING, BackgroundWaiters, Waiters, WaitSettings, new_hub
 from pgqueue.workflow import Flow, OnFailure, build
 
@@ -105,6 +112,8 @@ if TYPE_CHECKING:
         atomic: bool
         dedupe_window: timedelta | float | None
         concurrency_key: str | None
+        limits: Sequence[str] | None
+        fairness_key: str | None
         tags: Sequence[str] | None
 
     # A handler with a JobContext parameter (first, or after up to five others, where
@@ -233,6 +242,8 @@ class _Base(abc.ABC):
         atomic: bool = False,
         dedupe_window: timedelta | float | None = None,
         concurrency_key: str | None = None,
+        limits: Sequence[str] | None = None,
+        fairness_key: str | None = None,
         tags: Sequence[str] | None = None,
     ) -> Any:
         """Register a handler, `def` or `async def`, as a task.
@@ -243,7 +254,11 @@ class _Base(abc.ABC):
         says what happens to a job whose worker died. `atomic=True` runs claim, handler and
         completion in one transaction; it bounds the job's time (default 60 s, at most 15
         min). `dedupe_window` applies to jobs enqueued with a dedupe_key. `concurrency_key`
-        caps how many jobs with that key run at once; atomic tasks cannot take one. `tags`
+        caps how many jobs with that key run at once; `limits` are more such keys, each with its
+        own limit, or templates of them formatted from each job's arguments
+        ("tenant:{tenant_id}"); a job starts when all its keys have room. Atomic tasks take
+        no key. `fairness_key` (also a template) shares the queue's starts fairly between
+        keys, by their weights (set_fairness_weight). `tags`
         label its jobs, for list_jobs(tag=...).
         """
         options = JobOptions(
@@ -253,10 +268,14 @@ class _Base(abc.ABC):
             delay=duration(delay, "delay"),
             dedupe_window=duration(dedupe_window, "dedupe_window"),
             concurrency_key=concurrency_key,
+            limits=None
+            if limits is None
+            else tuple([limits] if isinstance(limits, str) else limits),
+            fairness_key=fairness_key,
             tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags),
         )
-        if atomic and concurrency_key is not None:
-            refuse_keyed_atomic(name or "this atomic task", concurrency_key)
+        if atomic:
+            check_keyed_atomic(name or "this atomic task", options)
         timeout = duration(timeout, "timeout")
         if atomic:
             timeout = _atomic_timeout(timeout)
@@ -367,7 +386,10 @@ class _Base(abc.ABC):
                 raise ConfigurationError("pass args to task.job(...), not beside the job")
             if not options:
                 return job
-            return dataclasses.replace(job, options=job.options.merged(dict(options)))
+            merged = job.options.merged(dict(options))
+            if options.get("limits") is not None or options.get("fairness_key") is not None:
+                merged = resolve_keys(job.task, merged, job.args)  # templates given here
+            return dataclasses.replace(job, options=merged)
         task = job if isinstance(job, Task) else self.registry.get(job)
         base = task.with_options(**options) if options else task
         return base.job(**(args or {}))
@@ -401,6 +423,15 @@ class _Base(abc.ABC):
 
     def _limits_plan(self) -> Plan[list[ConcurrencyLimit]]:
         return concurrency.list_limits_plan(self.schema)
+
+    def _weight_plan(self, key: str, weight: float | None) -> Plan[None]:
+        return fairness_store.set_weight_plan(self.schema, key, weight)
+
+    def _shares_plan(self, window: timedelta | float) -> Plan[list[FairShare]]:
+        seconds = duration(window, "window")
+        if seconds is None or seconds <= timedelta(0):
+            raise ConfigurationError(f"window={window!r}: give a positive duration")
+        return fairness_store.shares_plan(self.schema, seconds.total_seconds())
 
     def _pause_plan(self, queues: str | Sequence[str], reason: str) -> Plan[list[str]]:
         if not isinstance(reason, str) or len(reason) > 1000 or "\x00" in reason:
@@ -755,6 +786,26 @@ class Queue(_Base):
         with self._connection(conn) as c:
             run(c, plan)
 
+    def set_fairness_weight(
+        self, key: str, weight: float | None, *, conn: Conn | None = None
+    ) -> None:
+        """Give fairness key `key` a weight (None: back to the default, 1): among a queue's
+        backlogged keys, each gets started jobs in proportion to its weight. Applies to jobs
+        enqueued from then on."""
+        plan = self._weight_plan(key, weight)
+        with self._connection(conn) as c:
+            run(c, plan)
+
+    def fair_shares(
+        self, *, window: timedelta | float = 300, conn: Conn | None = None
+    ) -> list[FairShare]:
+        """Per queue and fairness key: weight, queued and running jobs, and the share of the
+        queue's fair starts over the last `window` (seconds or a timedelta, rounded down to
+        whole minutes) against the share its weight owes it."""
+        plan = self._shares_plan(window)
+        with self._connection(conn) as c:
+            return run(c, plan, together=False)
+
     def concurrency_limits(self, *, conn: Conn | None = None) -> list[ConcurrencyLimit]:
         """Every key with a limit, running jobs or waiting jobs; the default ('*') first."""
         with self._connection(conn) as c:
@@ -1076,6 +1127,20 @@ class AsyncQueue(_Base):
         plan = self._set_limit_plan(key, max_running)
         async with self._connection(conn) as c:
             await run_async(c, plan)
+
+    async def set_fairness_weight(
+        self, key: str, weight: float | None, *, conn: AsyncConn | None = None
+    ) -> None:
+        plan = self._weight_plan(key, weight)
+        async with self._connection(conn) as c:
+            await run_async(c, plan)
+
+    async def fair_shares(
+        self, *, window: timedelta | float = 300, conn: AsyncConn | None = None
+    ) -> list[FairShare]:
+        plan = self._shares_plan(window)
+        async with self._connection(conn) as c:
+            return await run_async(c, plan, together=False)
 
     async def concurrency_limits(self, *, conn: AsyncConn | None = None) -> list[ConcurrencyLimit]:
         async with self._connection(conn) as c:

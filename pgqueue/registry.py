@@ -32,6 +32,7 @@ from pgqueue.models import (
     check_name,
     duration,
 )
+from pgqueue.tenants import check_templates, resolve_keys, templated
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -54,6 +55,8 @@ class EnqueueOptions(TypedDict, total=False):
     dedupe_key: str | None
     dedupe_window: timedelta | float | None
     concurrency_key: str | None
+    limits: Sequence[str] | None
+    fairness_key: str | None
     tags: Sequence[str] | None
 
 
@@ -255,6 +258,8 @@ _SET_TASK, _SET_ARGS, _SET_OPTIONS, _SET_ATOMIC = (
 
 
 def _new_job(task: str, args: dict[str, Any], options: JobOptions, atomic: bool) -> NewJob:
+    if options.limits is not None or options.fairness_key is not None:
+        options = resolve_keys(task, options, args)
     job = object.__new__(NewJob)
     _SET_TASK(job, task)
     _SET_ARGS(job, args)
@@ -289,6 +294,9 @@ class Task(Generic[P, R]):
         self.atomic = atomic
         self.is_async = fn is not None and inspect.iscoroutinefunction(fn)
         self._signature = inspect.signature(fn) if fn is not None else None
+        if options.limits is not None or options.fairness_key is not None:
+            params = None if self._signature is None else list(self._signature.parameters)
+            check_templates(self.name, templated(options), params)
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
         self._plain = _plain_fields(self) if fn is not None else None
@@ -332,7 +340,7 @@ class Task(Generic[P, R]):
 
     def with_options(self, **options: Unpack[EnqueueOptions]) -> NewJobFactory[P]:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
-        dedupe_key, dedupe_window, concurrency_key, tags)."""
+        dedupe_key, dedupe_window, concurrency_key, limits, fairness_key, tags)."""
         return NewJobFactory(self, self.options.merged(dict(options)))
 
     def receiving_param(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:

@@ -194,6 +194,9 @@ SETTINGS_MEANINGS: dict[str, dict[str, str]] = {
         "dedupe_key": "one live job per key: a second enqueue returns the first's id",
         "dedupe_window": "how long a finished job still dedupes its key",
         "concurrency_key": "at most the key's limit of jobs with it run at once (a tenant)",
+        "limits": "more limit keys, or templates of them (`tenant:{tenant_id}`): the job starts "
+        "when every key has room",
+        "fairness_key": "shares the queue's starts between keys by weight (a template too)",
         "tags": "labels to find the job by (up to 32, 1-128 characters each)",
     },
     "RetryPolicy": {

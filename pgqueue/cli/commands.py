@@ -602,6 +602,36 @@ def rates_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def tenants_weight(args: argparse.Namespace) -> int:
+    """`tenants weight KEY WEIGHT`, or `--remove` to go back to 1."""
+    if args.remove == (args.weight is not None):
+        raise UsageError("give either a WEIGHT or --remove")
+    with connect(resolve_dsn(args)) as conn, conn.transaction():
+        _jobs_queue(args).set_fairness_weight(args.key, args.weight, conn=conn)
+    done = "weight 1 (default)" if args.weight is None else f"weight {args.weight:g}"
+    print(f"{args.key}: {done}, for jobs enqueued from now on", file=sys.stderr)
+    return 0
+
+
+def tenants_shares(args: argparse.Namespace) -> int:
+    with connect(resolve_dsn(args)) as conn:
+        shares = _jobs_queue(args).fair_shares(window=args.window, conn=conn)
+    if args.json:
+        print(json.dumps([share.model_dump() for share in shares], indent=2))
+        return 0
+    print(
+        f"{'QUEUE':<20} {'KEY':<28} {'WEIGHT':>7} {'QUEUED':>8} {'RUNNING':>8} "
+        f"{'STARTED':>8} {'SHARE':>7} {'OWED':>7}"
+    )
+    for s in shares:
+        got = "-" if s.share is None else f"{100 * s.share:.1f}%"
+        print(
+            f"{s.queue:<20} {s.key:<28} {s.weight:>7g} {s.queued:>8} {s.running:>8} "
+            f"{s.started:>8} {got:>7} {100 * s.owed:>6.1f}%"
+        )
+    return 0
+
+
 def tenants_list(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         limits = _jobs_queue(args).concurrency_limits(conn=conn)

@@ -387,6 +387,17 @@ def _tenants(p: argparse.ArgumentParser) -> None:
     ls = add("list", "keys with a limit, running or waiting jobs")
     ls.add_argument("--json", action="store_true", help="print the keys as JSON")
     ls.set_defaults(handler=commands.tenants_list)
+    w = add("weight", "set a fairness key's weight (its share against other keys)")
+    w.add_argument("key", help="the fairness key")
+    w.add_argument("weight", type=float, nargs="?", help="above 0; 2 gets twice a key at 1")
+    w.add_argument("--remove", action="store_true", help="back to the default weight, 1")
+    w.set_defaults(handler=commands.tenants_weight)
+    sh = add("shares", "each fairness key's share of its queue's starts against its share owed")
+    sh.add_argument(
+        "--window", type=float, default=300.0, metavar="SECONDS", help="the window (300)"
+    )
+    sh.add_argument("--json", action="store_true", help="print the shares as JSON")
+    sh.set_defaults(handler=commands.tenants_shares)
 
 
 def _queues(p: argparse.ArgumentParser) -> None:

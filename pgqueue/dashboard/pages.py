@@ -29,6 +29,7 @@ from pgqueue.store.periodic import list_periodic
 from pgqueue.store.plan import SyncConn, run
 from pgqueue.store.steps import Waiting, waits_plan
 from pgqueue.store.workers import WorkersStore
+from pgqueue.tenants import ConcurrencyLimit, FairShare
 
 PAGE_SIZE = 50
 # Job ids one page of the jobs list looks through at most: it bounds what a rare filter reads
@@ -180,8 +181,22 @@ def workers(conn: SyncConn, schema: str) -> list[Any]:
     return WorkersStore(schema).list(conn, limit=500)
 
 
-def tenants(conn: SyncConn, queue: Queue) -> list[Any]:
-    return queue.concurrency_limits(conn=conn)
+SHARE_WINDOW = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """The tenants page: every limit key, and every fairness key's share of its queue's
+    starts over SHARE_WINDOW against the share owed."""
+
+    limits: list[ConcurrencyLimit]
+    shares: list[FairShare]
+    window_minutes: int = int(SHARE_WINDOW.total_seconds() // 60)
+
+
+def tenants(conn: SyncConn, queue: Queue) -> Tenants:
+    limits = queue.concurrency_limits(conn=conn)
+    return Tenants(limits, queue.fair_shares(window=SHARE_WINDOW, conn=conn))
 
 
 @dataclass(frozen=True)

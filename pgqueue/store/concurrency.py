@@ -5,7 +5,8 @@ The guarantee, a key never has more running jobs than its limit, is kept by job_
 guarded upsert of the key's slot row and by the trigger that gives the slot back on every
 way out of 'running'; nothing here can break it. The sweep only repairs liveness: waiting
 jobs of keys with room are un-parked, and a counter that disagrees with the running jobs
-(only possible after manual edits) is corrected under its row lock, with a warning.
+(only possible after manual edits) is corrected under its row lock, with a warning. The
+sweep also drops fair start counts older than a day (fairness_starts).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from pgqueue.queries import query
+from pgqueue.store import fairness
 from pgqueue.store.plan import AsyncConn, Plan, execute, fetch, fetch_one, rows_as
 from pgqueue.tenants import DEFAULT_KEY, ConcurrencyLimit, limit_key, limit_value
 
@@ -100,7 +102,9 @@ async def sweep(conn: AsyncConn, schema: str) -> int:
             await _fix(conn, schema, suspect.key)
         unpark = query("concurrency_unpark", schema)
         params = {"key": None, "batch": UNPARK_BATCH}
-        return (await fetch_one(conn, Unparked, unpark, params)).unparked
+        unparked = (await fetch_one(conn, Unparked, unpark, params)).unparked
+        await fairness.prune_starts(conn, schema)
+        return unparked
 
 
 async def _fix(conn: AsyncConn, schema: str, key: str) -> None:

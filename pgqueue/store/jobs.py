@@ -48,6 +48,7 @@ from pgqueue.models import (
     NewJob,
 )
 from pgqueue.queries import channel, query, statement
+from pgqueue.store import fairness
 from pgqueue.store.plan import (
     AsyncConn,
     Plan,
@@ -59,9 +60,10 @@ from pgqueue.store.plan import (
     fetch_one,
     one_as,
     rows_as,
+    run_async,
 )
 from pgqueue.store.workers import bound_idle
-from pgqueue.tenants import refuse_keyed_atomic
+from pgqueue.tenants import check_keyed_atomic
 from pgqueue.wakeup import Position
 
 # A concurrent enqueue that commits the same key while ours waits is invisible to our
@@ -87,6 +89,7 @@ def insert(
     max_payload_bytes: int | None = None,
     *,
     alone: bool = False,
+    vtimes: Sequence[float | None] | None = None,
 ) -> Step:
     """The job_insert statement and its parameters for a batch of validated jobs; for one
     job, a single-row insert: job_insert_one when it is its transaction's only statement
@@ -95,14 +98,20 @@ def insert(
     in the order given (see `enqueued`).
 
     Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
-    larger than max_payload_bytes; nothing is stored.
+    larger than max_payload_bytes; nothing is stored. `vtimes` are the fair jobs' virtual
+    start times (fairness.stamp_plan), None for the others.
     """
     for job in jobs:
-        if job.atomic and job.options.concurrency_key is not None:
-            refuse_keyed_atomic(job.task, job.options.concurrency_key)
-    if len(jobs) == 1:
+        if job.atomic:
+            check_keyed_atomic(job.task, job.options)
+    # A job with several limit keys or a fairness key takes job_insert even alone: only it
+    # stores them.
+    if len(jobs) == 1 and jobs[0].options.limits is None and vtimes is None:
         return _insert_one(jobs[0], schema, max_payload_bytes, alone=alone)
-    rows = encode_rows([j.as_row() for j in jobs])
+    if vtimes is None:
+        rows = encode_rows([j.as_row() for j in jobs])
+    else:
+        rows = encode_rows([j.as_row() | {"vtime": v} for j, v in zip(jobs, vtimes, strict=True)])
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
     params = {"jobs": rows, "now": None, "channel": channel(schema)}
@@ -199,8 +208,11 @@ def reserve_ids_plan(n: int, schema: str) -> Plan[list[int]]:
 
 
 def keyed(jobs: Sequence[NewJob]) -> bool:
-    """Whether any job carries a dedupe key: only then does enqueue take several statements."""
-    return any(job.options.dedupe_key is not None for job in jobs)
+    """Whether any job carries a dedupe or fairness key: only then does enqueue take several
+    statements."""
+    return any(
+        job.options.dedupe_key is not None or job.options.fairness_key is not None for job in jobs
+    )
 
 
 def enqueue_plan(
@@ -209,16 +221,18 @@ def enqueue_plan(
     """Insert jobs; those with a dedupe key may resolve to an existing job. Ids come back in
     the order given. Jobs without a key take job_insert unchanged."""
     out: list[Enqueued | None] = [None] * len(jobs)
+    vtimes = yield from fairness.stamp_plan(jobs, schema)
     plain = [i for i, job in enumerate(jobs) if job.options.dedupe_key is None]
     if plain:
-        rows = yield insert([jobs[i] for i in plain], schema, max_payload_bytes)
+        fair = None if not fairness.fair(jobs) else [vtimes[i] for i in plain]
+        rows = yield insert([jobs[i] for i in plain], schema, max_payload_bytes, vtimes=fair)
         for i, job_id in zip(plain, enqueued(rows), strict=True):
             out[i] = job_id
     with_key = {i: job for i, job in enumerate(jobs) if job.options.dedupe_key is not None}
     if with_key:
         # The size check, before anything is sent.
         insert(list(with_key.values()), schema, max_payload_bytes)
-        resolved = yield from _insert_keyed(with_key, schema)
+        resolved = yield from _insert_keyed(with_key, schema, vtimes)
         for i, job_id in resolved.items():
             out[i] = job_id
     assert all(item is not None for item in out)
@@ -235,7 +249,9 @@ class Unique:
     created: bool
 
 
-def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enqueued]]:
+def _insert_keyed(
+    pending: dict[int, NewJob], schema: str, vtimes: Sequence[float | None]
+) -> Plan[dict[int, Enqueued]]:
     done: dict[int, Enqueued] = {}
     for _ in range(DEDUPE_ROUNDS):
         windowed = any(job.options.dedupe_window for job in pending.values())
@@ -244,7 +260,9 @@ def _insert_keyed(pending: dict[int, NewJob], schema: str) -> Plan[dict[int, Enq
         rows = yield (
             query("job_insert_unique", schema),
             {
-                "jobs": encode_rows([job.as_row() | {"ord": i} for i, job in pending.items()]),
+                "jobs": encode_rows(
+                    [job.as_row() | {"ord": i, "vtime": vtimes[i]} for i, job in pending.items()]
+                ),
                 "now": None,
                 "trace_context": trace_context.get(),
             },
@@ -664,8 +682,12 @@ class JobsStore:
         self, conn: AsyncConn, jobs: Sequence[NewJob], now: datetime | None = None
     ) -> list[Enqueued]:
         """Insert jobs a worker makes itself (follow-ups, periodic ticks); their ids in order.
-        `now` pins the clock their delays count from."""
-        query_, params = insert(jobs, self.schema)
+        `now` pins the clock their delays count from. Fair jobs are stamped first, in the
+        caller's transaction."""
+        vtimes = None
+        if fairness.fair(jobs):
+            vtimes = await run_async(conn, fairness.stamp_plan(jobs, self.schema), together=False)
+        query_, params = insert(jobs, self.schema, vtimes=vtimes)
         return await fetch(conn, _inserted, query_, {**(params or {}), "now": now})
 
     async def claim_unkeyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed | None:

@@ -5,7 +5,7 @@ sql/queries/queues.sql."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
@@ -76,7 +76,7 @@ class Control:
     """A row of queue_controls: a queue (or task) and the control that applies to it."""
 
     name: str
-    control: Literal["paused", "rated", "task", "keys"]
+    control: Literal["paused", "rated", "task", "keys", "fair"]
 
 
 def pause_plan(
@@ -143,12 +143,14 @@ def job_rates_plan(schema: str) -> Plan[list[RateLimit]]:
 @dataclass(frozen=True)
 class Controls:
     """What workers must know of the queues: the paused ones, the rate-limited ones, the
-    tasks with a rate limit, and whether any concurrency key has one."""
+    tasks with a rate limit, whether any concurrency key has one, and the queues that have
+    had fair jobs (claimed fairly)."""
 
     paused: set[str]
     rated: set[str]
     limited_tasks: frozenset[str]
     key_limits: bool
+    fair: set[str] = field(default_factory=set)
 
 
 def controls_plan(schema: str) -> Plan[Controls]:
@@ -159,4 +161,5 @@ def controls_plan(schema: str) -> Plan[Controls]:
         rated={row.name for row in rows if row.control == "rated"},
         limited_tasks=frozenset(row.name for row in rows if row.control == "task"),
         key_limits=any(row.control == "keys" for row in rows),
+        fair={row.name for row in rows if row.control == "fair"},
     )

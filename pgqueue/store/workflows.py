@@ -17,9 +17,10 @@ from pgqueue.codec import encode_args, encode_json, encode_rows, too_large
 from pgqueue.errors import JobNotFoundError, JobStateError
 from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
+from pgqueue.store import fairness
 from pgqueue.store.jobs import reserve_ids_plan, trace_context
 from pgqueue.store.plan import AsyncConn, Plan, execute, rows_as
-from pgqueue.tenants import refuse_keyed_atomic
+from pgqueue.tenants import check_keyed_atomic
 from pgqueue.workflow import Node
 
 
@@ -41,13 +42,14 @@ def enqueue_plan(
     """Store a built workflow (pgqueue/workflow.py); its id is its first job's."""
     for index, node in enumerate(nodes):
         job = node.job
-        if job.atomic and job.options.concurrency_key is not None:
-            refuse_keyed_atomic(job.task, job.options.concurrency_key)
+        if job.atomic:
+            check_keyed_atomic(job.task, job.options)
         if max_payload_bytes is not None:
             size = len(encode_args(job))
             if size > max_payload_bytes:
                 raise too_large(index, job, size, max_payload_bytes)
     ids = yield from reserve_ids_plan(len(nodes), schema)
+    vtimes = yield from fairness.stamp_plan([node.job for node in nodes], schema)
     workflow = ids[0]
     earlier = sorted({i for node in nodes for i in node.after_ids})
     done: dict[int, tuple[str, Any]] = {}
@@ -92,6 +94,7 @@ def enqueue_plan(
             | {
                 "id": job_id,
                 "args": args,
+                "vtime": vtimes[index],
                 "remaining": remaining,
                 "on_failure": node.on_failure,
                 "result_arg": node.result_arg,

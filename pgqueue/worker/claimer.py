@@ -25,6 +25,10 @@ Invariants:
   job_rate_admit count the starts of a period and that margin back); each carries the time
   it must start by (ClaimedJob.start_by), and the executor puts back one that could not
   start in time.
+- A queue that has had jobs with a fairness key (learnt with the pauses) is claimed first
+  with job_claim_fair, in (priority, vtime) order from its own hint (fair.py), then with the
+  plain claim for the rest of the round's room. A queue claimed with job_claim_rated is not:
+  fair shares do not combine with rate limits.
 - While any task or key has a rate limit, the queues where a job with a key or of a limited
   task was seen are claimed with job_claim_rated, which puts jobs over their task's or key's
   limit back as scheduled; they count as walked, and the promotion is due when the first of
@@ -51,6 +55,7 @@ from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
 from pgqueue.worker.events import Bus, ControlsChanged, JobsAnnounced, PauseChanged, Relistened
+from pgqueue.worker.fair import FairHints
 from pgqueue.worker.observe import Observers, WorkerStats
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
@@ -124,6 +129,8 @@ class Claimer:
         self.rated: set[str] = set()
         self.limited_tasks: frozenset[str] = frozenset()  # tasks with a rate limit
         self.key_limits = False  # some concurrency key has a rate limit
+        self.fair: set[str] = set()  # queues that have had fair jobs
+        self._fair = FairHints(link, schema, settings, worker_id)
         self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
         self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
 
@@ -146,6 +153,7 @@ class Claimer:
         hint = self._hints.get(queue)
         if hint is None:
             return
+        self._fair.announce(queue, position)
         if position is None:
             hint.forget = True
             return
@@ -177,6 +185,7 @@ class Claimer:
             self.announce(queue, None)  # resumed unheard of
         self.paused = paused
         self.rated = rated & self._hints.keys()
+        self.fair = controls.fair & self._hints.keys()
         for queue in list(self._room_at):
             if queue not in self.rated:
                 del self._room_at[queue]
@@ -193,6 +202,8 @@ class Claimer:
         """While every slot is busy: the priorities whose new jobs in `queue` the next claim
         finds without a wake-up (it starts from the floor, at the hint, or in an announced
         range); None when it may find none of them (a hint parked past everything)."""
+        if queue in self.fair and not self._rated(queue):
+            return self._fair.wake_range(queue)
         hint = self._hints[queue]
         if hint.forget or hint.after is None:
             return FLOOR[0], CEILING[0]
@@ -207,6 +218,7 @@ class Claimer:
         """Claim every queue from the floor next time (jobs may sit below any hint now)."""
         for hint in self._hints.values():
             hint.forget = True
+        self._fair.forget()
 
     async def claim_round(self, free: int) -> tuple[list[ClaimedJob], bool]:
         """Claim up to `free` jobs across the queues, starting at a random one; `full` if
@@ -234,6 +246,34 @@ class Claimer:
         return claimed, full
 
     async def _claim_queue(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
+        if queue not in self.fair or self._rated(queue):
+            return await self._claim_plain(queue, want)
+        started = time.perf_counter()
+        got = await self._fair.claim(queue, want)
+        self._claimed(time.perf_counter() - started, got.jobs, got.walked, unhinted=False)
+        if got.walked == want:
+            return got.jobs, True
+        jobs, full = await self._claim_plain(queue, want - got.walked)
+        return got.jobs + jobs, full
+
+    def _rated(self, queue: str) -> bool:
+        """Whether `queue` is claimed with job_claim_rated."""
+        return queue in self.rated or (
+            queue in self._keyed and bool(self.limited_tasks or self.key_limits)
+        )
+
+    def _claimed(self, seconds: float, jobs: list[ClaimedJob], walked: int, unhinted: bool) -> None:
+        self.stats.recent_claims.append((seconds, unhinted))
+        self.stats.claims += 1
+        if unhinted:
+            self.stats.unhinted_claims += 1
+        self.observers.claimed(seconds, len(jobs))
+        self.stats.claimed += len(jobs)
+        if walked == 0:
+            self.stats.empty_claims += 1
+        self.in_hand.extend(jobs)
+
+    async def _claim_plain(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
         hint = self._hints[queue]
         self._absorb(hint)
         jobs, walked = await self._claim_urgent(queue, hint, want)
@@ -330,9 +370,7 @@ class Claimer:
 
         async def claim(conn: AsyncConn) -> Claimed:
             nonlocal room_in, back_in, sent
-            if queue in self.rated or (
-                queue in self._keyed and (self.limited_tasks or self.key_limits)
-            ):
+            if self._rated(queue):
                 for attempt in range(CLAIM_RETRIES):
                     try:
                         sent = time.monotonic()
@@ -359,21 +397,13 @@ class Claimer:
         started = time.perf_counter()
         claimed = await self.link.run(claim)
         seconds = time.perf_counter() - started
-        self.stats.recent_claims.append((seconds, after == FLOOR))
-        self.stats.claims += 1
-        if after == FLOOR:
-            self.stats.unhinted_claims += 1
         jobs = claimed.jobs
         if sent is not None and jobs:
             # The claim's time, which the limit counts, is after it was sent.
             start_by = sent + RATE_START_MARGIN.total_seconds()
             jobs = [dataclasses.replace(job, start_by=start_by) for job in jobs]
-        self.observers.claimed(seconds, len(jobs))
-        self.stats.claimed += len(jobs)
-        if claimed.walked == 0:
-            self.stats.empty_claims += 1
         jobs.sort(key=lambda j: (j.priority, j.id))
-        self.in_hand.extend(jobs)
+        self._claimed(seconds, jobs, claimed.walked, unhinted=after == FLOOR)
         throttled = room_in is not None and room_in > 0 and claimed.walked < limit
         if throttled:
             self._room_at[queue] = time.monotonic() + float(room_in or 0.0)

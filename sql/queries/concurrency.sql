@@ -1,6 +1,8 @@
 -- Per-key concurrency limits: the statements that set and read them, and the worker's sweep.
--- The admission itself is in job_claim (jobs.sql); giving slots back is the trigger of
--- migration 0005.
+-- The admission itself is concurrency_admit (migration 0029), which the claims in jobs.sql
+-- call; giving slots back is the trigger of migrations 0005 and 0029. A job's keys are its
+-- concurrency_key and its limit_keys; a parked job waits on one of them (waiting_on, NULL
+-- meaning its concurrency_key).
 
 -- name: concurrency_limit_set
 -- Sets one key's max_running ('*': the default for keys without a row). A lowered limit lets
@@ -17,22 +19,23 @@ DELETE FROM {schema}.concurrency_limits WHERE key = %(key)s RETURNING key;
 
 -- name: concurrency_limit_list
 -- Every key with a limit, running jobs or waiting jobs, the default ('*') first; for admins.
--- Counting waiting jobs walks jobs_waiting_idx once per key listed.
+-- Counting waiting jobs (those parked on the key) walks jobs_waiting_on_idx once per key.
 SELECT k.key, l.max_running, coalesce(s.running, 0) AS running,
        (SELECT count(*) FROM {schema}.jobs AS w
-        WHERE w.concurrency_key = k.key AND w.status = 'waiting') AS waiting
+        WHERE coalesce(w.waiting_on, w.concurrency_key) = k.key
+          AND w.status = 'waiting') AS waiting
 FROM (SELECT key FROM {schema}.concurrency_limits
       UNION SELECT key FROM {schema}.concurrency_slots) AS k
 LEFT JOIN {schema}.concurrency_limits AS l ON l.key = k.key
 LEFT JOIN {schema}.concurrency_slots AS s ON s.key = k.key
 WHERE l.key IS NOT NULL OR s.running > 0
    OR EXISTS (SELECT 1 FROM {schema}.jobs AS w
-              WHERE w.concurrency_key = k.key AND w.status = 'waiting')
+              WHERE coalesce(w.waiting_on, w.concurrency_key) = k.key AND w.status = 'waiting')
 ORDER BY k.key <> '*', k.key;
 
 -- name: concurrency_unpark
--- Puts waiting jobs back to queued for keys (one, or all when %(key)s is NULL) that have room
--- and no queued job of their own left: up to the room, at most %(batch)s per key, most urgent
+-- Puts jobs waiting on keys (one, or all when %(key)s is NULL) that have room and no queued
+-- job carrying them left back to queued: up to the room, at most %(batch)s per key, most urgent
 -- first; wakes the workers with the lowest (priority, id) per queue, like job_insert. Used
 -- after a limit changes and by the worker's sweep. It may let out more than a concurrent claim
 -- admits; those are parked again: the limit itself is only ever enforced by job_claim.
@@ -43,15 +46,19 @@ WITH open AS (
     FROM {schema}.concurrency_slots AS s
     WHERE (%(key)s::text IS NULL OR s.key = %(key)s)
       AND EXISTS (SELECT 1 FROM {schema}.jobs AS w
-                  WHERE w.concurrency_key = s.key AND w.status = 'waiting')
+                  WHERE coalesce(w.waiting_on, w.concurrency_key) = s.key
+                    AND w.status = 'waiting')
       AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS q
                       WHERE q.concurrency_key = s.key AND q.status = 'queued')
+      AND NOT EXISTS (SELECT 1 FROM {schema}.jobs AS q
+                      WHERE q.limit_keys @> ARRAY[s.key] AND q.status = 'queued'
+                        AND q.limit_keys IS NOT NULL)
 ), picked AS (
     SELECT w.id
     FROM open
     CROSS JOIN LATERAL (
         SELECT id FROM {schema}.jobs AS w
-        WHERE w.concurrency_key = open.key AND w.status = 'waiting'
+        WHERE coalesce(w.waiting_on, w.concurrency_key) = open.key AND w.status = 'waiting'
         ORDER BY w.priority, w.id
         LIMIT greatest(open.room, 0)
         FOR UPDATE SKIP LOCKED
@@ -74,11 +81,17 @@ SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.tenants'), hashtext(%(schema)
 -- name: concurrency_slot_suspects
 -- Keys whose counter disagrees with their running jobs under this statement's snapshot. Only
 -- suspects: a claim or finish in flight makes them differ for a moment; concurrency_slot_fix
--- decides under the row lock.
+-- decides under the row lock. Counts every running keyed job's keys once, in one walk.
 SELECT s.key
 FROM {schema}.concurrency_slots AS s
-WHERE s.running <> (SELECT count(*) FROM {schema}.jobs AS j
-                    WHERE j.concurrency_key = s.key AND j.status = 'running')
+LEFT JOIN (
+    SELECT k.key, count(*) AS n
+    FROM {schema}.jobs AS j,
+         unnest({schema}.job_keys(j.concurrency_key, j.limit_keys)) AS k (key)
+    WHERE j.status = 'running' AND (j.concurrency_key IS NOT NULL OR j.limit_keys IS NOT NULL)
+    GROUP BY k.key
+) AS c ON c.key = s.key
+WHERE s.running <> coalesce(c.n, 0)
 ORDER BY s.key
 LIMIT 100;
 
@@ -93,7 +106,8 @@ SELECT running FROM {schema}.concurrency_slots WHERE key = %(key)s FOR UPDATE;
 UPDATE {schema}.concurrency_slots AS s
 SET running = c.n
 FROM (SELECT count(*)::integer AS n FROM {schema}.jobs
-      WHERE concurrency_key = %(key)s AND status = 'running') AS c,
+      WHERE (concurrency_key = %(key)s OR limit_keys @> ARRAY[%(key)s::text])
+        AND status = 'running') AS c,
      (SELECT running FROM {schema}.concurrency_slots WHERE key = %(key)s) AS old
 WHERE s.key = %(key)s AND s.running <> c.n
 RETURNING old.running AS was, s.running AS now;

@@ -16,6 +16,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_deps, {schema}.job_waits TO
 GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
+-- Fair shares: the fair claim moves the queue's clock and counts starts (its follow-up
+-- enqueues stamp their keys' clocks); the sweep drops old counts.
+GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys, {schema}.fairness_clocks TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.fairness_starts TO {role};
+GRANT SELECT ON {schema}.fairness_weights TO {role};
 -- Finishing a job reads who waits for it; a handler may wait for other jobs itself.
 GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
 -- The relay publishes staged messages and deletes them once confirmed.
@@ -46,6 +51,10 @@ GRANT SELECT, INSERT ON {schema}.outbox TO {role};
 -- Signals to waiting jobs, through a function that runs as its owner: it stores the signal
 -- and wakes the job waiting for it, which this role may not move itself.
 GRANT EXECUTE ON FUNCTION {schema}.signal_send(text, jsonb) TO {role};
+-- Jobs with a fairness key take their place from their key's clock and their queue's.
+GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys TO {role};
+GRANT SELECT, INSERT ON {schema}.fairness_clocks TO {role};
+GRANT SELECT ON {schema}.fairness_weights TO {role};
 
 -- name: grant_read
 -- What the dashboard and a metrics scrape need to show everything and change nothing. The
@@ -63,4 +72,5 @@ GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
 GRANT INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history TO {role};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 GRANT INSERT, UPDATE, DELETE ON {schema}.queue_pauses, {schema}.concurrency_limits,
-    {schema}.concurrency_slots, {schema}.job_deps, {schema}.job_waits TO {role};
+    {schema}.concurrency_slots, {schema}.job_deps, {schema}.job_waits,
+    {schema}.fairness_weights TO {role};

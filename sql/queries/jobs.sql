@@ -17,19 +17,19 @@
 -- wake-up per transaction and queue, unless a later statement goes lower.
 WITH input AS (
     SELECT j.queue, j.task, j.args, j.priority, j.max_attempts, coalesce(j.atomic, false) AS atomic,
-           j.concurrency_key, j.tags,
+           j.concurrency_key, j.limit_keys, j.fairness_key, j.vtime, j.tags,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(queue text, task text, args jsonb, priority smallint, max_attempts integer,
               run_at timestamptz, delay double precision, atomic boolean, concurrency_key text,
-              tags text[])
+              limit_keys text[], fairness_key text, vtime double precision, tags text[])
 ), inserted AS (
     INSERT INTO {schema}.jobs
-        (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
-         trace_context, status)
-    SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
-           %(trace_context)s::jsonb,
+        (queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
+         limit_keys, fairness_key, vtime, tags, trace_context, status)
+    SELECT queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
+           limit_keys, fairness_key, vtime, tags, %(trace_context)s::jsonb,
            CASE WHEN run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END
     FROM input
@@ -167,13 +167,14 @@ FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(ids)s::bigint[])
 WITH input AS (
     SELECT j.ord, j.queue, j.task, j.args, j.priority, j.max_attempts,
            coalesce(j.atomic, false) AS atomic, j.dedupe_key, j.dedupe_window, j.concurrency_key,
-           j.tags,
+           j.limit_keys, j.fairness_key, j.vtime, j.tags,
            coalesce(j.run_at, coalesce(%(now)s::timestamptz, now())
                     + make_interval(secs => coalesce(j.delay, 0))) AS run_at
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(ord integer, queue text, task text, args jsonb, priority smallint,
               max_attempts integer, run_at timestamptz, delay double precision, atomic boolean,
-              dedupe_key text, dedupe_window double precision, concurrency_key text, tags text[])
+              dedupe_key text, dedupe_window double precision, concurrency_key text,
+              limit_keys text[], fairness_key text, vtime double precision, tags text[])
 ), recent AS (
     -- One index probe per key (a lateral LIMIT 1), whatever the table statistics say.
     SELECT k.dedupe_key, h.id
@@ -197,11 +198,12 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {schema}.jobs
         (queue, task, args, priority, max_attempts, run_at, atomic, status, dedupe_key,
-         concurrency_key, tags, trace_context)
+         concurrency_key, limit_keys, fairness_key, vtime, tags, trace_context)
     SELECT f.queue, f.task, f.args, f.priority, f.max_attempts, f.run_at, f.atomic,
            CASE WHEN f.run_at > coalesce(%(now)s::timestamptz, now())
                 THEN 'scheduled' ELSE 'queued' END,
-           f.dedupe_key, f.concurrency_key, f.tags, %(trace_context)s::jsonb
+           f.dedupe_key, f.concurrency_key, f.limit_keys, f.fairness_key, f.vtime, f.tags,
+           %(trace_context)s::jsonb
     FROM (
         SELECT DISTINCT ON (i.dedupe_key) i.*
         FROM input AS i
@@ -411,16 +413,18 @@ SELECT pg_sleep(%(seconds)s);
 -- A row updated concurrently is re-checked against status = 'queued' when its lock is taken,
 -- so a job is never claimed twice. A paused queue is never claimed: its workers leave it out
 -- (pgqueue/claimer.py), so this statement pays nothing for pausing.
--- Jobs with a concurrency key are admitted by one guarded upsert of their key's slot row, in
--- key order (so two claims never deadlock on slots): SET reads the row's latest version under
--- its lock, so running never exceeds the limit whatever the number of claimers; `admitted`
--- says how many got in. Picked jobs beyond that are parked ('waiting', out of the claim
+-- Jobs with limit keys (concurrency_key and limit_keys) are admitted by concurrency_admit
+-- (migration 0029): it locks the slot rows of all their keys in key order (so two claims
+-- never deadlock on slots), reads each counter's latest version under its lock, and admits a
+-- job only if every one of its keys has room, so running never exceeds a limit whatever the
+-- number of claimers. Picked jobs that do not fit are parked ('waiting', out of the claim
 -- index) and returned with parked = true so the hint moves past them; a saturated key's other
--- queued jobs are parked too, up to 100,000 per key per claim, by concurrency_park (migration
--- 0006), so no later claim walks them (fairness).
--- Jobs without a key only pass through empty CTEs (bench/tenants/suite.py measures that).
+-- queued jobs are parked too, up to 100,000 per key per claim, so no later claim walks them
+-- (fairness).
+-- Jobs without a key only pass through an empty function call (bench/tenants/suite.py
+-- measures that).
 WITH picked AS (
-    SELECT id, priority, concurrency_key AS key
+    SELECT id, priority, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL AS keyed
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'
@@ -430,50 +434,20 @@ WITH picked AS (
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), demand AS (
-    -- The key's own limit, else the default ('*'), else NULL: unlimited (least() and
-    -- greatest() ignore NULL). Joins, not a function call per key, which cost more per claim
-    -- as keys grow.
-    SELECT p.key, count(*)::integer AS n, coalesce(l.max_running, d.max_running) AS lim
-    FROM picked AS p
-    LEFT JOIN {schema}.concurrency_limits AS l ON l.key = p.key
-    LEFT JOIN {schema}.concurrency_limits AS d ON d.key = '*'
-    WHERE p.key IS NOT NULL
-    GROUP BY p.key, l.max_running, d.max_running
-), slot AS (
-    INSERT INTO {schema}.concurrency_slots AS s (key, running, admitted, max_running)
-    SELECT key, least(n, lim), least(n, lim), lim FROM demand ORDER BY key
-    ON CONFLICT (key) DO UPDATE
-    SET admitted = greatest(least(excluded.admitted, excluded.max_running - s.running), 0),
-        running = s.running + greatest(least(excluded.admitted,
-                                             excluded.max_running - s.running), 0),
-        max_running = excluded.max_running
-    RETURNING s.key, s.admitted
-), ranked AS (
-    SELECT p.id, p.key,
-           row_number() OVER (PARTITION BY p.key ORDER BY p.priority, p.id) <= s.admitted AS fits
-    FROM picked AS p
-    JOIN slot AS s ON s.key = p.key
-), parked AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'waiting'
-    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE NOT fits))
-    RETURNING j.id, j.priority
-), parked_rest AS (
-    -- In a function (migration 0006), so the planner does not cost every claim for parking
-    -- whole backlogs: that cost made PostgreSQL JIT-compile the claim (100+ ms).
-    SELECT {schema}.concurrency_park(ARRAY(SELECT DISTINCT key FROM ranked WHERE NOT fits),
-                                     ARRAY(SELECT id FROM picked)) AS n
+), admission AS (
+    SELECT a.job, a.fits
+    FROM {schema}.concurrency_admit(ARRAY(SELECT id FROM picked WHERE keyed ORDER BY priority, id),
+                                    ARRAY(SELECT id FROM picked)) AS a
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'running',
         attempt = j.attempt + 1,
         started_at = coalesce(%(now)s::timestamptz, now()),
         worker_id = %(worker_id)s
-    -- = ANY(ARRAY(...)) here and in parked: primary-key lookups in a generic plan too, where
-    -- a join with picked (estimated at a tenth of the queue) became a sequential scan of jobs.
-    WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE key IS NULL
-                           UNION ALL SELECT id FROM ranked WHERE fits))
+    -- = ANY(ARRAY(...)): primary-key lookups in a generic plan too, where a join with picked
+    -- (estimated at a tenth of the queue) became a sequential scan of jobs.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE NOT keyed
+                           UNION ALL SELECT job FROM admission WHERE fits))
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
               j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 )
@@ -481,9 +455,9 @@ SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false 
        trace_context, waited
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL
-FROM parked
-WHERE (SELECT n FROM parked_rest) IS NOT NULL;  -- a plain CTE runs only where it is read
+SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL
+FROM picked AS p JOIN admission AS a ON a.job = p.id
+WHERE NOT a.fits;
 
 -- name: job_claim_rated
 -- job_claim under rate limits: a queue's (migration 0011) and its jobs' tasks' and keys'
@@ -521,7 +495,8 @@ WITH queue_limit AS (
          FROM queue_limit AS l),
         %(limit)s) AS n
 ), picked AS (
-    SELECT id, priority, concurrency_key AS key, task
+    SELECT id, priority, task, {schema}.job_keys(concurrency_key, limit_keys) AS keys,
+           concurrency_key IS NOT NULL OR limit_keys IS NOT NULL AS keyed
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'
@@ -532,14 +507,16 @@ WITH queue_limit AS (
     LIMIT (SELECT n FROM allowance)
     FOR UPDATE SKIP LOCKED
 ), admitted AS (
-    -- Locks the picked jobs' tasks' and keys' limits (0012, 0025), and puts back the jobs over
-    -- them, each for when a window of its period and the start margin has room;
+    -- Locks the picked jobs' tasks' and keys' limits (0012, 0025, 0029), and puts back the
+    -- jobs over them, each for when a window of its period and the start margin has room;
     -- with %(job_limits)s false (no task or key has a limit) it is not called at all.
     SELECT a.job, a.back_at
-    FROM {schema}.job_rate_admit(
+    FROM {schema}.job_rate_admit_keys(
         ARRAY(SELECT id FROM picked ORDER BY priority, id),
         ARRAY(SELECT task FROM picked ORDER BY priority, id),
-        ARRAY(SELECT key FROM picked ORDER BY priority, id),
+        (SELECT coalesce(jsonb_agg(coalesce(to_jsonb(keys), '[]'::jsonb) ORDER BY priority, id),
+                         '[]'::jsonb)
+         FROM picked),
         coalesce(%(now)s::timestamptz, now()),
         %(start_margin)s::interval) AS a
     WHERE %(job_limits)s::boolean
@@ -547,40 +524,11 @@ WITH queue_limit AS (
     SELECT id, NULL::timestamptz FROM picked WHERE NOT %(job_limits)s::boolean
 ), entering AS (
     SELECT p.* FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NULL
-), demand AS (
-    -- The key's own limit, else the default ('*'), else NULL: unlimited (least() and
-    -- greatest() ignore NULL). Joins, not a function call per key, which cost more per claim
-    -- as keys grow.
-    SELECT p.key, count(*)::integer AS n, coalesce(l.max_running, d.max_running) AS lim
-    FROM entering AS p
-    LEFT JOIN {schema}.concurrency_limits AS l ON l.key = p.key
-    LEFT JOIN {schema}.concurrency_limits AS d ON d.key = '*'
-    WHERE p.key IS NOT NULL
-    GROUP BY p.key, l.max_running, d.max_running
-), slot AS (
-    INSERT INTO {schema}.concurrency_slots AS s (key, running, admitted, max_running)
-    SELECT key, least(n, lim), least(n, lim), lim FROM demand ORDER BY key
-    ON CONFLICT (key) DO UPDATE
-    SET admitted = greatest(least(excluded.admitted, excluded.max_running - s.running), 0),
-        running = s.running + greatest(least(excluded.admitted,
-                                             excluded.max_running - s.running), 0),
-        max_running = excluded.max_running
-    RETURNING s.key, s.admitted
-), ranked AS (
-    SELECT p.id, p.key,
-           row_number() OVER (PARTITION BY p.key ORDER BY p.priority, p.id) <= s.admitted AS fits
-    FROM entering AS p
-    JOIN slot AS s ON s.key = p.key
-), parked AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'waiting'
-    WHERE j.id = ANY(ARRAY(SELECT id FROM ranked WHERE NOT fits))
-    RETURNING j.id, j.priority
-), parked_rest AS (
-    -- In a function (migration 0006), so the planner does not cost every claim for parking
-    -- whole backlogs: that cost made PostgreSQL JIT-compile the claim (100+ ms).
-    SELECT {schema}.concurrency_park(ARRAY(SELECT DISTINCT key FROM ranked WHERE NOT fits),
-                                     ARRAY(SELECT id FROM picked)) AS n
+), admission AS (
+    SELECT a.job, a.fits
+    FROM {schema}.concurrency_admit(
+        ARRAY(SELECT id FROM entering WHERE keyed ORDER BY priority, id),
+        ARRAY(SELECT id FROM picked)) AS a
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'running',
@@ -589,17 +537,18 @@ WITH queue_limit AS (
         worker_id = %(worker_id)s
     -- = ANY(ARRAY(...)) here and in parked: primary-key lookups in a generic plan too, where
     -- a join with picked (estimated at a tenth of the queue) became a sequential scan of jobs.
-    WHERE j.id = ANY(ARRAY(SELECT id FROM entering WHERE key IS NULL
-                           UNION ALL SELECT id FROM ranked WHERE fits))
+    WHERE j.id = ANY(ARRAY(SELECT id FROM entering WHERE NOT keyed
+                           UNION ALL SELECT job FROM admission WHERE fits))
     RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
-              j.concurrency_key, j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
+              {schema}.job_keys(j.concurrency_key, j.limit_keys) AS keys, j.trace_context,
+              extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 ), recorded AS (
     -- The claimed jobs' starts, at their started_at.
     SELECT {schema}.rate_record(%(queue)s, (SELECT count(*) FROM claimed)::integer,
                                 coalesce(%(now)s::timestamptz, now())) AS queue_recorded,
            CASE WHEN %(job_limits)s::boolean
                 THEN {schema}.job_rate_record(ARRAY(SELECT task FROM claimed),
-                                              ARRAY(SELECT concurrency_key FROM claimed),
+                                              ARRAY(SELECT k FROM claimed AS c, unnest(c.keys) AS k),
                                               coalesce(%(now)s::timestamptz, now()))
                 ELSE 0 END AS jobs_recorded
 ), room AS (
@@ -619,9 +568,9 @@ SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false 
        trace_context, waited, NULL::float8 AS room_in, NULL::float8 AS back_in
 FROM claimed
 UNION ALL
-SELECT id, NULL, NULL, priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
-FROM parked
-WHERE (SELECT n FROM parked_rest) IS NOT NULL  -- a plain CTE runs only where it is read
+SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
+FROM entering AS p JOIN admission AS a ON a.job = p.id
+WHERE NOT a.fits
 UNION ALL
 SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, NULL, NULL
 FROM picked AS p JOIN admitted AS a ON a.job = p.id WHERE a.back_at IS NOT NULL
@@ -641,7 +590,8 @@ WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 -- job_claim_rated while tasks or keys have limits, and claims again (the locks are released
 -- at once, this being its own statement).
 WITH picked AS (
-    SELECT id, concurrency_key IS NOT NULL OR task = ANY(%(limited_tasks)s::text[]) AS keyed
+    SELECT id, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL OR vtime IS NOT NULL
+               OR task = ANY(%(limited_tasks)s::text[]) AS keyed
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'

@@ -102,12 +102,15 @@ ORDER BY r.kind DESC, r.name;
 
 -- name: queue_controls
 -- What workers must know of their queues: which are paused, which have a rate limit, which
--- tasks have one, and whether any key has one. Read when they start, after their listener
--- reconnects, and when polling only, every poll interval.
+-- tasks have one, whether any key has one, and which have had fair jobs (a fairness clock,
+-- migration 0030). Read when they start, after their listener reconnects, and when polling
+-- only, every poll interval.
 SELECT queue, 'paused' AS control FROM {schema}.queue_pauses
 UNION ALL
 SELECT queue, 'rated' FROM {schema}.rate_limits
 UNION ALL
 SELECT name, 'task' FROM {schema}.job_rate_limits WHERE kind = 'task'
 UNION ALL
-SELECT '*', 'keys' WHERE EXISTS (SELECT 1 FROM {schema}.job_rate_limits WHERE kind = 'key');
+SELECT '*', 'keys' WHERE EXISTS (SELECT 1 FROM {schema}.job_rate_limits WHERE kind = 'key')
+UNION ALL
+SELECT queue, 'fair' FROM {schema}.fairness_clocks;

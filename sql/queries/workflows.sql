@@ -31,14 +31,17 @@ WITH input AS (
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
          AS j(id bigint, queue text, task text, args jsonb, priority smallint,
               max_attempts integer, run_at timestamptz, delay double precision, atomic boolean,
-              concurrency_key text, tags text[], remaining integer, on_failure text,
+              concurrency_key text, limit_keys text[], fairness_key text,
+              vtime double precision, tags text[], remaining integer,
+              on_failure text,
               result_arg text, result_list boolean)
 ), inserted AS (
     INSERT INTO {schema}.jobs
-        (id, queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key, tags,
-         workflow_id, trace_context, status)
+        (id, queue, task, args, priority, max_attempts, run_at, atomic, concurrency_key,
+         limit_keys, fairness_key, vtime, tags, workflow_id, trace_context, status)
     SELECT id, queue, task, args, priority, max_attempts, due, coalesce(atomic, false),
-           concurrency_key, tags, %(workflow)s::bigint, %(trace_context)s::jsonb,
+           concurrency_key, limit_keys, fairness_key, vtime, tags, %(workflow)s::bigint,
+           %(trace_context)s::jsonb,
            CASE WHEN remaining > 0 THEN 'blocked'
                 WHEN due > coalesce(%(now)s::timestamptz, now()) THEN 'scheduled'
                 ELSE 'queued' END

@@ -145,6 +145,20 @@ async def tenant_job(key: str, seconds: float, fail_first: bool, ctx: JobContext
         raise RuntimeError("first attempt fails")
 
 
+@queue.task(
+    name="two_key_job",
+    limits=["tenant:{tenant}", "user:{tenant}:{user}"],
+    fairness_key="tenant:{tenant}",
+)
+async def two_key_job(tenant: int, user: int, seconds: float, ctx: JobContext) -> None:
+    """Holds two limit keys (its tenant and its user) while it sleeps, and shares the queue
+    fairly between tenants; records each end."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    _record(f"{ctx.job_id} end {ctx.attempt}")
+
+
 @queue.task(name="wf_step", retry=RetryPolicy(base=0, jitter=0))
 async def wf_step(x: int, ctx: JobContext) -> int:
     """A workflow step: records its start and end (monotonic ns, one clock for all processes)

@@ -76,17 +76,20 @@ def test_claim_is_an_index_range_scan_on_the_claim_index(
 def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
     dsn: str, schema: str
 ) -> None:
-    """With concurrency keys, the claim still starts on jobs_claim_idx and parks a saturated
-    key's other jobs through jobs_keyed_queued_idx: no statement of the claim scans jobs.
-    The parking runs in concurrency_park (migration 0006), whose statement auto_explain
-    reports."""
+    """With limit keys, the claim still starts on jobs_claim_idx and parks a saturated
+    key's other jobs through jobs_keyed_queued_idx (the concurrency_key) and
+    jobs_limit_keys_queued_idx (more keys): no statement of the claim scans jobs. The
+    admission and parking run in concurrency_admit and concurrency_park (migrations 0006,
+    0029), whose statements auto_explain reports."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
         conn.execute(
             sql.SQL(
-                "INSERT INTO {} (queue, task, args, concurrency_key) "
+                "INSERT INTO {} (queue, task, args, concurrency_key, limit_keys) "
                 "SELECT 'default', 't', '{{}}', CASE WHEN g % 3 = 0 THEN NULL "
-                "ELSE 'k' || (g % 5) END FROM generate_series(1, 20000) AS g"
+                "ELSE 'k' || (g % 5) END, "
+                "CASE WHEN g % 4 = 1 THEN ARRAY['u' || (g % 7)] END "
+                "FROM generate_series(1, 20000) AS g"
             ).format(table)
         )
         conn.execute(sql.SQL("ANALYZE {}").format(table))
@@ -110,8 +113,10 @@ def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
             (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
             plan = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]
             nested = [_logged_plan(m) for m in notices if "unnest(saturated)" in m]
-            assert len(nested) == 1, notices  # concurrency_park ran its statement once
-            nodes = plan_nodes(plan) + plan_nodes(nested[0])
+            assert len(nested) == 2, notices  # each parking statement ran once
+            inner = [_logged_plan(m) for m in notices if "plan:" in m and "job_keys" in m]
+            assert inner, notices  # the admission's own statements
+            nodes = [n for p in [plan, *nested, *inner] for n in plan_nodes(p)]
             on_jobs = [
                 n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
             ]
@@ -119,6 +124,8 @@ def test_keyed_claim_parks_a_saturated_keys_jobs_through_the_keyed_index(
             used = {n.get("Index Name") for n in nodes if "Index" in n["Node Type"]}
             parked = [n for n in nodes if n.get("Index Name") == "jobs_keyed_queued_idx"]
             assert parked and parked[0]["Actual Rows"] > 0  # the saturated keys' rest parked
+            more = [n for n in nodes if n.get("Index Name") == "jobs_limit_keys_queued_idx"]
+            assert more and more[0]["Actual Rows"] > 0
             assert {"jobs_claim_idx", "jobs_keyed_queued_idx"} <= used, used
             conn.rollback()
 
@@ -160,3 +167,46 @@ def test_keyed_claim_from_the_floor_stays_under_the_jit_threshold_with_a_big_bac
         (doc,) = conn.execute(explain, params).fetchone()  # type: ignore[misc]
         cost = (doc if isinstance(doc, list) else json.loads(doc))[0]["Plan"]["Total Cost"]
     assert cost < 100_000, cost
+
+
+@pytest.mark.parametrize("hint", [(-32768, float("-inf")), (0, 500.0)], ids=["floor", "hinted"])
+def test_fair_claim_is_an_index_range_scan_on_the_fair_claim_index(
+    dsn: str, schema: str, hint: tuple[int, float]
+) -> None:
+    """job_claim_fair walks jobs_fair_claim_idx from its (priority, vtime) hint, a start
+    bound, whatever the plan: dead entries below the hint are never visited."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        table = sql.SQL("{}.jobs").format(sql.Identifier(schema))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args, priority, fairness_key, vtime) "
+                "SELECT 'default', 't', '{{}}', (g % 3) - 1, "
+                "CASE WHEN g % 4 = 0 THEN NULL ELSE 'k' || (g % 50) END, "
+                "CASE WHEN g % 4 = 0 THEN NULL ELSE g / 10.0 END "
+                "FROM generate_series(1, 20000) AS g"
+            ).format(table)
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+    params = {
+        "queue": "default",
+        "after_priority": hint[0],
+        "after_vtime": hint[1],
+        "limit": 10,
+        "worker_id": 1,
+        "now": None,
+    }
+    claim = query("job_claim_fair", schema)
+    with psycopg.connect(dsn) as conn:
+        for mode, explain in (("custom", custom_plan), ("generic", generic_plan)):
+            plan = explain(conn, claim, params)
+            on_jobs = [
+                n
+                for n in plan_nodes(plan)
+                if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+            ]
+            assert all("Index" in n["Node Type"] for n in on_jobs), json.dumps(plan, indent=1)
+            scans = [n for n in on_jobs if n.get("Index Name") == "jobs_fair_claim_idx"]
+            assert len(scans) == 1, json.dumps(plan, indent=1)
+            cond = scans[0].get("Index Cond", "")
+            assert "queue =" in cond and "ROW(priority, vtime) >=" in cond, (mode, cond)
+        conn.rollback()

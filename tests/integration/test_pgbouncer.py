@@ -87,7 +87,15 @@ def test_poll_only_workers_run_every_job_once_through_pgbouncer(
                 [schema],
             ).fetchone()
             assert held == (0,)
-        queue.enqueue_many([apps.noop.job() for _ in range(jobs)])
+        # Half the jobs hold two limit keys (every key at most 2 at once) and a fairness key:
+        # their admission, release and stamping hold no session state either.
+        queue.set_concurrency_limit(None, 2)
+        keyed = [
+            apps.noop.with_options(limits=[f"t{i % 3}", f"u{i % 5}"], fairness_key=f"t{i % 3}")
+            for i in range(jobs // 2)
+        ]
+        queue.enqueue_many([task.job() for task in keyed])
+        queue.enqueue_many([apps.noop.job() for _ in range(jobs - jobs // 2)])
         with psycopg.connect(dsn) as conn:
 
             def finished() -> int:

@@ -15,6 +15,7 @@ EXPECTED = [
     "EmbeddedServerError",
     "Enqueued",
     "EnqueuedWorkflow",
+    "FairShare",
     "Group",
     "InvalidArgumentsError",
     "Job",

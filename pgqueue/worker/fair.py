@@ -1,0 +1,109 @@
+"""The fair claim's hints: where each fair queue's next job_claim_fair starts.
+
+Owns: per queue, the (priority, vtime) after which this worker's fair claims start.
+
+Invariants:
+- A fair claim starts at the hint: the highest (priority, vtime) this worker's claims had
+  reached before its last one, an index start bound, so the dead entries a long transaction
+  keeps below it are never walked, and the last claim's range is walked again (a batch of
+  entries). A job that becomes queued is moved at commit to at least its queue's clock, as
+  every claim that committed before it could be seen left it (migration 0030): so it is at
+  or after the hint of any worker's claim that can see it. The claim misses only jobs of more
+  urgent priorities than the hint's: a wake-up at such a priority, or one that says nothing
+  of where, sends the next claim to the floor.
+- The safety net, as for the plain claim: the hint is forgotten every hint_reset_interval
+  (jittered).
+
+The claimer (claimer.py) calls `claim` first for a queue that has had fair jobs, and claims
+the rest of the round's room with the plain claim (jobs without a fairness key). Deadlocks
+on slot rows are retried, as there.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from pgqueue.models import WorkerSettings
+from pgqueue.runtime.link import Link
+from pgqueue.store.fairness import FAIR_FLOOR, FairClaimed, FairClaimParams, claim_fair
+from pgqueue.store.plan import AsyncConn
+from pgqueue.wakeup import Position
+
+CLAIM_RETRIES = 5
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # the claim's floor and ceiling priorities
+
+
+@dataclass
+class _FairHint:
+    after: tuple[int, float] | None = None  # where claims start; None: from the floor
+    reached: tuple[int, float] | None = None  # the highest any claim reached so far
+    deadline: float = 0.0
+
+    def moved(self, top: tuple[int, float]) -> None:
+        """A claim walked up to `top`: the next one starts where the claims before it had
+        reached."""
+        self.after = self.reached
+        self.reached = top if self.reached is None else max(self.reached, top)
+
+    def forget(self) -> None:
+        self.after = self.reached = None
+
+
+class FairHints:
+    def __init__(self, link: Link, schema: str, settings: WorkerSettings, worker_id: int) -> None:
+        self.link = link
+        self.schema = schema
+        self.settings = settings
+        self.worker_id = worker_id
+        self._hints: dict[str, _FairHint] = {}
+        self._rng = random.Random()
+
+    def announce(self, queue: str, position: Position | None) -> None:
+        """A wake-up in `queue`: claim from the floor next if it may lie before the hint."""
+        hint = self._hints.get(queue)
+        if hint is None or hint.after is None:
+            return
+        if position is None or position[0] < hint.after[0]:
+            hint.forget()
+
+    def forget(self) -> None:
+        for hint in self._hints.values():
+            hint.forget()
+
+    def wake_range(self, queue: str) -> tuple[int, int]:
+        """While every slot is busy: the priorities whose new jobs the next fair claim finds
+        without a wake-up: its hint's and after (every one from the floor). A more urgent job
+        is announced, and its wake-up sends the claim to the floor."""
+        hint = self._hints.get(queue)
+        if hint is None or hint.after is None:
+            return PRIORITY_MIN, PRIORITY_MAX
+        return hint.after[0], PRIORITY_MAX
+
+    async def claim(self, queue: str, want: int) -> FairClaimed:
+        """Up to `want` fair jobs of `queue` from its hint; moves the hint past them."""
+        hint = self._hints.setdefault(queue, _FairHint())
+        now = time.monotonic()
+        if hint.reached is not None and now >= hint.deadline:
+            hint.forget()
+        if hint.reached is None:
+            s = self.settings
+            spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
+            hint.deadline = now + s.hint_reset_interval.total_seconds() * spread
+        params = FairClaimParams(queue, hint.after or FAIR_FLOOR, want, self.worker_id)
+
+        async def run(conn: AsyncConn) -> FairClaimed:
+            for _ in range(CLAIM_RETRIES - 1):
+                try:
+                    return await claim_fair(conn, self.schema, params)
+                except psycopg.errors.DeadlockDetected:
+                    pass
+            return await claim_fair(conn, self.schema, params)
+
+        got = await self.link.run(run)
+        if got.top is not None:
+            hint.moved(got.top)
+        return got

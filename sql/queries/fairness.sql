@@ -1,0 +1,151 @@
+-- Fair shares across keys within a queue (migration 0030): stamping enqueued jobs with their
+-- virtual start time, the fair claim, weights, and what the dashboard and metrics read.
+
+-- name: fairness_stamp
+-- Where the fair jobs of one enqueue start: per (queue, key) of the input pairs (one pair per
+-- job), the vtime of its first job and the step (1 / weight) between its jobs, which the
+-- caller hands out in input order. Moves each key's clock past them: the later of the key's
+-- clock and the queue's, plus the jobs times the step. The key's row stays locked until the
+-- caller's transaction ends, so two enqueues of one key never hand out the same vtimes; rows
+-- are taken in (queue, key) order, so two enqueues never wait on each other in a cycle. The
+-- first fair job of a queue creates its clock and tells the workers at commit ('!rates
+-- queue'), so they claim it fairly from their next round.
+WITH input AS (
+    SELECT i.queue, i.key, count(*)::integer AS n
+    FROM unnest(%(queues)s::text[], %(keys)s::text[]) AS i (queue, key)
+    GROUP BY i.queue, i.key
+), clock AS (
+    INSERT INTO {schema}.fairness_clocks (queue, vtime)
+    SELECT DISTINCT queue, 0 FROM input ORDER BY queue
+    ON CONFLICT (queue) DO NOTHING
+    RETURNING queue
+), told AS (
+    SELECT count(pg_notify({wake_channel}, '!rates ' || queue)) AS n FROM clock
+), stamped AS (
+    INSERT INTO {schema}.fairness_keys AS f (queue, key, vtime, step, batch)
+    SELECT i.queue, i.key, coalesce(c.vtime, 0) + i.n * s.step, s.step, i.n
+    FROM input AS i
+    LEFT JOIN {schema}.fairness_clocks AS c ON c.queue = i.queue
+    CROSS JOIN LATERAL (
+        SELECT 1.0 / coalesce((SELECT w.weight FROM {schema}.fairness_weights AS w
+                               WHERE w.key = i.key), 1) AS step
+    ) AS s
+    ORDER BY i.queue, i.key
+    ON CONFLICT (queue, key) DO UPDATE
+    SET vtime = greatest(f.vtime, excluded.vtime - excluded.batch * excluded.step)
+                + excluded.batch * excluded.step,
+        step = excluded.step,
+        batch = excluded.batch
+    RETURNING f.queue, f.key, f.vtime - f.batch * f.step AS start, f.step
+)
+SELECT queue, key, start, step FROM stamped WHERE (SELECT n FROM told) IS NOT NULL;
+
+-- name: job_claim_fair
+-- Claims up to %(limit)s queued fair jobs (those with a vtime) of one queue in (priority,
+-- vtime, id) order, from the worker's hint: a range scan of jobs_fair_claim_idx starting at
+-- (priority, vtime) >= the hint, so dead entries below it are never walked. `>=`, not `>`:
+-- a job stamped with exactly the queue's clock may sit at the hint's vtime with a lower id.
+-- No queued fair job is behind the queue's clock, which is at or past every hint: enqueues
+-- stamp from the clock, and every way back to 'queued' restamps (migration 0030).
+-- Keyed jobs are admitted as in job_claim (concurrency_admit). Moves the queue's clock to the
+-- highest vtime claimed, and counts the starts per key and minute (fairness_starts). Returns
+-- each row's vtime, where the worker's next fair claim starts.
+WITH picked AS (
+    SELECT id, priority, vtime, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL AS keyed
+    FROM {schema}.jobs
+    WHERE queue = %(queue)s
+      AND status = 'queued'
+      AND vtime IS NOT NULL
+      AND NOT atomic
+      AND (priority, vtime) >= (%(after_priority)s::smallint, %(after_vtime)s::float8)
+    ORDER BY priority, vtime, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), admission AS (
+    SELECT a.job, a.fits
+    FROM {schema}.concurrency_admit(
+        ARRAY(SELECT id FROM picked WHERE keyed ORDER BY priority, vtime, id),
+        ARRAY(SELECT id FROM picked)) AS a
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        attempt = j.attempt + 1,
+        started_at = coalesce(%(now)s::timestamptz, now()),
+        worker_id = %(worker_id)s
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked WHERE NOT keyed
+                           UNION ALL SELECT job FROM admission WHERE fits))
+    RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
+              j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited,
+              j.vtime, j.fairness_key
+), clock AS (
+    INSERT INTO {schema}.fairness_clocks AS c (queue, vtime)
+    SELECT %(queue)s, max(vtime) FROM claimed HAVING count(*) > 0
+    ON CONFLICT (queue) DO UPDATE SET vtime = excluded.vtime WHERE c.vtime < excluded.vtime
+    RETURNING c.vtime
+), counted AS (
+    INSERT INTO {schema}.fairness_starts AS s (minute, queue, key, started)
+    SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), %(queue)s,
+           fairness_key, count(*)::integer
+    FROM claimed
+    WHERE fairness_key IS NOT NULL
+    GROUP BY fairness_key
+    ORDER BY fairness_key
+    ON CONFLICT (minute, queue, key) DO UPDATE SET started = s.started + excluded.started
+    RETURNING s.key
+)
+SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
+       trace_context, waited, vtime
+FROM claimed
+UNION ALL
+SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, p.vtime
+FROM picked AS p JOIN admission AS a ON a.job = p.id
+WHERE NOT a.fits;
+
+-- name: fairness_weight_set
+-- Sets one key's weight; jobs enqueued from now on step by 1 / weight.
+INSERT INTO {schema}.fairness_weights (key, weight) VALUES (%(key)s, %(weight)s)
+ON CONFLICT (key) DO UPDATE SET weight = excluded.weight;
+
+-- name: fairness_weight_delete
+-- Removes one key's weight: back to 1.
+DELETE FROM {schema}.fairness_weights WHERE key = %(key)s;
+
+-- name: fairness_list
+-- Per queue and fairness key: its weight, its queued and running fair jobs, and the share of
+-- the queue's fair starts it received over the last %(window)s seconds against the share its
+-- weight owes it among the keys that were backlogged or started jobs in that window; for
+-- admins (a walk of the queued and running fair jobs, and of the window's start counts).
+WITH live AS (
+    SELECT queue, fairness_key AS key,
+           count(*) FILTER (WHERE status = 'queued') AS queued,
+           count(*) FILTER (WHERE status = 'running') AS running
+    FROM {schema}.jobs
+    WHERE fairness_key IS NOT NULL AND status IN ('queued', 'running', 'waiting')
+    GROUP BY queue, fairness_key
+), started AS (
+    SELECT queue, key, sum(started)::bigint AS n
+    FROM {schema}.fairness_starts
+    WHERE minute >= date_trunc('minute', coalesce(%(now)s::timestamptz, now())
+                                         - make_interval(secs => %(window)s))
+    GROUP BY queue, key
+), keys AS (
+    SELECT coalesce(l.queue, s.queue) AS queue, coalesce(l.key, s.key) AS key,
+           coalesce(l.queued, 0) AS queued, coalesce(l.running, 0) AS running,
+           coalesce(s.n, 0) AS started,
+           coalesce((SELECT w.weight FROM {schema}.fairness_weights AS w
+                     WHERE w.key = coalesce(l.key, s.key)), 1) AS weight
+    FROM live AS l FULL JOIN started AS s ON s.queue = l.queue AND s.key = l.key
+)
+SELECT queue, key, weight, queued, running, started,
+       CASE WHEN sum(started) OVER q > 0
+            THEN started::float8 / sum(started) OVER q END AS share,
+       weight / sum(weight) OVER q AS owed
+FROM keys
+WINDOW q AS (PARTITION BY queue)
+ORDER BY queue, key;
+
+-- name: fairness_starts_prune
+-- Deletes start counts older than a day (the worker's sweep); the window the dashboard and
+-- metrics read is shorter.
+DELETE FROM {schema}.fairness_starts
+WHERE minute < coalesce(%(now)s::timestamptz, now()) - interval '1 day';
