@@ -7,8 +7,9 @@ without running again, or runs and records. The logic of each call is written on
 generator of effects (run a plan, call the function, end or roll back a segment) that a sync
 and an async driver carry out; the only place the twins differ.
 
-Guarantees. A lease job's step records its result in a short transaction of its own right
-after its function returns: at least once (a crash before the record runs it again), never
+Guarantees. A lease job's step records its result in a short transaction right after its
+function returns (together with the records its worker's other jobs reach meanwhile), and
+returns once it committed: at least once (a crash before the record runs it again), never
 again once the record committed. An atomic job's handler runs in segments, each one
 transaction on the job's connection that ends at a durable call: what the handler wrote
 since the previous one commits together with the step's record; on a replay, what the handler
@@ -49,7 +50,7 @@ from pgqueue.models import LONGEST_WAIT, ClaimedJob, duration
 from pgqueue.registry import CancelSignal, Snooze
 from pgqueue.store.plan import Plan
 from pgqueue.store.signals import park_plan, send_plan, take_plan, timeout_plan, wait_read_plan
-from pgqueue.store.steps import Journal, Recorded, read_plan, record_plan
+from pgqueue.store.steps import Journal, Recorded, StepRecord, read_plan, record_plan
 from pgqueue.worker.checkpoints import Backend, JobLostError
 from pgqueue.worker.observe import Observers, StepEvent
 
@@ -85,6 +86,17 @@ class _Run:
         self.make = make
 
 
+class _Record(_Run):
+    """Make a step's record: in the job's transaction (atomic jobs, `make`), or together
+    with other jobs' records (lease jobs, `record`)."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, make: Callable[[], Plan[Any]], record: StepRecord) -> None:
+        super().__init__(make)
+        self.record = record
+
+
 class _Call:
     __slots__ = ("args", "fn", "kwargs")
 
@@ -100,7 +112,7 @@ class _End:
 
 
 _DISCARD = object()
-Effect = Any  # _Run, _Call, _End or _DISCARD
+Effect = Any  # _Run (_Record), _Call, _End or _DISCARD
 Flow = Generator[Effect, Any, T]
 
 
@@ -159,6 +171,8 @@ class Durable:
             return result
 
     def _carry_out(self, effect: Effect) -> Any:
+        if isinstance(effect, _Record):
+            return self.backend.record(effect.make, effect.record)
         if isinstance(effect, _Run):
             return self.backend.run(effect.make)
         if isinstance(effect, _Call):
@@ -185,6 +199,8 @@ class Durable:
             return result
 
     async def _acarry_out(self, effect: Effect) -> Any:
+        if isinstance(effect, _Record):
+            return await self.backend.arecord(effect.make, effect.record)
         if isinstance(effect, _Run):
             return await self.backend.arun(effect.make)
         if isinstance(effect, _Call):
@@ -260,9 +276,7 @@ class Durable:
                     "None)"
                 ) from None
             step = Recorded(seq, name, "step", None)
-            found = yield _Run(
-                lambda: record_plan(self.schema, self.job, step, started, encoded=encoded)
-            )
+            found = yield self._record(StepRecord(self.job, step, started, encoded))
             done = self._settled(found, step)
         except BaseException as exc:
             took = time.monotonic() - clock
@@ -280,11 +294,7 @@ class Durable:
             seq, started = self.seq, _now()
             step = Recorded(seq, name, "sleep", None)
             encoded = None if until is None else _until_json(until)
-            found = yield _Run(
-                lambda: record_plan(
-                    self.schema, self.job, step, started, encoded=encoded, sleep_seconds=seconds
-                )
-            )
+            found = yield self._record(StepRecord(self.job, step, started, encoded, seconds))
             recorded = self._settled(found, step)
             now = found[1]
             self._tell(seq, name, "sleep", "recorded", until=_until_at(recorded))
@@ -334,6 +344,9 @@ class Durable:
         # Not parked: a signal came meanwhile, cancellation was requested, or the job is not
         # ours. Run again at once: the next attempt takes the signal (or ends as cancelled).
         raise Snooze(0)
+
+    def _record(self, record: StepRecord) -> _Record:
+        return _Record(lambda: record_plan(self.schema, record), record)
 
     # -- the replay -------------------------------------------------------------------------
 

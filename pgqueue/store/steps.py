@@ -3,6 +3,7 @@ Runs sql/queries/steps.sql."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -74,36 +75,83 @@ def read_plan(schema: str, job_id: int) -> Plan[Journal]:
     return Journal(steps, rows[0].now)
 
 
-def record_plan(
-    schema: str,
-    job: ClaimedJob,
-    step: Recorded,
-    started_at: datetime,
-    *,
-    encoded: str | None,
-    sleep_seconds: float | None = None,
-) -> Plan[tuple[Recorded, datetime] | None]:
-    """Record `step` (its result as JSON text `encoded`; or a sleep of `sleep_seconds`): the
-    step as recorded, which is the one found if it already was, and the database's clock.
-    None when the job is no longer running this attempt for this worker and the step was not
-    recorded."""
-    params = _guard(job) | {
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A record to make: `step` of `job` (its result as JSON text `encoded`; or a sleep of
+    `sleep_seconds`, ending by the database's clock), begun at `started_at`."""
+
+    job: ClaimedJob
+    step: Recorded
+    started_at: datetime
+    encoded: str | None
+    sleep_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _WrittenOne:
+    """A row of job_step_record_many: which record went in, its result, and when."""
+
+    job_id: int
+    seq: int
+    result: object
+    finished_at: datetime
+
+
+def record_plan(schema: str, record: StepRecord) -> Plan[tuple[Recorded, datetime] | None]:
+    """Make `record`: the step as recorded, which is the one found if it already was, and the
+    database's clock. None when the job is no longer running this attempt for this worker and
+    the step was not recorded."""
+    step = record.step
+    params = _guard(record.job) | {
         "seq": step.seq,
         "name": step.name,
         "kind": step.kind,
-        "result": encoded,
-        "sleep_seconds": sleep_seconds,
-        "started_at": started_at,
+        "result": record.encoded,
+        "sleep_seconds": record.sleep_seconds,
+        "started_at": record.started_at,
     }
     written = rows_as(_Written, (yield query("job_step_record", schema), params))
     if written:
         return Recorded(step.seq, step.name, step.kind, written[0].result), written[0].finished_at
-    where = {"job_id": job.id, "seq": step.seq}
+    return (yield from _found_plan(schema, record))
+
+
+def record_many_plan(
+    schema: str, records: Sequence[StepRecord]
+) -> Plan[list[tuple[Recorded, datetime] | None]]:
+    """Make `records` in one statement: for each, in order, what record_plan returns for it
+    alone. A record whose job is no longer ours leaves the others recorded."""
+    params = {
+        "job_ids": [r.job.id for r in records],
+        "worker_ids": [r.job.worker_id for r in records],
+        "attempts": [r.job.attempt for r in records],
+        "seqs": [r.step.seq for r in records],
+        "names": [r.step.name for r in records],
+        "kinds": [r.step.kind for r in records],
+        "results": [r.encoded for r in records],
+        "sleep_seconds": [r.sleep_seconds for r in records],
+        "started_ats": [r.started_at for r in records],
+    }
+    rows = rows_as(_WrittenOne, (yield query("job_step_record_many", schema), params))
+    written = {(row.job_id, row.seq): row for row in rows}
+    made: list[tuple[Recorded, datetime] | None] = []
+    for record in records:
+        step, row = record.step, written.get((record.job.id, record.step.seq))
+        if row is None:
+            made.append((yield from _found_plan(schema, record)))
+        else:
+            made.append((Recorded(step.seq, step.name, step.kind, row.result), row.finished_at))
+    return made
+
+
+def _found_plan(schema: str, record: StepRecord) -> Plan[tuple[Recorded, datetime] | None]:
+    """A record that did not go in: the step already recorded at its place, if one is."""
+    where = {"job_id": record.job.id, "seq": record.step.seq}
     found = rows_as(_Found, (yield query("job_step_read", schema), where))
     if not found:
         return None
     row = found[0]
-    return Recorded(step.seq, row.name, row.kind, row.result), row.now
+    return Recorded(record.step.seq, row.name, row.kind, row.result), row.now
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,13 @@ from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooz
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
-from pgqueue.worker.checkpoints import AsyncAtomicBackend, AtomicBackend, Backend, LeaseBackend
+from pgqueue.worker.checkpoints import (
+    AsyncAtomicBackend,
+    AtomicBackend,
+    Backend,
+    LeaseBackend,
+    StepRecorder,
+)
 from pgqueue.worker.observe import Observers
 
 log = logging.getLogger("pgqueue.job")
@@ -105,7 +111,9 @@ class Executor:
         self.threads = ThreadPoolExecutor(max_threads, thread_name_prefix="pgqueue-job")
         self.max_result_bytes = max_result_bytes
         self.schema = schema
-        self.steps = None if dsn is None else Link(dsn, "steps", prepare=prepare)
+        self.steps = (
+            None if dsn is None else StepRecorder(Link(dsn, "steps", prepare=prepare), schema)
+        )
         self._handoff: _Handoff | None = None
         self.observers = observers
 
@@ -117,7 +125,7 @@ class Executor:
         their own (their jobs were put back), and nothing waits for them."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         if self.steps is not None:
-            await self.steps.close()
+            await self.steps.link.close()
 
     def health(self) -> Health:
         return Health(True)

@@ -33,6 +33,46 @@ WHERE EXISTS (
 ON CONFLICT (job_id, seq) DO NOTHING
 RETURNING s.result, s.finished_at;
 
+-- name: job_step_record_many
+-- Records a batch of steps, one per element of the arrays (a lease worker group-commits the
+-- steps its jobs reach together: pgqueue/worker/checkpoints.py), as job_step_record does one:
+-- its result, or for a sleep (its `sleep_seconds` not NULL) the time it ends by the database's
+-- clock. Guard, per record: only while its job is still running that attempt for that worker,
+-- so a record whose job was moved (rescued after the lease lapsed) is left out and the others
+-- go in. The guard locks the jobs' rows (FOR SHARE) in id order, like every
+-- statement that locks several jobs, so two never deadlock: a rescue racing the batch waits
+-- for it to commit, and the next attempt reads the records; or the batch waits for the rescue
+-- and then finds that job moved (its row is checked again once locked). Steps already
+-- recorded are kept (ON CONFLICT DO NOTHING). Returns the records that went in; the caller
+-- reads the others with job_step_read. The running guard compares with a value the planner
+-- does not know, as job_finish_many does, so it never walks the partial index jobs_running_idx.
+WITH r AS MATERIALIZED (
+    SELECT *
+    FROM unnest(%(job_ids)s::bigint[], %(worker_ids)s::bigint[], %(attempts)s::integer[],
+                %(seqs)s::integer[], %(names)s::text[], %(kinds)s::text[], %(results)s::text[],
+                %(sleep_seconds)s::float8[], %(started_ats)s::timestamptz[])
+         AS r(job_id, worker_id, attempt, seq, name, kind, result, sleep_seconds, started_at)
+), ours AS MATERIALIZED (
+    SELECT j.id, j.worker_id, j.attempt
+    FROM {schema}.jobs AS j
+    WHERE j.id = ANY(%(job_ids)s::bigint[]) AND j.status = (SELECT 'running'::text)
+      AND j.worker_id = ANY(%(worker_ids)s::bigint[])
+    ORDER BY j.id
+    FOR SHARE OF j
+)
+INSERT INTO {schema}.job_steps AS s (job_id, seq, name, kind, result, started_at, finished_at)
+SELECT r.job_id, r.seq, r.name, r.kind,
+       coalesce(r.result::jsonb,
+                jsonb_build_object('until', e.ends, 'until_epoch', extract(epoch FROM e.ends))),
+       r.started_at, clock_timestamp()
+FROM r
+JOIN ours ON ours.id = r.job_id AND ours.worker_id = r.worker_id AND ours.attempt = r.attempt
+CROSS JOIN LATERAL (
+    SELECT clock_timestamp() + make_interval(secs => r.sleep_seconds) AS ends
+) AS e
+ON CONFLICT (job_id, seq) DO NOTHING
+RETURNING s.job_id, s.seq, s.result, s.finished_at;
+
 -- name: job_step_read
 -- One recorded step: its name, kind and result (after job_step_record found it taken).
 SELECT name, kind, result, clock_timestamp() FROM {schema}.job_steps
