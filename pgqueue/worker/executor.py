@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.codec import to_json_result
+from pgqueue.codec import encode_json, to_json_result
 from pgqueue.durable import Durable, Parked
 from pgqueue.errors import (
     InvalidArgumentsError,
@@ -47,6 +47,11 @@ from pgqueue.worker.checkpoints import AsyncAtomicBackend, AtomicBackend, Backen
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
 _DEFAULT_RETRY = RetryPolicy()
+# A plain success as job_finish_many's JSON object, formatted directly: building a dict and
+# encoding it stood out in a short job's profile. The keys it leaves out (error, result,
+# retry_in, snooze, progress) the statement reads as null, as it reads them when they are
+# null; the duration is given to the microsecond, what history keeps.
+_SUCCEEDED_ROW = '{"id":%d,"attempt":%d,"worker_id":%d,"status":"succeeded","duration":%.6f}'
 
 
 @dataclass(slots=True)
@@ -79,6 +84,18 @@ class Outcome:
             "snooze": self.snooze,
             "progress": self.progress,
         }
+
+    def as_json(self) -> str:
+        """This outcome as job_finish_many's JSON object."""
+        if (
+            self.status == "succeeded"
+            and self.result is None
+            and self.progress is None
+            and self.duration is not None
+        ):
+            job = self.job
+            return _SUCCEEDED_ROW % (job.id, job.attempt, job.worker_id, self.duration)
+        return encode_json(self.as_row())
 
 
 class Executor:
