@@ -14,15 +14,12 @@ put back rather than failed. A job past the time its rate limits need it to star
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import logging
-import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -43,6 +40,7 @@ from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
 from pgqueue.worker.checkpoints import AsyncAtomicBackend, AtomicBackend, Backend, LeaseBackend
+from pgqueue.worker.threads import Handoff, Threads
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
@@ -117,11 +115,11 @@ class Executor:
         """`dsn` and `schema`: where lease jobs record their durable steps (durable.py), on
         a connection opened at the first step."""
         self.registry = registry
-        self.threads = ThreadPoolExecutor(max_threads, thread_name_prefix="pgqueue-job")
+        self.threads = Threads(max_threads, "pgqueue-job")
         self.max_result_bytes = max_result_bytes
         self.schema = schema
         self.steps = None if dsn is None else Link(dsn, "steps", prepare=prepare)
-        self._handoff: _Handoff | None = None
+        self._handoff: Handoff | None = None
 
     async def start(self) -> None:
         """Nothing to start: threads start with the first sync jobs."""
@@ -129,7 +127,7 @@ class Executor:
     async def stop(self, deadline: float) -> None:
         """Sync handlers cannot be interrupted: threads still running one are left to end on
         their own (their jobs were put back), and nothing waits for them."""
-        self.threads.shutdown(wait=False, cancel_futures=True)
+        self.threads.shutdown()
         if self.steps is not None:
             await self.steps.close()
 
@@ -179,7 +177,7 @@ class Executor:
         """Run `call` in the thread pool; the future has its result or exception."""
         loop = asyncio.get_running_loop()
         if self._handoff is None or self._handoff.loop is not loop:
-            self._handoff = _Handoff(loop, self.threads)
+            self._handoff = Handoff(loop, self.threads)
         return self._handoff.run(call)
 
     def run_sync(self, job: ClaimedJob, connection: Any) -> Outcome:
@@ -342,55 +340,6 @@ class Executor:
             error["error"],
         )
         return Outcome(job, "failed", duration, error=error)
-
-
-class _Handoff:
-    """Sync handlers' trips to the thread pool and back, with one wake-up of the event loop
-    for all the results that arrive together, where run_in_executor wakes the loop once per
-    call, which dominated a short `def` handler's cost. It also delivers StopIteration, which
-    an asyncio future refuses: through run_in_executor a handler raising it left its job
-    waiting forever."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, threads: ThreadPoolExecutor) -> None:
-        self.loop = loop
-        self.threads = threads
-        self._lock = threading.Lock()
-        self._done: list[tuple[asyncio.Future[Any], bool, Any]] = []
-        self._woken = False
-
-    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = self.loop.create_future()
-        self.threads.submit(self._work, future, call)
-        return future
-
-    def _work(self, future: asyncio.Future[Any], call: Callable[[], Any]) -> None:
-        """In a pool thread: run the call, queue its result, wake the loop if nobody has."""
-        try:
-            done = (future, True, call())
-        except StopIteration as exc:
-            refused = RuntimeError(f"the handler raised StopIteration: {exc}")
-            refused.__cause__ = exc  # its traceback stays in the job's error record
-            done = (future, False, refused)
-        except BaseException as exc:  # the handler's to report, whatever it is
-            done = (future, False, exc)
-        with self._lock:
-            self._done.append(done)
-            wake, self._woken = not self._woken, True
-        if wake:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
-                self.loop.call_soon_threadsafe(self._deliver)
-
-    def _deliver(self) -> None:
-        """On the loop: hand every queued result to its future (a timed-out one is gone)."""
-        with self._lock:
-            done, self._done, self._woken = self._done, [], False
-        for future, ok, value in done:
-            if future.cancelled():
-                continue
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
 
 
 def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
