@@ -338,6 +338,7 @@ class FetchLoop:
         for task in leftover:
             task.cancel()
         await asyncio.gather(*leftover, return_exceptions=True)
+        self.running.clear()  # a job's task cancelled before its first step never left it
         # Sync handlers cannot be interrupted; their threads run on but their jobs are put
         # back, and any late outcome is refused by the completion guard.
         self.abandoned_threads = sum(
