@@ -57,10 +57,13 @@ def query(name: str, schema: str) -> sql.Composed:
 def statement(name: str, schema: str) -> bytes | sql.Composed:
     """The named query rendered once to bytes, for statements run once per job: psycopg
     renders a Composed again at every execute, a visible share of an enqueue's client time.
+    Its lines lose their indentation: psycopg parses and hashes a statement longer than its
+    cache's limit (4 KiB) again at every execute, which job_finish_many was, indented. No
+    query has a string literal across lines, which this would change (test_queries.py).
     ASCII is the same bytes in every client encoding; a schema name outside it keeps the
     Composed."""
     composed = query(name, schema)
-    text = composed.as_string(None)
+    text = "\n".join(line.lstrip() for line in composed.as_string(None).splitlines())
     return text.encode("ascii") if text.isascii() else composed
 
 

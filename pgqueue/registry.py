@@ -580,7 +580,9 @@ class _PlainFields:
     or raises the same error: tests/unit/test_registry.py compares the two paths.
     """
 
-    params: tuple[inspect.Parameter, ...]
+    # Each parameter in order as (name, its type, or None for the context, whether it is
+    # passed by position): read once per job, where inspect.Parameter's properties cost.
+    loads: tuple[tuple[str, type | None, bool], ...]
     types: dict[str, type]
     positional: tuple[str, ...]
     positional_only: frozenset[str]
@@ -619,16 +621,22 @@ class _PlainFields:
     ) -> tuple[list[Any], dict[str, Any]] | None:
         if not stored.keys() <= self.types.keys() or not self.required <= stored.keys():
             return None
-        given: list[tuple[inspect.Parameter, Any]] = []
-        for param in self.params:
-            if param.name == self.context:
-                given.append((param, context))
-            elif param.name in stored:
-                value = stored[param.name]
-                if not _plain_value(self.types[param.name], value):
+        positional: list[Any] = []
+        keyword: dict[str, Any] = {}
+        for name, kind, by_position in self.loads:
+            if kind is None:
+                value: Any = context
+            elif name in stored:
+                value = stored[name]
+                if not _plain_value(kind, value):
                     return None
-                given.append((param, value))
-        return _call_args(given)
+            else:
+                continue
+            if by_position:
+                positional.append(value)
+            else:
+                keyword[name] = value
+        return positional, keyword
 
 
 def _call_args(given: list[tuple[inspect.Parameter, Any]]) -> tuple[list[Any], dict[str, Any]]:
@@ -671,7 +679,7 @@ def _plain_fields(task: Task[..., Any]) -> _PlainFields | None:
     required = frozenset(p.name for p in kept if p.default is p.empty)
     complete = task._context_param is None and required <= set(positional)
     return _PlainFields(
-        params=params,
+        loads=tuple((p.name, types.get(p.name), p.kind is p.POSITIONAL_ONLY) for p in params),
         types=types,
         positional=positional,
         positional_only=frozenset(p.name for p in kept if p.kind is p.POSITIONAL_ONLY),

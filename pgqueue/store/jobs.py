@@ -544,9 +544,9 @@ class ClaimParams:
 
 
 class OutcomeRow(Protocol):
-    """What an outcome gives job_finish_many (executor.Outcome)."""
+    """What an outcome gives job_finish_many (executor.Outcome): one JSON object."""
 
-    def as_row(self) -> dict[str, object]: ...
+    def as_json(self) -> str: ...
 
 
 @dataclass
@@ -668,7 +668,7 @@ def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[st
     """job_finish_many's parameters. Every writer of outcomes builds them here: the completer,
     the rescuer, an atomic lane (also on a sync connection) and a stopping worker."""
     return {
-        "outcomes": encode_json([o.as_row() for o in outcomes]),
+        "outcomes": "[" + ",".join([o.as_json() for o in outcomes]) + "]",
         "keep_history": keep_history,
         "now": None,
     }

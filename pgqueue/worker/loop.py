@@ -100,7 +100,7 @@ class FetchLoop:
         self.executor = executor
         self.observers = observers
         self.stop = stop
-        self.running: dict[asyncio.Task[None], ClaimedJob] = {}
+        self.running: dict[int, asyncio.Task[None]] = {}  # by job id
         self.unfinished: list[ClaimedJob] = []  # cancelled by the stop: put back
         self.abandoned_threads = 0  # sync handlers still running when the stop ended them
         self.wakes = 0  # wake-ups so far: one during a claim means claim again
@@ -158,7 +158,7 @@ class FetchLoop:
                 if not full:
                     self._short_at = time.monotonic()
             elif now >= next_poll:
-                # Every slot is busy: the poll is made when one frees (_finished wakes the
+                # Every slot is busy: the poll is made when one frees (a job ending wakes the
                 # loop), and sleeping until a poll time already past would spin.
                 next_poll = now + poll
             if s.burst and not full and not self.running and await self._burst_done():
@@ -245,31 +245,31 @@ class FetchLoop:
     # -- running ----------------------------------------------------------------------------
 
     def _start(self, job: ClaimedJob) -> None:
-        task = asyncio.create_task(self._run(job), name=f"pgqueue-job-{job.id}")
-        self.running[task] = job
-        task.add_done_callback(self._finished)
+        self.running[job.id] = asyncio.create_task(self._run(job), name=f"pgqueue-job-{job.id}")
 
     async def _run(self, job: ClaimedJob) -> None:
+        """Run `job` and hand its outcome on; as it ends it leaves `running` and wakes the
+        loop itself, not through a done callback, which cost each job a second trip through
+        the event loop. Nothing awaits between the outcome and the end, so no other part of
+        the worker sees the job ended but still running."""
         self._cancels[job.id] = cancel = CancelSignal()
         progress = Progress()
         self._progress[job.id] = (job, progress)
-        self.observers.job_started(job)
         try:
+            self.observers.job_started(job)
             outcome = await self.executor.run(job, cancel=cancel, progress=progress)
+            if progress.version > progress.written:
+                outcome.progress = progress.report  # written with the outcome
+            self.completer.add(outcome)
+            self.observers.job_finished(job, outcome)
         except asyncio.CancelledError:
             self.unfinished.append(job)
             raise
         finally:
             del self._cancels[job.id]
             del self._progress[job.id]
-        if progress.version > progress.written:
-            outcome.progress = progress.report  # written with the outcome
-        self.completer.add(outcome)
-        self.observers.job_finished(job, outcome)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self.running.pop(task, None)
-        self._wake.set()
+            del self.running[job.id]
+            self._wake.set()
 
     async def write_progress(self) -> None:
         """Write the progress reports made since the last write, one statement for all."""
@@ -329,15 +329,16 @@ class FetchLoop:
                 if remaining <= 0:
                     break
                 await asyncio.wait(
-                    [*self.running, *(lane for lane in lanes if not lane.done()), forced],
+                    [*self.running.values(), *(lane for lane in lanes if not lane.done()), forced],
                     timeout=remaining,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
             forced.cancel()
-        leftover = list(self.running) + [lane for lane in lanes if not lane.done()]
+        leftover = [*self.running.values(), *(lane for lane in lanes if not lane.done())]
         for task in leftover:
             task.cancel()
         await asyncio.gather(*leftover, return_exceptions=True)
+        self.running.clear()  # a job's task cancelled before its first step never left it
         # Sync handlers cannot be interrupted; their threads run on but their jobs are put
         # back, and any late outcome is refused by the completion guard.
         self.abandoned_threads = sum(
@@ -347,7 +348,7 @@ class FetchLoop:
     async def release_orphans(self, conn: AsyncConn) -> None:
         """Put back jobs a claim took for us but whose reply the broken connection lost (the
         claim link calls this when it reconnects)."""
-        known = [job.id for job in self.running.values()] + self.completer.job_ids()
+        known = list(self.running) + self.completer.job_ids()
         known += [job.id for job in self.claimer.in_hand]  # claimed this round, not yet started
         orphans = await self.jobs.release_orphans(conn, self.worker_id, known)
         if orphans:

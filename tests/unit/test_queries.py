@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pgqueue.queries import _raw_queries, migrations, query, sql_root
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+from pgqueue.queries import _raw_queries, migrations, query, sql_root, statement
 
 
 def test_every_query_has_a_snake_case_entity_verb_name_and_a_description() -> None:
@@ -24,6 +26,22 @@ def test_queries_render_schema_as_a_quoted_identifier() -> None:
 def test_comments_never_reach_the_server_as_placeholders() -> None:
     for name, body in _raw_queries().items():
         assert not any(line.lstrip().startswith("--") for line in body.splitlines()), name
+
+
+def test_no_query_has_a_string_literal_across_lines() -> None:
+    """statement() drops each line's indentation, which would change such a literal."""
+    for name, body in _raw_queries().items():
+        for line in body.splitlines():
+            assert line.split("--")[0].count("'") % 2 == 0, (name, line)
+
+
+def test_the_claim_and_the_finish_fit_psycopgs_statement_cache() -> None:
+    """A longer statement is parsed and hashed again at every execute, a visible share of
+    the worker's time per job."""
+    for name in ("job_claim", "job_claim_unkeyed", "job_finish_many"):
+        rendered = statement(name, "pgqueue")
+        assert isinstance(rendered, bytes)
+        assert len(rendered) <= MAX_CACHED_STATEMENT_LENGTH, (name, len(rendered))
 
 
 def test_migrations_are_numbered_without_gaps() -> None:
