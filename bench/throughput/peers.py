@@ -34,6 +34,7 @@ All install into the `public` schema of the bench's own database.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import subprocess
@@ -286,7 +287,7 @@ def _with_queries(dsn: str, body: Any, pool: int = 1) -> None:
     asyncio.run(main())
 
 
-class _LoopProducer:
+class _LoopProducer(abc.ABC):
     """For a peer that is async-only: a private event loop in a thread serves the sync
     producer. Subclasses open their client in `_open`, enqueue in `_enqueue`, close in
     `_close`, each run on that loop."""
@@ -297,14 +298,14 @@ class _LoopProducer:
         self.thread.start()
         self._call(self._open(dsn))
 
-    async def _open(self, dsn: str) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _open(self, dsn: str) -> None: ...
 
-    async def _enqueue(self, seq: int) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _enqueue(self, seq: int) -> None: ...
 
-    async def _close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    async def _close(self) -> None: ...
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
