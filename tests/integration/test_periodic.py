@@ -210,7 +210,7 @@ def test_racing_processes_enqueue_each_tick_exactly_once(
     race = [sys.executable, "-m", "tests.apps.periodic_race"]
     procs = [
         subprocess.Popen(
-            [*race, dsn, schema, str(worker), str(tmp_path), str(first), str(steps)],
+            [*race, dsn, schema, str(worker), str(tmp_path), str(first), str(steps), str(racers)],
             cwd=ROOT,
         )
         for worker in range(1, racers + 1)
