@@ -123,5 +123,6 @@ def stamp() -> float:
 
 
 @queue.task(name="noop")
-def noop() -> None:
-    """The jobs the suite inserts in SQL."""
+def noop(seq: int = 0, n: int = 0) -> None:
+    """The jobs the suite inserts in SQL: the drained ones carry a `seq`
+    (bench/throughput/claimcost.py), the parked ones an `n` (bench/durable/parked.py)."""
