@@ -49,7 +49,7 @@ bench-venv: $(BENCH_VENV)/.installed
 # The Django integration's tests on Django 6, the django.tasks backend's and its example's
 # among them.
 DJANGO_TESTS := tests/integration/test_django.py tests/integration/test_django_tasks.py \
-	tests/acceptance/test_integration_examples.py
+	tests/acceptance/test_integration_examples.py tests/unit/test_readme_imports.py
 
 # Then Django's own tests of django.tasks on pgqueue's backend (tests/django_suite): taken
 # from the installed Django's sdist, which pip downloads once into DJANGO_SDIST_CACHE.

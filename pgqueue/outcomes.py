@@ -12,6 +12,8 @@ Guarantees:
   its enqueue has not committed yet), it finished under keep_history=False, or its history
   was pruned. A Queue with keep_history=False refuses to wait at all.
 - A timeout raises WaitTimeoutError and leaves the job running.
+- A workflow's wait returns once every one of its jobs has finished, whether it succeeded,
+  failed or was cancelled (a job cancelled because what it waited for failed included).
 - `wait_many` is `asyncio.gather` for jobs: results in the order given, the first failure (in
   the order the jobs finish) raised at once unless `return_exceptions`, where it takes its
   job's place in the list. `as_completed` yields each job's outcome as it finishes, and
@@ -35,11 +37,12 @@ from pgqueue.errors import (
     PgQueueError,
     WaitTimeoutError,
 )
-from pgqueue.models import Job, JobStatus, duration
+from pgqueue.models import EnqueuedWorkflow, Job, JobStatus, Workflow, duration
 from pgqueue.store.waits import JobEnd
 from pgqueue.waiting import Waiters
 
 JobHandle = int | Job  # a job id (what enqueue returns is one) or a job's record
+WorkflowHandle = int | EnqueuedWorkflow | Workflow
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,27 @@ async def as_completed(
     """Each job's outcome as it finishes; a job given twice comes once."""
     async for end in _ends(hub, job_ids(jobs), timeout):
         yield outcome(end)
+
+
+async def wait_all(hub: Waiters, ids: list[int], timeout: float | None) -> None:
+    """Return once every job has finished, however it finished (a workflow's wait)."""
+    async for _ in _ends(hub, ids, timeout):
+        pass
+
+
+def workflow_job_ids(workflow: WorkflowHandle) -> list[int] | None:
+    """The jobs of a workflow given by its record, its enqueue's result, or None for an id
+    (read from the database first)."""
+    if isinstance(workflow, Workflow):
+        return [job.id for job in workflow.jobs]
+    if isinstance(workflow, EnqueuedWorkflow):
+        return list(workflow.job_ids)
+    if isinstance(workflow, bool) or not isinstance(workflow, int):
+        raise ConfigurationError(
+            "wait_workflow takes a workflow's id, what enqueue_workflow returned, or a "
+            f"Workflow; got {type(workflow).__name__}"
+        )
+    return None
 
 
 async def _ends(hub: Waiters, ids: list[int], timeout: float | None) -> AsyncIterator[JobEnd]:

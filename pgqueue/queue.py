@@ -29,6 +29,7 @@ from pgqueue.errors import (
     ConnectionLostError,
     DatabaseError,
     InvalidArgumentsError,
+    JobNotFoundError,
 )
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
@@ -60,7 +61,7 @@ from pgqueue.models import (
     check_name,
     duration,
 )
-from pgqueue.outcomes import JobHandle, JobOutcome
+from pgqueue.outcomes import JobHandle, JobOutcome, WorkflowHandle
 from pgqueue.queries import Migration, channel
 from pgqueue.registry import EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
@@ -989,6 +990,23 @@ class Queue(_Base):
         waiters = self._hub()
         return waiters.iterate(outcomes.as_completed(waiters.hub, ids, limit))
 
+    def wait_workflow(
+        self, workflow: WorkflowHandle, *, timeout: timedelta | float | None = None
+    ) -> Workflow:
+        """Wait until every job of `workflow` (its id, what enqueue_workflow returned, or a
+        Workflow) has finished, however it finished; the workflow as it ended, so
+        `.succeeded` says whether all went well and each job's status what happened to it.
+        Raises WaitTimeoutError after `timeout` seconds, naming the jobs still going (they
+        run on), and JobNotFoundError if no job belongs to a workflow of that id. A result is
+        one job's: `wait(enqueued.job_ids[-1])` gives a chain's last."""
+        limit = outcomes.seconds(timeout)
+        ids = outcomes.workflow_job_ids(workflow)
+        workflow_id = workflow if isinstance(workflow, int) else workflow.id
+        if ids is None:
+            ids = _workflow_jobs(self.get_workflow(workflow_id), workflow_id)
+        self._hub().call(outcomes.wait_all, ids, limit)
+        return _workflow_jobs_ended(self.get_workflow(workflow_id), workflow_id)
+
     def _hub(self) -> BackgroundWaiters:
         with STARTING:
             if self._waiters is None:
@@ -1284,6 +1302,17 @@ class AsyncQueue(_Base):
         ids, limit = outcomes.job_ids(jobs), outcomes.seconds(timeout)
         return outcomes.as_completed(self._hub(), ids, limit)
 
+    async def wait_workflow(
+        self, workflow: WorkflowHandle, *, timeout: timedelta | float | None = None
+    ) -> Workflow:
+        limit = outcomes.seconds(timeout)
+        ids = outcomes.workflow_job_ids(workflow)
+        workflow_id = workflow if isinstance(workflow, int) else workflow.id
+        if ids is None:
+            ids = _workflow_jobs(await self.get_workflow(workflow_id), workflow_id)
+        await outcomes.wait_all(self._hub(), ids, limit)
+        return _workflow_jobs_ended(await self.get_workflow(workflow_id), workflow_id)
+
     def _hub(self) -> Waiters:
         loop = _running_loop()
         if self._waiters is None or self._waiters.loop not in (None, loop):
@@ -1294,6 +1323,21 @@ class AsyncQueue(_Base):
         plan = signal_plan(self.schema, key, payload, self.settings.max_payload_bytes)
         async with self._connection(conn) as c:
             return await run_async(c, plan)
+
+
+def _workflow_jobs(found: Workflow | None, workflow_id: int) -> list[int]:
+    if found is None:
+        raise JobNotFoundError(f"no job belongs to a workflow with id {workflow_id}")
+    return [job.id for job in found.jobs]
+
+
+def _workflow_jobs_ended(found: Workflow | None, workflow_id: int) -> Workflow:
+    if found is None:  # its history was pruned between the wait and the read
+        raise JobNotFoundError(
+            f"the jobs of workflow {workflow_id} finished, but their records are gone "
+            "(keep_history=False, or pruned by retention)"
+        )
+    return found
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

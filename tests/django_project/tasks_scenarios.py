@@ -25,7 +25,9 @@ from shop import tasks  # noqa: E402
 from shop.jobs import send_receipt  # noqa: E402
 from shop.models import Order  # noqa: E402
 
+from pgqueue import WaitTimeoutError  # noqa: E402
 from pgqueue.contrib.django import queue  # noqa: E402
+from pgqueue.contrib.django.tasks import await_result, wait_result  # noqa: E402
 
 backend = task_backends["default"]
 seen: dict = {}
@@ -208,6 +210,7 @@ cases = {
 }
 later = tasks.calculate_meaning_of_life.using(run_after=timezone.now() + timedelta(hours=1))
 deferred = later.enqueue()
+seen["deferred_id"] = deferred.id
 gated = tasks.wait_for.enqueue(gate)
 seen["ready_before_worker"] = str(gated.status)
 seen["result_api_mismatch"] = refused(lambda: tasks.noop_task.get_result(cases["meaning"].id))
@@ -224,9 +227,19 @@ try:
     }
     open(gate, "w").close()
     seen["gated"] = described(wait_for(gated, "SUCCESSFUL", "FAILED"))
+    # pgqueue's wait_result hears each finish; the async one waits beside the loop.
     seen["cases"] = {
-        name: described(wait_for(result, "SUCCESSFUL", "FAILED")) for name, result in cases.items()
+        name: described(
+            asyncio.run(await_result(result, timeout=60))
+            if name == "noop_async"
+            else wait_result(result, timeout=60)
+        )
+        for name, result in cases.items()
     }
+    try:
+        wait_result(deferred, timeout=0.3)
+    except WaitTimeoutError as exc:
+        seen["deferred_wait"] = {"timed_out": True, "job_ids": exc.job_ids}
     seen["task_id_matches"] = cases["task_id"].return_value == cases["task_id"].id
     deferred.refresh()
     seen["deferred"] = {"status": str(deferred.status), "run_after_kept": deferred.task.run_after}

@@ -188,6 +188,9 @@ def test_results_errors_and_tracebacks(seen: dict[str, Any]) -> None:
     assert unstorable["errors"] == ["builtins.TypeError"]
     assert "Unsupported type" in unstorable["tracebacks"][0]
 
+    # wait_result heard each of those finish; on a job not due it times out, naming it.
+    assert seen["deferred_wait"] == {"timed_out": True, "job_ids": [int(seen["deferred_id"])]}
+
     retried = cases["fails_once"]  # a backend with MAX_ATTEMPTS 2
     assert retried["status"] == "SUCCESSFUL"
     assert retried["return_value"] == 2

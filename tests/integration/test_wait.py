@@ -25,6 +25,8 @@ from pgqueue import (
     WaitSettings,
     WaitTimeoutError,
     Worker,
+    chain,
+    group,
 )
 from pgqueue.queries import query
 from pgqueue.testing import adrain, drain
@@ -343,3 +345,64 @@ def test_a_finish_that_raced_the_registration_is_found_without_waiting_for_a_pol
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert len(ended) == 1 and isinstance(ended[0], JobCancelledError)
+
+
+def test_wait_workflow_returns_once_every_job_has_ended(queue: Queue) -> None:
+    add = queue.task(name="add")(lambda a, b: a + b)
+    double = queue.task(name="double")(lambda n: n * 2)
+    flow = queue.enqueue_workflow(chain(add.job(2, 3), double.s(), double.s()))
+    _only_notices(queue)
+    with working(queue):
+        ended = queue.wait_workflow(flow, timeout=60)
+    assert ended.id == flow.id and ended.finished and ended.succeeded
+    assert [job.id for job in ended.jobs] == flow.job_ids
+    assert queue.wait(flow.job_ids[-1], timeout=10) == 20
+    # By id, once finished, it is read back at once; so is the record itself.
+    assert queue.wait_workflow(flow.id, timeout=10).succeeded
+    assert queue.wait_workflow(ended, timeout=10).counts == {"succeeded": 3}
+
+
+def test_wait_workflow_covers_a_failure_and_the_cancellations_it_caused(queue: Queue) -> None:
+    def explode() -> None:
+        raise ValueError("no")
+
+    boom = queue.task(name="boom", max_attempts=1)(explode)
+    after = queue.task(name="after")(lambda: None)
+    flow = queue.enqueue_workflow(chain(boom.job(), after.job(), after.job()))
+    _only_notices(queue)
+    with working(queue):
+        ended = queue.wait_workflow(flow.id, timeout=60)
+    assert ended.finished and not ended.succeeded
+    assert [job.status for job in ended.jobs] == [
+        JobStatus.FAILED,
+        JobStatus.CANCELLED,
+        JobStatus.CANCELLED,
+    ]
+
+
+def test_wait_workflow_times_out_naming_the_jobs_left_and_checks_its_input(
+    queue: Queue,
+) -> None:
+    t = queue.task(name="t")(lambda: None)
+    flow = queue.enqueue_workflow(chain(t.job(), t.job()), after=())
+    with pytest.raises(WaitTimeoutError) as caught:
+        queue.wait_workflow(flow, timeout=0.3)
+    assert caught.value.job_ids == flow.job_ids
+    with pytest.raises(JobNotFoundError, match="workflow with id 987654321"):
+        queue.wait_workflow(987654321, timeout=1)
+    with pytest.raises(ConfigurationError, match="workflow's id"):
+        queue.wait_workflow("7", timeout=1)  # type: ignore[arg-type]
+
+
+def test_async_wait_workflow(dsn: str, schema: str) -> None:
+    async def scenario() -> None:
+        queue = AsyncQueue(dsn, schema=schema)
+        echo = queue.task(name="echo")(lambda v: v)
+        flow = await queue.enqueue_workflow(group(echo.job(1), echo.job(2)))
+        waiting = asyncio.ensure_future(queue.wait_workflow(flow.id, timeout=60))
+        await adrain(queue)
+        ended = await waiting
+        assert ended.succeeded and [job.id for job in ended.jobs] == flow.job_ids
+        await queue.close()
+
+    asyncio.run(scenario())

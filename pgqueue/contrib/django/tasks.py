@@ -12,16 +12,21 @@ modules of installed apps (and of OPTIONS["MODULES"]), looked up the first time 
 them. A job naming anything else fails with the reason. Only pgqueue's own TASKS entries are
 read for that, from the setting: as in Django, another alias is resolved only when used.
 
+`wait_result(result)` (and `await_result`) block until a task has finished and refresh its
+result, hearing of the finish through pgqueue's waits rather than by polling.
+
 task_enqueued is sent when the enqueue commits; the worker's side (task_runs.py) sends the
 others. task_args.py holds pgqueue's check of the arguments at enqueue.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import inspect
-from datetime import datetime
+import threading
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
@@ -42,8 +47,14 @@ from pydantic import ValidationError
 
 from pgqueue.contrib import django as integration
 from pgqueue.contrib.django import task_args, task_runs
-from pgqueue.errors import ConfigurationError
+from pgqueue.errors import (
+    ConfigurationError,
+    JobCancelledError,
+    JobFailedError,
+    JobNotFoundError,
+)
 from pgqueue.models import MAX_ATTEMPTS_LIMIT, Job, JobOptions, JobStatus, TaskPolicy
+from pgqueue.queue import Queue
 from pgqueue.registry import Task
 
 _STATUS = {
@@ -175,6 +186,63 @@ class Backend(BaseTaskBackend):
         return _result(found, job)
 
 
+def wait_result(result: TaskResult, *, timeout: timedelta | float | None = None) -> TaskResult:
+    """Block until the task has finished (SUCCESSFUL or FAILED), then refresh `result` and
+    return it: a finish is heard at once through pgqueue's waits, without polling the
+    result. A task that failed is not raised: its status and `errors` say so, as Django's
+    results do. Raises pgqueue's WaitTimeoutError after `timeout` seconds (the task runs
+    on) and TaskResultDoesNotExist if its job is gone. Call it outside the atomic block of
+    the enqueue: the job is not there for a worker until that commits."""
+    _wait(result, timeout)
+    result.refresh()
+    return result
+
+
+async def await_result(
+    result: TaskResult, *, timeout: timedelta | float | None = None
+) -> TaskResult:
+    """`wait_result` for async code: the wait runs beside the event loop, not on it."""
+    await asyncio.to_thread(_wait, result, timeout)
+    await result.arefresh()
+    return result
+
+
+def _wait(result: TaskResult, timeout: timedelta | float | None) -> None:
+    try:
+        job_id = int(result.id)
+    except (TypeError, ValueError):
+        raise TaskResultDoesNotExist(result.id) from None
+    try:
+        _waiting_queue().wait(job_id, timeout=timeout)
+    except (JobFailedError, JobCancelledError):
+        pass  # Django reports these through the result's status and errors
+    except JobNotFoundError:
+        raise TaskResultDoesNotExist(result.id) from None
+
+
+def _waiting_queue() -> Queue:
+    """The project's Queue if it has a DSN of its own; else one like it on Django's database,
+    made once: waits listen on a connection of their own, which Django's cannot be."""
+    project = integration.queue()
+    if project.dsn is not None:
+        return project
+    dsn, settings = integration.dsn(), project.settings
+    key = (dsn, settings.schema_name)
+    with _WAITING_LOCK:
+        found = _waiting.get(key)
+        if found is None:
+            found = _waiting[key] = Queue(
+                dsn,
+                schema=settings.schema_name,
+                keep_history=settings.keep_history,
+                prepare=settings.prepare,
+            )
+            found.wait_settings = project.wait_settings
+        return found
+
+
+_waiting: dict[tuple[str, str], Queue] = {}
+_WAITING_LOCK = threading.Lock()
 _queue_names: set[str] = set()  # those pgqueue accepts, checked once each
 
 
