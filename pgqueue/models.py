@@ -550,8 +550,15 @@ class Job(BaseModel):
         description='what the handler last reported: {"fraction", "message", "meta", "at"}',
     )
     tags: list[str] = Field(default_factory=list, description="labels given at enqueue")
+    limit_keys: list[str] = Field(
+        default_factory=list,
+        description="its other limit keys (limits=), each with a limit it counts in",
+    )
+    fairness_key: str | None = Field(
+        default=None, description="the key (usually a tenant) whose fair share it is served in"
+    )
 
-    @field_validator("tags", mode="before")
+    @field_validator("tags", "limit_keys", mode="before")
     @classmethod
     def _no_tags(cls, value: Any) -> Any:
         return [] if value is None else value

@@ -361,6 +361,8 @@ def _print_record(console: Console, job: Job) -> None:
         "cancel requested": _when(job.cancel_requested_at) if job.cancel_requested_at else None,
         "atomic": "yes" if job.atomic else None,
         "concurrency key": job.concurrency_key,
+        "limit keys": ", ".join(job.limit_keys) if job.limit_keys else None,
+        "fairness key": job.fairness_key,
         "tags": ", ".join(job.tags) if job.tags else None,
         "workflow": job.workflow_id,
         "progress": _progress(job.progress) if job.progress else None,

@@ -331,6 +331,8 @@ JOB_COLUMNS = (
     "workflow_id",
     "progress",
     "tags",
+    "limit_keys",
+    "fairness_key",
 )
 
 
@@ -434,6 +436,8 @@ class RetrySource:
     live_retry: int | None
     concurrency_key: str | None
     tags: list[str] | None
+    limit_keys: list[str] | None
+    fairness_key: str | None
 
 
 def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[Enqueued]:
@@ -455,10 +459,13 @@ def retry_plan(job_id: int, schema: str, max_payload_bytes: int | None) -> Plan[
         priority=source.priority,
         max_attempts=source.max_attempts,
         concurrency_key=source.concurrency_key,
+        limits=None if source.limit_keys is None else tuple(source.limit_keys),
+        fairness_key=source.fairness_key,
         tags=None if source.tags is None else tuple(source.tags),
     )
     new = NewJob(source.task, source.args, options, source.atomic)
-    [new_id] = enqueued((yield insert([new], schema, max_payload_bytes)))
+    # As an enqueue does: a fair job takes its virtual start time from its key's clock now.
+    [new_id] = yield from enqueue_plan([new], schema, max_payload_bytes)
     try:
         yield query("job_link_retry", schema), {"id": new_id, "retry_of": source.id}
     except psycopg.errors.UniqueViolation:

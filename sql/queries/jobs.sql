@@ -107,13 +107,13 @@ SELECT {schema}.insert_job(%(queue)s::text, %(task)s::text, %(args)s::jsonb,
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
        started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
        dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key, workflow_id,
-       progress, tags
+       progress, tags, limit_keys, fairness_key
 FROM {schema}.jobs WHERE id = %(id)s
 UNION ALL
 SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
        started_at, finished_at, worker_id, errors, result,
        dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key,
-       workflow_id, progress, tags
+       workflow_id, progress, tags, limit_keys, fairness_key
 FROM {schema}.job_history WHERE id = %(id)s
 LIMIT 1;
 
@@ -279,7 +279,7 @@ RELEASE SAVEPOINT pgqueue_dedupe;
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, NULL::timestamptz AS finished_at, worker_id, errors, NULL::jsonb AS result,
         dedupe_key, retry_of, cancel_requested_at, atomic, concurrency_key, workflow_id,
-        progress, tags
+        progress, tags, limit_keys, fairness_key
  FROM {schema}.jobs
  WHERE (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
    AND (%(after_id)s::bigint IS NULL OR id > %(after_id)s::bigint)
@@ -297,7 +297,7 @@ UNION ALL
 (SELECT id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
         started_at, finished_at, worker_id, errors, result,
         dedupe_key, retry_of, NULL::timestamptz AS cancel_requested_at, atomic, concurrency_key,
-        workflow_id, progress, tags
+        workflow_id, progress, tags, limit_keys, fairness_key
  FROM {schema}.job_history
  WHERE (%(statuses)s::text[] IS NULL
         OR %(statuses)s::text[] && ARRAY['succeeded', 'failed', 'cancelled'])
@@ -346,12 +346,12 @@ WITH waits AS (
               j.max_attempts, j.run_at, j.created_at, j.started_at,
               coalesce(%(now)s::timestamptz, now()) AS finished_at, j.worker_id, j.errors,
               NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key,
-              j.workflow_id, j.progress, j.tags
+              j.workflow_id, j.progress, j.tags, j.limit_keys, j.fairness_key
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
          started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
-         concurrency_key, workflow_id, progress, tags)
+         concurrency_key, workflow_id, progress, tags, limit_keys, fairness_key)
     SELECT * FROM gone
     WHERE %(keep_history)s
     RETURNING id
@@ -383,7 +383,7 @@ SELECT (SELECT count(*) FROM target) AS locked,
 -- caller refuses a second one; jobs_retry_of_idx closes the race between two retries).
 SELECT h.id, h.queue, h.task, h.args, h.status, h.priority, h.max_attempts, h.atomic,
        (SELECT j.id FROM {schema}.jobs AS j WHERE j.retry_of = h.id) AS live_retry,
-       h.concurrency_key, h.tags
+       h.concurrency_key, h.tags, h.limit_keys, h.fairness_key
 FROM {schema}.job_history AS h
 WHERE h.id = %(id)s;
 
@@ -708,12 +708,12 @@ WITH batch AS MATERIALIZED (
               -- The handler's last progress report, when the worker had not written it yet.
               coalesce(nullif((SELECT m FROM batch) -> j.id::text -> 'progress', 'null'),
                        j.progress) AS progress,
-              j.tags
+              j.tags, j.limit_keys, j.fairness_key
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
          started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
-         concurrency_key, workflow_id, progress, tags)
+         concurrency_key, workflow_id, progress, tags, limit_keys, fairness_key)
     SELECT * FROM finished
     WHERE %(keep_history)s
     RETURNING id
@@ -901,12 +901,12 @@ WITH picked AS (
                            || 'pgqueue can represent: enqueue the job again with an earlier time',
                   'traceback', '')) AS errors,
               NULL::jsonb AS result, j.dedupe_key, j.retry_of, j.atomic, j.concurrency_key,
-              j.workflow_id, j.progress, j.tags
+              j.workflow_id, j.progress, j.tags, j.limit_keys, j.fairness_key
 ), archived AS (
     INSERT INTO {schema}.job_history
         (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
          started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
-         concurrency_key, workflow_id, progress, tags)
+         concurrency_key, workflow_id, progress, tags, limit_keys, fairness_key)
     SELECT * FROM gone
     WHERE %(keep_history)s
     RETURNING id

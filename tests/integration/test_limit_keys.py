@@ -226,3 +226,43 @@ def test_each_key_of_a_job_applies_its_own_rate_limit(queue: Queue, dsn: str, sc
         "running",
     ]
     assert len(claimed.jobs) == 4 and back_in == pytest.approx(5 + M)
+
+
+def test_a_retry_keeps_its_jobs_limit_keys_and_fairness_key_and_records_show_them(
+    queue: Queue, db: Any, schema: str
+) -> None:
+    @queue.task(name="flaky", max_attempts=1, fairness_key="{tenant}")
+    def flaky(tenant: str) -> None:
+        raise RuntimeError("down")
+
+    queue.set_concurrency_limit("user:7", 1)
+    job_id = flaky.with_options(limits=["tenant:acme", "user:7"]).enqueue("acme")
+    live = queue.get_job(job_id)
+    assert live is not None
+    assert (live.limit_keys, live.fairness_key) == (["tenant:acme", "user:7"], "acme")
+    drain(queue)
+    failed = queue.get_job(job_id)
+    assert failed is not None and failed.status.value == "failed"
+    assert (failed.limit_keys, failed.fairness_key) == (["tenant:acme", "user:7"], "acme")
+    # A job holding user:7 (limit 1) first, so the retry's limits must hold it back.
+    blocker = queue.task(name="blocker")(lambda: None)
+    first = int(blocker.with_options(limits=["user:7"]).enqueue())
+    assert claim(db, schema)[0] == [first]
+    retried = int(queue.retry_job(job_id))
+    _, keys = stored_keys(db, schema, retried)
+    assert keys == ["tenant:acme", "user:7"]
+    row = db.execute(
+        f'SELECT fairness_key, vtime IS NOT NULL FROM "{schema}".jobs WHERE id = %s', [retried]
+    ).fetchone()
+    assert row == ("acme", True)  # a fair job again, stamped on its key's clock
+    drain(queue)
+    waiting = db.execute(
+        f'SELECT status, waiting_on FROM "{schema}".jobs WHERE id = %s', [retried]
+    ).fetchone()
+    assert waiting == ("waiting", "user:7")
+    finish(db, schema, [first])
+    drain(queue)
+    again = queue.get_job(retried)
+    assert again is not None and again.status.value == "failed" and again.attempt == 1
+    plain = queue.get_job(first)
+    assert plain is not None and plain.fairness_key is None and plain.limit_keys == ["user:7"]
