@@ -172,6 +172,12 @@ def table(summary: dict[str, Any]) -> str:
     ]
     if beside:
         lines.append(f"In the jobs table throughout each run: {' and '.join(beside)}.")
+    if summary.get("fairness_keys"):
+        lines.append(
+            f"Every job enqueued with a fairness key, round-robin over "
+            f"{summary['fairness_keys']:,} keys: the default strategy's workers claim them "
+            "with the fair claim."
+        )
     return "\n".join(lines)
 
 

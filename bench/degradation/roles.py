@@ -111,15 +111,24 @@ def produce(
     go: Any,
     stop: Any,
     produced: Any,
+    fairness_keys: int = 0,
 ) -> None:
     """Enqueue no-op jobs at `rate` per second through the public API, a small batch per tick.
 
     The number due is computed from the elapsed time, so a slow tick is made up by the next.
-    `produced` holds the number of jobs committed so far.
+    `produced` holds the number of jobs committed so far. With `fairness_keys`, the jobs
+    carry fairness keys, round-robin over that many tenants.
     """
     _as_child()
     client = Queue(dsn, schema=schema)
-    job = noop.job()
+    keyed = [noop.with_options(fairness_key=f"tenant-{k}").job() for k in range(fairness_keys)]
+    plain = noop.job()
+
+    def batch_of(n: int, first: int) -> list[Any]:
+        if not keyed:
+            return [plain] * n
+        return [keyed[(first + i) % len(keyed)] for i in range(n)]
+
     try:
         client.pool()
         ready.set()
@@ -131,7 +140,7 @@ def produce(
             due = int(rate * (time.monotonic() - start)) - done
             while due > 0 and not stop.is_set():
                 batch = min(due, MAX_BATCH)
-                client.enqueue_many([job] * batch)
+                client.enqueue_many(batch_of(batch, done))
                 done += batch
                 due -= batch
                 produced.value = done

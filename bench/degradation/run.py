@@ -160,12 +160,14 @@ def run_one(
     hold: float | None,
     waiting: int = 0,
     sleeping: int = 0,
+    fairness_keys: int = 0,
 ) -> tuple[list[Sample], dict[str, Any]]:
     """Run one strategy in one mode on a fresh schema; returns its samples and plan notes.
 
     `hold` is how long the long-runner (hold mode only) keeps its snapshot; None: throughout.
     `waiting` blocked workflow jobs sit in the jobs table throughout (pgqueue strategies),
     and `sleeping` jobs parked by durable sleeps and signal waits, in the claimed queue.
+    `fairness_keys`: the producer's jobs carry fairness keys, round-robin over that many.
     """
     schema = f"bench_degradation_{strategy}_{mode}_{os.getpid()}"
     run = Run(ctx, ctx.Event())
@@ -182,7 +184,7 @@ def run_one(
                 run.wait_ready([ready])
             counters = _start_workers(run, dsn, schema, strategy, workers, not_atomic)
             produced, go, ready = ctx.RawValue("q", 0), ctx.Event(), ctx.Event()
-            args = (dsn, schema, rate, TICK_SECONDS, ready, go, run.stop, produced)
+            args = (dsn, schema, rate, TICK_SECONDS, ready, go, run.stop, produced, fairness_keys)
             run.start("producer", roles.produce, *args)
             run.wait_ready([ready])
             hint = history_hint(schema) if strategy == "default" else counters_hint(counters)

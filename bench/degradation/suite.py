@@ -3,6 +3,7 @@
     python -m bench degradation [--dsn DSN] [--duration S] [--rate N] [--workers N]
                                 [--strategies plain,hint,default] [--modes control,hold]
                                 [--hold S] [--runaway-seconds S] [--waiting N] [--sleeping N]
+                                [--fairness-keys N]
                                 [--out DIR] [--short]
 
 For each strategy and mode it runs, as separate OS processes, a producer enqueuing no-op jobs
@@ -54,6 +55,7 @@ class Config:
     waiting: int
     run: Run
     sleeping: int = 0
+    fairness_keys: int = 0
     durations: dict[str, float] = field(default_factory=dict)
 
     def duration_of(self, strategy: str, mode: str) -> float:
@@ -96,6 +98,13 @@ def parse_args(argv: Sequence[str]) -> Config:
         help="jobs parked by durable sleeps and signal waits (half each, due in a day or "
         "more; bench/durable/parked.py) in the jobs table throughout each run (default 0)",
     )
+    parser.add_argument(
+        "--fairness-keys",
+        type=int,
+        default=0,
+        help="the producer gives its jobs fairness keys, round-robin over this many tenants, "
+        "so the default strategy's workers claim with the fair claim (default 0: none)",
+    )
     args = parser.parse_args(argv)
     strategies = options.choices(parser, "--strategies", args.strategies, STRATEGIES)
     modes = ("control",) if args.control else options.choices(parser, "--modes", args.modes, MODES)
@@ -114,7 +123,11 @@ def parse_args(argv: Sequence[str]) -> Config:
         },
     )
     durations = _durations(parser, args.durations)
-    for flag, value in (("--waiting", args.waiting), ("--sleeping", args.sleeping)):
+    for flag, value in (
+        ("--waiting", args.waiting),
+        ("--sleeping", args.sleeping),
+        ("--fairness-keys", args.fairness_keys),
+    ):
         if value < 0:
             parser.error(f"{flag} must be 0 or more, got {value}")
     if args.hold is not None and args.hold <= 0:
@@ -131,6 +144,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         runaway_seconds=args.runaway_seconds,
         waiting=args.waiting,
         sleeping=args.sleeping,
+        fairness_keys=args.fairness_keys,
         run=Run("degradation", argv, args.out, args.short),
     )
 
@@ -169,6 +183,8 @@ def bench(config: Config) -> int:
         for n, what in ((config.waiting, "waiting"), (config.sleeping, "sleeping"))
         if n
     ]
+    if config.fairness_keys:
+        beside.append(f"fair shares over {config.fairness_keys:,} keys")
     title = (
         f"pgqueue degradation: {config.rate:g} jobs/s, {config.workers} workers, "
         f"PostgreSQL {server.version}" + (f", {' and '.join(beside)} beside" if beside else "")
@@ -202,6 +218,7 @@ def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dic
                 hold=config.hold,
                 waiting=config.waiting,
                 sleeping=config.sleeping,
+                fairness_keys=config.fairness_keys,
             )
             report.append_samples(csv_path, rows)
             samples.extend(rows)
@@ -226,6 +243,7 @@ def summarise(config: Config, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "hold_s": config.hold,
         "waiting_jobs": config.waiting,
         "sleeping_jobs": config.sleeping,
+        "fairness_keys": config.fairness_keys,
         "runaway_seconds": config.runaway_seconds,
         "runaway_depth": config.rate * config.runaway_seconds,
         "strategies": report.by_strategy(runs),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,7 +124,9 @@ def setting_of(config: Config, name: str) -> tuple[int | None, str]:
     """The concurrency (None: the setting sets no cap) and setting `name` runs at."""
     n = config.concurrency
     chosen = config.settings.get(name, SETTINGS[name].format(n=n, n1=n + 1))
-    for concurrency in (n, None):
+    # A setting named with its own concurrency ("concurrency=10, pool 11") runs at that one.
+    named = [int(m) for m in re.findall(r"(?:concurrency|limit)=(\d+)", chosen)]
+    for concurrency in (n, None, *named):
         if chosen in work.system(name).settings(concurrency):
             return concurrency, chosen
     known = [*work.system(name).settings(n), *work.system(name).settings(None)]

@@ -250,7 +250,8 @@ class Claimer:
             return await self._claim_plain(queue, want)
         started = time.perf_counter()
         got = await self._fair.claim(queue, want)
-        self._claimed(time.perf_counter() - started, got.jobs, got.walked, unhinted=False)
+        seconds = time.perf_counter() - started
+        self._claimed(seconds, got.jobs, got.walked, unhinted=self._fair.from_floor)
         if got.walked == want:
             return got.jobs, True
         jobs, full = await self._claim_plain(queue, want - got.walked)

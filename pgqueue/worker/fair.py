@@ -61,6 +61,7 @@ class FairHints:
         self.worker_id = worker_id
         self._hints: dict[str, _FairHint] = {}
         self._rng = random.Random()
+        self.from_floor = False  # whether the last claim started at the floor, unhinted
 
     def announce(self, queue: str, position: Position | None) -> None:
         """A wake-up in `queue`: claim from the floor next if it may lie before the hint."""
@@ -93,6 +94,7 @@ class FairHints:
             s = self.settings
             spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
             hint.deadline = now + s.hint_reset_interval.total_seconds() * spread
+        self.from_floor = hint.after is None
         params = FairClaimParams(queue, hint.after or FAIR_FLOOR, want, self.worker_id)
 
         async def run(conn: AsyncConn) -> FairClaimed:
