@@ -23,9 +23,8 @@ WITH input AS (
     SELECT count(pg_notify({wake_channel}, '!rates ' || queue)) AS n FROM clock
 ), stamped AS (
     INSERT INTO {schema}.fairness_keys AS f (queue, key, vtime, step, batch)
-    SELECT i.queue, i.key, coalesce(c.vtime, 0) + i.n * s.step, s.step, i.n
+    SELECT i.queue, i.key, {schema}.fairness_clock(i.queue) + i.n * s.step, s.step, i.n
     FROM input AS i
-    LEFT JOIN {schema}.fairness_clocks AS c ON c.queue = i.queue
     CROSS JOIN LATERAL (
         SELECT 1.0 / coalesce((SELECT w.weight FROM {schema}.fairness_weights AS w
                                WHERE w.key = i.key), 1) AS step
@@ -48,7 +47,7 @@ SELECT queue, key, start, step FROM stamped WHERE (SELECT n FROM told) IS NOT NU
 -- No queued fair job is behind the queue's clock, which is at or past every hint: enqueues
 -- stamp from the clock, and every way back to 'queued' restamps (migration 0030).
 -- Keyed jobs are admitted as in job_claim (concurrency_admit). Moves the queue's clock to the
--- highest vtime claimed, and counts the starts per key and minute (fairness_starts). Returns
+-- highest vtime claimed (a new entry of fairness_clock_log), and counts the starts per key and minute (fairness_starts). Returns
 -- each row's vtime, where the worker's next fair claim starts.
 WITH picked AS (
     SELECT id, priority, vtime, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL AS keyed
@@ -78,10 +77,17 @@ WITH picked AS (
               j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited,
               j.vtime, j.fairness_key
 ), clock AS (
-    INSERT INTO {schema}.fairness_clocks AS c (queue, vtime)
-    SELECT %(queue)s, max(vtime) FROM claimed HAVING count(*) > 0
-    ON CONFLICT (queue) DO UPDATE SET vtime = excluded.vtime WHERE c.vtime < excluded.vtime
-    RETURNING c.vtime
+    -- A claim past the queue's clock logs the new value (migration 0032), holding the clock's
+    -- lock until it commits, so an enqueue's commit-time catch-up never reads a clock that
+    -- a claim committing after it has already passed.
+    INSERT INTO {schema}.fairness_clock_log (queue, vtime)
+    SELECT %(queue)s, m.top
+    FROM (SELECT max(vtime) AS top FROM claimed) AS m
+    CROSS JOIN LATERAL (
+        SELECT pg_advisory_xact_lock({schema}.fairness_clock_lock_key(%(queue)s))
+    ) AS l
+    WHERE m.top > {schema}.fairness_clock(%(queue)s)
+    RETURNING vtime
 ), counted AS (
     INSERT INTO {schema}.fairness_starts AS s (minute, queue, key, started)
     SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), %(queue)s,
@@ -143,6 +149,14 @@ SELECT queue, key, weight, queued, running, started,
 FROM keys
 WINDOW q AS (PARTITION BY queue)
 ORDER BY queue, key;
+
+-- name: fairness_clock_prune
+-- Deletes each fair queue's clock values below its highest (the worker's sweep): readers take
+-- only the highest, from the top of the index, so what this leaves dead is never walked.
+DELETE FROM {schema}.fairness_clock_log AS l
+USING (SELECT c.queue, {schema}.fairness_clock(c.queue) AS top
+       FROM {schema}.fairness_clocks AS c) AS m
+WHERE l.queue = m.queue AND l.vtime < m.top;
 
 -- name: fairness_starts_prune
 -- Deletes start counts older than a day (the worker's sweep); the window the dashboard and

@@ -20,6 +20,7 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
 -- enqueues stamp their keys' clocks); the sweep drops old counts.
 GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys, {schema}.fairness_clocks TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.fairness_starts TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.fairness_clock_log TO {role};
 GRANT SELECT ON {schema}.fairness_weights TO {role};
 -- Finishing a job reads who waits for it; a handler may wait for other jobs itself.
 GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
@@ -54,6 +55,7 @@ GRANT EXECUTE ON FUNCTION {schema}.signal_send(text, jsonb) TO {role};
 -- Jobs with a fairness key take their place from their key's clock and their queue's.
 GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys TO {role};
 GRANT SELECT, INSERT ON {schema}.fairness_clocks TO {role};
+GRANT SELECT ON {schema}.fairness_clock_log TO {role};
 GRANT SELECT ON {schema}.fairness_weights TO {role};
 
 -- name: grant_read

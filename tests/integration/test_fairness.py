@@ -101,7 +101,7 @@ def test_each_key_keeps_its_own_order_and_the_queue_clock_follows_the_claims(
     b = queue.enqueue_many([app.with_options(fairness_key="b").job(i) for i in range(2)])
     claimed, top = fair_claim(db, schema, limit=4)
     assert sorted(claimed) == [a[0], a[1], b[0], b[1]]  # vtimes 0, 1 each; FIFO: a[:4]
-    clock = db.execute(f'SELECT vtime FROM "{schema}".fairness_clocks').fetchone()
+    clock = db.execute(f'SELECT "{schema}".fairness_clock(%s)', ["default"]).fetchone()
     assert top == (0, 1.0) and clock == (1.0,)
     claimed, _ = fair_claim(db, schema, top, limit=10)
     assert sorted(claimed) == a[2:]
@@ -258,3 +258,30 @@ def test_a_deduplicated_fair_job_is_stored_once_with_its_vtime(
     assert first.created and not again.created and int(again) == int(first)
     rows = db.execute(f'SELECT vtime FROM "{schema}".jobs WHERE fairness_key = %s', ["a"])
     assert rows.fetchall() == [(0.0,)]
+
+
+def test_the_queue_clock_only_grows_its_log_and_the_sweep_keeps_its_top(
+    queue: Queue, app: Any, db: Any, schema: str
+) -> None:
+    """Claims never update a clock row in place (a long transaction would leave every reader
+    walking its dead versions): each claim past the clock logs the new value, the clock is
+    the highest, and the sweep's prune leaves only that one."""
+    queue.enqueue_many([app.with_options(fairness_key=f"k{i % 3}").job(i) for i in range(30)])
+    top = None
+    for _ in range(5):
+        _, top = fair_claim(db, schema, top or (-32768, float("-inf")), limit=3)
+    log = [r[0] for r in db.execute(f'SELECT vtime FROM "{schema}".fairness_clock_log').fetchall()]
+    assert len(log) >= 4 and top is not None
+    assert db.execute(f'SELECT "{schema}".fairness_clock(%s)', ["default"]).fetchone() == (
+        max(log),
+    )
+    assert max(log) == top[1]
+    db.execute(query("fairness_clock_prune", schema))
+    assert db.execute(f'SELECT vtime FROM "{schema}".fairness_clock_log').fetchall() == [
+        (max(log),)
+    ]
+    # A job enqueued now starts at the clock, and the next claim from the hint reaches it.
+    late = queue.enqueue(app.with_options(fairness_key="new").job(99))
+    assert db.execute(f'SELECT vtime FROM "{schema}".jobs WHERE id = %s', [late]).fetchone() == (
+        max(log),
+    )
