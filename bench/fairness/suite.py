@@ -62,8 +62,8 @@ def flood(dsn: str, schema: str, key: str, n: int, task: str = "work") -> None:
             [task, key, key, n],
         )
         conn.execute(
-            sql.SQL("INSERT INTO {}.fairness_keys VALUES ('default', %s, %s, 1, %s)").format(s),
-            [key, float(n), n],
+            sql.SQL("INSERT INTO {}.fairness_key_log VALUES ('default', %s, %s)").format(s),
+            [key, float(n)],
         )
         conn.execute(sql.SQL("INSERT INTO {}.fairness_clocks VALUES ('default', 0)").format(s))
         conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(s))

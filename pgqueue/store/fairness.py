@@ -43,6 +43,7 @@ def stamp_plan(jobs: Sequence[NewJob], schema: str) -> Plan[list[float | None]]:
     if not pairs:
         return vtimes
     params = {"queues": [q for _, q, _ in pairs], "keys": [k for _, _, k in pairs]}
+    yield query("fairness_stamp_lock", schema), params
     rows = yield query("fairness_stamp", schema), params
     starts = {(s.queue, s.key): s for s in rows_as(Stamp, rows)}
     handed: Counter[tuple[str, str]] = Counter()
@@ -87,6 +88,9 @@ class FairClaimed:
     jobs: list[ClaimedJob]
     walked: int
     top: FairPosition | None
+    # The highest (priority, id) among them: how far the plain claim's walk has nothing left
+    # of theirs (pgqueue/worker/claimer.py).
+    top_id: tuple[int, int] | None = None
 
 
 def _fair_row(
@@ -102,21 +106,22 @@ def _fair_row(
     trace_context: dict[str, object] | None,
     waited: float | None,
     vtime: float,
-) -> tuple[ClaimedJob | None, FairPosition]:
+) -> tuple[ClaimedJob | None, FairPosition, tuple[int, int]]:
     job = None
     if not parked:
         job = ClaimedJob(
             id, task, args, priority, attempt, max_attempts, queue, worker_id, trace_context, waited
         )
-    return job, (priority, vtime)
+    return job, (priority, vtime), (priority, id)
 
 
 async def claim_fair(conn: AsyncConn, schema: str, params: FairClaimParams) -> FairClaimed:
     """job_claim_fair: fair jobs in (priority, vtime) order from the hint."""
     rows = await fetch(conn, _fair_row, statement("job_claim_fair", schema), params.as_params())
-    jobs = [job for job, _ in rows if job is not None]
-    top = max((position for _, position in rows), default=None)
-    return FairClaimed(jobs, len(rows), top)
+    jobs = [job for job, _, _ in rows if job is not None]
+    top = max((position for _, position, _ in rows), default=None)
+    top_id = max((at for _, _, at in rows), default=None)
+    return FairClaimed(jobs, len(rows), top, top_id)
 
 
 def set_weight_plan(schema: str, key: str, weight: float | None) -> Plan[None]:
@@ -169,3 +174,4 @@ async def prune_starts(conn: AsyncConn, schema: str) -> None:
     worker's sweep)."""
     await execute(conn, query("fairness_starts_prune", schema), {"now": None})
     await execute(conn, query("fairness_clock_prune", schema), {})
+    await execute(conn, query("fairness_key_prune", schema), {})

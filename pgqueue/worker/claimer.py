@@ -255,7 +255,19 @@ class Claimer:
         if got.walked == want:
             return got.jobs, True
         jobs, full = await self._claim_plain(queue, want - got.walked)
+        if not full and got.top_id is not None:
+            self._passed(queue, got.top_id)
         return got.jobs + jobs, full
+
+    def _passed(self, queue: str, position: Position) -> None:
+        """The plain claim came back short after a fair claim took the jobs up to `position`:
+        every claimable job without a key before it is taken, and those of the fair claim are
+        gone from the claim index, so the plain hint moves past them. Otherwise it stays where
+        the plain claims last found a job, and while a long transaction keeps the dead entries
+        of every fair job claimed since, each plain claim would walk them all again."""
+        hint = self._hints[queue]
+        if hint.after is not None and position > hint.after:
+            hint.after = position
 
     def _rated(self, queue: str) -> bool:
         """Whether `queue` is claimed with job_claim_rated."""

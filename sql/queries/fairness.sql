@@ -1,14 +1,23 @@
 -- Fair shares across keys within a queue (migration 0030): stamping enqueued jobs with their
 -- virtual start time, the fair claim, weights, and what the dashboard and metrics read.
 
+-- name: fairness_stamp_lock
+-- Before fairness_stamp, in the same transaction: takes the clock lock of each (queue, key) of
+-- the input pairs, in (queue, key) order, held until the transaction ends, so two enqueues of
+-- one key take turns and never hand out the same vtimes, and two enqueues never wait on each
+-- other in a cycle. A statement of its own, so that the stamp's snapshot, taken after the
+-- locks, sees the clock as the enqueue before it left it.
+SELECT count(pg_advisory_xact_lock({schema}.fairness_key_lock_key(i.queue, i.key))) AS locked
+FROM (SELECT DISTINCT queue, key
+      FROM unnest(%(queues)s::text[], %(keys)s::text[]) AS u (queue, key)
+      ORDER BY queue, key) AS i;
+
 -- name: fairness_stamp
 -- Where the fair jobs of one enqueue start: per (queue, key) of the input pairs (one pair per
 -- job), the vtime of its first job and the step (1 / weight) between its jobs, which the
--- caller hands out in input order. Moves each key's clock past them: the later of the key's
--- clock and the queue's, plus the jobs times the step. The key's row stays locked until the
--- caller's transaction ends, so two enqueues of one key never hand out the same vtimes; rows
--- are taken in (queue, key) order, so two enqueues never wait on each other in a cycle. The
--- first fair job of a queue creates its clock and tells the workers at commit ('!rates
+-- caller hands out in input order: the later of the key's clock and the queue's. Logs each
+-- key's clock past them (fairness_key_log, migration 0032): that plus the jobs times the
+-- step. The first fair job of a queue registers it and tells the workers at commit ('!rates
 -- queue'), so they claim it fairly from their next round.
 WITH input AS (
     SELECT i.queue, i.key, count(*)::integer AS n
@@ -22,22 +31,26 @@ WITH input AS (
 ), told AS (
     SELECT count(pg_notify({wake_channel}, '!rates ' || queue)) AS n FROM clock
 ), stamped AS (
-    INSERT INTO {schema}.fairness_keys AS f (queue, key, vtime, step, batch)
-    SELECT i.queue, i.key, {schema}.fairness_clock(i.queue) + i.n * s.step, s.step, i.n
+    SELECT i.queue, i.key, i.n, s.step,
+           greatest(coalesce(k.vtime, 0), {schema}.fairness_clock(i.queue)) AS start
     FROM input AS i
     CROSS JOIN LATERAL (
         SELECT 1.0 / coalesce((SELECT w.weight FROM {schema}.fairness_weights AS w
                                WHERE w.key = i.key), 1) AS step
     ) AS s
-    ORDER BY i.queue, i.key
-    ON CONFLICT (queue, key) DO UPDATE
-    SET vtime = greatest(f.vtime, excluded.vtime - excluded.batch * excluded.step)
-                + excluded.batch * excluded.step,
-        step = excluded.step,
-        batch = excluded.batch
-    RETURNING f.queue, f.key, f.vtime - f.batch * f.step AS start, f.step
+    LEFT JOIN LATERAL (
+        SELECT l.vtime FROM {schema}.fairness_key_log AS l
+        WHERE l.queue = i.queue AND l.key = i.key
+        ORDER BY l.vtime DESC
+        LIMIT 1
+    ) AS k ON true
+), logged AS (
+    INSERT INTO {schema}.fairness_key_log (queue, key, vtime)
+    SELECT queue, key, start + n * step FROM stamped
+    RETURNING 1
 )
-SELECT queue, key, start, step FROM stamped WHERE (SELECT n FROM told) IS NOT NULL;
+SELECT queue, key, start, step FROM stamped
+WHERE (SELECT n FROM told) IS NOT NULL AND (SELECT count(*) FROM logged) IS NOT NULL;
 
 -- name: job_claim_fair
 -- Claims up to %(limit)s queued fair jobs (those with a vtime) of one queue in (priority,
@@ -47,7 +60,8 @@ SELECT queue, key, start, step FROM stamped WHERE (SELECT n FROM told) IS NOT NU
 -- No queued fair job is behind the queue's clock, which is at or past every hint: enqueues
 -- stamp from the clock, and every way back to 'queued' restamps (migration 0030).
 -- Keyed jobs are admitted as in job_claim (concurrency_admit). Moves the queue's clock to the
--- highest vtime claimed (a new entry of fairness_clock_log), and counts the starts per key and minute (fairness_starts). Returns
+-- highest vtime claimed (a new entry of fairness_clock_log), and counts the starts per key
+-- and five seconds (fairness_starts). Returns
 -- each row's vtime, where the worker's next fair claim starts.
 WITH picked AS (
     SELECT id, priority, vtime, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL AS keyed
@@ -90,7 +104,11 @@ WITH picked AS (
     RETURNING vtime
 ), counted AS (
     INSERT INTO {schema}.fairness_starts AS s (minute, queue, key, started)
-    SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), %(queue)s,
+    -- Counted in five-second buckets (the column keeps its name, minute): each row is
+    -- updated by the claims of its bucket only, so the dead versions a long transaction keeps
+    -- of it, which each claim of the bucket walks, stay few however long it lasts.
+    SELECT to_timestamp(floor(extract(epoch FROM coalesce(%(now)s::timestamptz, now())) / 5) * 5),
+           %(queue)s,
            fairness_key, count(*)::integer
     FROM claimed
     WHERE fairness_key IS NOT NULL
@@ -131,8 +149,7 @@ WITH live AS (
 ), started AS (
     SELECT queue, key, sum(started)::bigint AS n
     FROM {schema}.fairness_starts
-    WHERE minute >= date_trunc('minute', coalesce(%(now)s::timestamptz, now())
-                                         - make_interval(secs => %(window)s))
+    WHERE minute >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
     GROUP BY queue, key
 ), keys AS (
     SELECT coalesce(l.queue, s.queue) AS queue, coalesce(l.key, s.key) AS key,
@@ -157,6 +174,15 @@ DELETE FROM {schema}.fairness_clock_log AS l
 USING (SELECT c.queue, {schema}.fairness_clock(c.queue) AS top
        FROM {schema}.fairness_clocks AS c) AS m
 WHERE l.queue = m.queue AND l.vtime < m.top;
+
+-- name: fairness_key_prune
+-- Deletes each key's clock values below its highest (the worker's sweep), as
+-- fairness_clock_prune does the queues'.
+DELETE FROM {schema}.fairness_key_log AS l
+USING (SELECT queue, key, max(vtime) AS top
+       FROM {schema}.fairness_key_log
+       GROUP BY queue, key) AS m
+WHERE l.queue = m.queue AND l.key = m.key AND l.vtime < m.top;
 
 -- name: fairness_starts_prune
 -- Deletes start counts older than a day (the worker's sweep); the window the dashboard and

@@ -20,7 +20,7 @@ GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
 -- enqueues stamp their keys' clocks); the sweep drops old counts.
 GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys, {schema}.fairness_clocks TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.fairness_starts TO {role};
-GRANT SELECT, INSERT, DELETE ON {schema}.fairness_clock_log TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.fairness_clock_log, {schema}.fairness_key_log TO {role};
 GRANT SELECT ON {schema}.fairness_weights TO {role};
 -- Finishing a job reads who waits for it; a handler may wait for other jobs itself.
 GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
@@ -56,6 +56,7 @@ GRANT EXECUTE ON FUNCTION {schema}.signal_send(text, jsonb) TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys TO {role};
 GRANT SELECT, INSERT ON {schema}.fairness_clocks TO {role};
 GRANT SELECT ON {schema}.fairness_clock_log TO {role};
+GRANT SELECT, INSERT ON {schema}.fairness_key_log TO {role};
 GRANT SELECT ON {schema}.fairness_weights TO {role};
 
 -- name: grant_read
