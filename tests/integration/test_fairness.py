@@ -285,3 +285,44 @@ def test_the_queue_clock_only_grows_its_log_and_the_sweep_keeps_its_top(
     assert db.execute(f'SELECT vtime FROM "{schema}".jobs WHERE id = %s', [late]).fetchone() == (
         max(log),
     )
+
+
+def test_the_commit_time_catch_up_reads_its_job_by_id_whatever_plan_is_cached(
+    queue: Queue, app: Any, db: Any, schema: str, dsn: str
+) -> None:
+    """The catch-up runs in a trigger, whose statements a long-lived connection plans once
+    and caches. With the table's statistics taken when no fair job was queued, the generic
+    plan of an update naming the job's status and vtime walked the fair claim index instead
+    of the primary key: every entry behind the clock, which a long transaction keeps, at
+    every fair job's commit. The catch-up reads and writes its job by id alone."""
+    queue.enqueue_many([app.with_options(fairness_key="flood").job(i) for i in range(2000)])
+    # Scans of the fair claim index this transaction has run so far.
+    index_scans = f"SELECT pg_stat_get_xact_numscans('\"{schema}\".jobs_fair_claim_idx'::regclass)"
+    with psycopg.connect(dsn) as held, psycopg.connect(dsn) as producer:
+        held.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        held.execute("SELECT 1")  # the long transaction: its snapshot keeps what is claimed
+        top = None
+        while True:
+            claimed, top = fair_claim(db, schema, top or (-32768, float("-inf")), limit=500)
+            if not claimed:
+                break
+        db.execute(f'ANALYZE "{schema}".jobs')  # no fair job queued when the figures are taken
+        producer.execute("SET plan_cache_mode = force_generic_plan")
+        producer.commit()
+        late = [
+            queue.enqueue(app.with_options(fairness_key=f"quiet-{i}").job(i), conn=producer)
+            for i in range(3)
+        ]
+        before = producer.execute(index_scans).fetchone()
+        producer.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the catch-ups run now, counted
+        after = producer.execute(index_scans).fetchone()
+        producer.commit()
+        held.rollback()
+    assert before is not None and after is not None
+    # The claims left 2,000 entries behind the clock; the catch-ups, by id, walk none of them.
+    assert after[0] == before[0], "the catch-up scanned the fair claim index"
+    clock = db.execute(f'SELECT "{schema}".fairness_clock(%s)', ["default"]).fetchone()
+    stamps = db.execute(
+        f'SELECT vtime FROM "{schema}".jobs WHERE id = ANY(%s)', [[job.id for job in late]]
+    ).fetchall()
+    assert len(stamps) == 3 and all(vtime >= clock[0] for (vtime,) in stamps)
