@@ -43,11 +43,14 @@ class _FairHint:
     reached: tuple[int, float] | None = None  # the highest any claim reached so far
     deadline: float = 0.0
 
-    def moved(self, top: tuple[int, float]) -> None:
-        """A claim walked up to `top`: the next one starts where the claims before it had
-        reached."""
+    def moved(self, top: tuple[int, float] | None) -> None:
+        """A claim walked up to `top` (None: it found nothing): the next one starts where
+        the claims before it had reached. An empty claim moves the start too, or after a
+        reset every empty claim would start at the floor again and walk the dead entries
+        there, until two claims in a row found jobs."""
         self.after = self.reached
-        self.reached = top if self.reached is None else max(self.reached, top)
+        if top is not None:
+            self.reached = top if self.reached is None else max(self.reached, top)
 
     def forget(self) -> None:
         self.after = self.reached = None
@@ -106,6 +109,5 @@ class FairHints:
             return await claim_fair(conn, self.schema, params)
 
         got = await self.link.run(run)
-        if got.top is not None:
-            hint.moved(got.top)
+        hint.moved(got.top)
         return got
