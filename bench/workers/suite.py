@@ -26,7 +26,10 @@ Writes results.json to its results folder (bench/report.py) and prints the figur
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,6 +47,8 @@ from bench.report import Run, guarded
 from bench.server import database, scratch_schema
 
 ROOT = Path(__file__).resolve().parents[2]
+# A worker gives running jobs shutdown_grace (30 s) and its services a bounded stop.
+STOP_WAIT = 120
 STOPPED = re.compile(r"stopped: (\d+) jobs claimed in (\d+) claims \((\d+) empty\), (\d+) put back")
 
 
@@ -86,6 +91,8 @@ def running(
     command = [sys.executable, "-m", "pgqueue", "worker", "bench.workers.app:queue"]
     command += ["--dsn", through, "--schema", schema, "--concurrency", str(concurrency)]
     command += ["--poll-only", "--log-level", "info"]
+    # A worker that does not stop is dumped by faulthandler on SIGABRT (`_stopped`).
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     procs = []
     for path in files:
         with open(path, "w") as out:
@@ -93,6 +100,7 @@ def running(
                 subprocess.Popen(
                     command,
                     cwd=ROOT,
+                    env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
@@ -108,8 +116,41 @@ def running(
     finally:
         for proc in procs:
             proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=120)
+        _stopped(dsn, procs, files)
+
+
+def _stopped(dsn: str, procs: list[subprocess.Popen[bytes]], files: list[Path]) -> None:
+    """Wait for the terminated workers. One still running after STOP_WAIT seconds is a bug
+    of the worker's stop: what the database was doing, and the worker's threads' stacks
+    (faulthandler, on SIGABRT) and the end of its log, go in the error."""
+    deadline = time.monotonic() + STOP_WAIT
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+    hung = [n for n, proc in enumerate(procs) if proc.poll() is None]
+    if not hung:
+        return
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        activity = conn.execute(
+            "SELECT pid, application_name, state, wait_event_type, wait_event,"
+            " now() - state_change, left(query, 120) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    for n in hung:
+        procs[n].send_signal(signal.SIGABRT)
+    for n in hung:
+        try:
+            procs[n].wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            procs[n].kill()
+            procs[n].wait()
+    tail = "\n".join(files[hung[0]].read_text().splitlines()[-60:])
+    sessions = "\n".join(repr(row) for row in activity)
+    raise RuntimeError(
+        f"workers {hung} had not stopped {STOP_WAIT} s after SIGTERM; the database's "
+        f"sessions then:\n{sessions}\nthe end of worker {hung[0]}'s log ({files[hung[0]]}):\n"
+        f"{tail}"
+    )
 
 
 def _scalar(conn: psycopg.Connection[Any], schema: str, text: str) -> int:
