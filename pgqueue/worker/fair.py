@@ -42,17 +42,24 @@ class _FairHint:
     after: tuple[int, float] | None = None  # where claims start; None: from the floor
     reached: tuple[int, float] | None = None  # the highest any claim reached so far
     deadline: float = 0.0
+    before_reset: tuple[int, float] | None = None  # what the claims had reached at the reset
 
-    def moved(self, top: tuple[int, float] | None) -> None:
+    def moved(self, top: tuple[int, float] | None, *, from_floor: bool = False) -> None:
         """A claim walked up to `top` (None: it found nothing): the next one starts where
         the claims before it had reached. An empty claim moves the start too, or after a
         reset every empty claim would start at the floor again and walk the dead entries
-        there, until two claims in a row found jobs."""
+        there. An empty claim from the floor found nothing claimable anywhere: the reset
+        has done its work, and claims go on from where those before it had reached, which
+        all committed before it began (`from_floor`: the claim started at the floor, and
+        no reset came while it ran)."""
+        if top is None and from_floor and self.after is None and self.reached is None:
+            self.reached = self.before_reset
         self.after = self.reached
         if top is not None:
             self.reached = top if self.reached is None else max(self.reached, top)
 
     def forget(self) -> None:
+        self.before_reset = self.reached or self.before_reset
         self.after = self.reached = None
 
 
@@ -109,5 +116,5 @@ class FairHints:
             return await claim_fair(conn, self.schema, params)
 
         got = await self.link.run(run)
-        hint.moved(got.top)
+        hint.moved(got.top, from_floor=self.from_floor)
         return got
