@@ -12,7 +12,9 @@ Invariants:
   urgent priorities than the hint's: a wake-up at such a priority, or one that says nothing
   of where, sends the next claim to the floor.
 - The safety net, as for the plain claim: the hint is forgotten every hint_reset_interval
-  (jittered).
+  (jittered), and the next claim starts at the floor. If that claim finds nothing, nothing
+  was left behind: claims go on from where those before the reset had reached, rather than
+  each walking from the floor again while other workers take every new job first.
 
 The claimer (claimer.py) calls `claim` first for a queue that has had fair jobs, and claims
 the rest of the round's room with the plain claim (jobs without a fairness key). Deadlocks

@@ -5,8 +5,8 @@
 -- a generic plan for a trigger's statements, and where the planner's figures for that small
 -- index were stale it chose it over the primary key: each job's catch-up then walked every
 -- entry behind the clock. Under a long transaction those are the dead entries of every fair
--- job claimed since, so an enqueue's commit took seconds, the claims waited for its clock
--- lock, and the queue ran away. The job is read and written by id alone, where only the
+-- job claimed since, so an enqueue's commit took ever longer, the claims waited for its
+-- clock lock, and the queue ran away. The job is read and written by id alone, where only the
 -- primary key can serve; the row is this transaction's own (it inserted or updated it), so
 -- nothing changes it between the read and the write.
 
