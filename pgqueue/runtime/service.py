@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Protocol
 
 log = logging.getLogger("pgqueue.worker")
+STOP_SLACK = 1.0  # seconds a service's stop may run past its deadline before it is cut short
 
 
 @dataclass(frozen=True)
@@ -125,11 +126,14 @@ class Services:
 
     async def stop(self, grace: float) -> None:
         """Stop every started service, newest first, each by a deadline `grace` seconds
-        from its own stop."""
+        from its own stop. A stop still running a moment past its deadline (one waiting on a
+        database that does not answer) is cancelled and logged, and the rest still stop."""
         while self._started:
             service = self._started.pop()
             try:
-                await service.stop(time.monotonic() + grace)
+                await asyncio.wait_for(service.stop(time.monotonic() + grace), grace + STOP_SLACK)
+            except asyncio.TimeoutError:
+                log.error("%s did not stop within %.0f s: left as it was", service.name, grace)
             except Exception:
                 log.exception("%s failed to stop cleanly", service.name)
 
