@@ -45,6 +45,7 @@ class _FairHint:
     reached: tuple[int, float] | None = None  # the highest any claim reached so far
     deadline: float = 0.0
     before_reset: tuple[int, float] | None = None  # what the claims had reached at the reset
+    resets: int = 0  # how many resets so far: a claim that saw one come is not from the floor
 
     def moved(self, top: tuple[int, float] | None, *, from_floor: bool = False) -> None:
         """A claim walked up to `top` (None: it found nothing): the next one starts where
@@ -54,13 +55,14 @@ class _FairHint:
         has done its work, and claims go on from where those before it had reached, which
         all committed before it began (`from_floor`: the claim started at the floor, and
         no reset came while it ran)."""
-        if top is None and from_floor and self.after is None and self.reached is None:
+        if top is None and from_floor and self.reached is None:
             self.reached = self.before_reset
         self.after = self.reached
         if top is not None:
             self.reached = top if self.reached is None else max(self.reached, top)
 
     def forget(self) -> None:
+        self.resets += 1
         self.before_reset = self.reached or self.before_reset
         self.after = self.reached = None
 
@@ -107,6 +109,7 @@ class FairHints:
             spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
             hint.deadline = now + s.hint_reset_interval.total_seconds() * spread
         self.from_floor = hint.after is None
+        resets = hint.resets
         params = FairClaimParams(queue, hint.after or FAIR_FLOOR, want, self.worker_id)
 
         async def run(conn: AsyncConn) -> FairClaimed:
@@ -118,5 +121,5 @@ class FairHints:
             return await claim_fair(conn, self.schema, params)
 
         got = await self.link.run(run)
-        hint.moved(got.top, from_floor=self.from_floor)
+        hint.moved(got.top, from_floor=self.from_floor and hint.resets == resets)
         return got
