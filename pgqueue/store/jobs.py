@@ -506,6 +506,13 @@ def claim_atomic_plan(
     return one_as(ClaimedJob, rows) if rows else None
 
 
+def retake_atomic_plan(schema: str, job: ClaimedJob) -> Plan[bool]:
+    """In the caller's new transaction, take back an atomic job whose commit was refused
+    (job_atomic_retake); False when it is no longer there for this attempt."""
+    guard = {"job_id": job.id, "worker_id": job.worker_id, "attempt": job.attempt}
+    return bool((yield query("job_atomic_retake", schema), guard))
+
+
 def finish_plan(schema: str, outcomes: Sequence[OutcomeRow], keep_history: bool) -> Plan[Finished]:
     """job_finish_many as a plan, for an atomic job's own transaction."""
     rows = yield statement("job_finish_many", schema), finish_params(outcomes, keep_history)

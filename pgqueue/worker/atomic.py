@@ -40,7 +40,13 @@ from pgqueue.models import ATOMIC_MAX_TIMEOUT, ClaimedJob, WorkerSettings
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import connect
 from pgqueue.store import plan
-from pgqueue.store.jobs import AtomicClaimParams, Finished, claim_atomic_plan, finish_plan
+from pgqueue.store.jobs import (
+    AtomicClaimParams,
+    Finished,
+    claim_atomic_plan,
+    finish_plan,
+    retake_atomic_plan,
+)
 from pgqueue.store.plan import AsyncConn, SyncConn
 from pgqueue.store.steps import (
     segment_begin_plan,
@@ -160,15 +166,42 @@ class AtomicLane:
         await plan.run_async(conn, segment_savepoint_plan(self.schema), together=False)
         self.observers.job_started(job)
         outcome = await self.executor.run(job, connection=conn)
+        if _in_transaction(conn):
+            try:
+                await self._settle(conn, outcome)
+            except psycopg.Error as exc:
+                if _in_transaction(conn) or conn.broken:
+                    raise
+                outcome = self._refused(outcome, exc)
+                await self._retake(conn, outcome)
+        else:
+            await self._retake(conn, outcome)
+        self.observers.job_finished(job, outcome)
+        self.ran += 1
+        return True
+
+    async def _settle(self, conn: AsyncConn, outcome: Outcome) -> None:
+        """End the job's transaction with its outcome."""
         # The handler's writes since its last step stay only if it succeeded.
         keep = outcome.status == "succeeded"
         await plan.run_async(conn, segment_end_plan(self.schema, keep=keep), together=False)
         if not outcome.settled:
             await plan.run_async(conn, self._finish(outcome), together=False)
         await plan.run_async(conn, segment_commit_plan(self.schema), together=False)
-        self.observers.job_finished(job, outcome)
-        self.ran += 1
-        return True
+
+    async def _retake(self, conn: AsyncConn, outcome: Outcome) -> None:
+        """The database refused to commit the job's transaction, at a step or at its end: in
+        a new one, take the job back and record that failure."""
+        _log_refused(outcome)
+        begin = segment_begin_plan(self.schema, None, savepoint=False)
+        await plan.run_async(conn, begin, together=False)
+        retake = retake_atomic_plan(self.schema, outcome.job)
+        if await plan.run_async(conn, retake, together=False):
+            await plan.run_async(conn, self._finish(outcome), together=False)
+        await plan.run_async(conn, segment_commit_plan(self.schema), together=False)
+
+    def _refused(self, outcome: Outcome, exc: psycopg.Error) -> Outcome:
+        return self.executor.failed(outcome.job, exc, outcome.duration or 0.0)
 
     def _one_sync(self) -> bool:
         """The sync twin of _one, run in a thread on a sync connection."""
@@ -188,14 +221,35 @@ class AtomicLane:
         plan.run(conn, segment_savepoint_plan(self.schema), together=False)
         self.observers.job_started(job)
         outcome = self.executor.run_sync(job, conn)
+        if _in_transaction(conn):
+            try:
+                self._settle_sync(conn, outcome)
+            except psycopg.Error as exc:
+                if _in_transaction(conn) or conn.broken:
+                    raise
+                outcome = self._refused(outcome, exc)
+                self._retake_sync(conn, outcome)
+        else:
+            self._retake_sync(conn, outcome)
+        self.observers.job_finished(job, outcome)
+        self.ran += 1
+        return True
+
+    def _settle_sync(self, conn: SyncConn, outcome: Outcome) -> None:
+        """The sync twin of _settle."""
         keep = outcome.status == "succeeded"
         plan.run(conn, segment_end_plan(self.schema, keep=keep), together=False)
         if not outcome.settled:
             plan.run(conn, self._finish(outcome), together=False)
         plan.run(conn, segment_commit_plan(self.schema), together=False)
-        self.observers.job_finished(job, outcome)
-        self.ran += 1
-        return True
+
+    def _retake_sync(self, conn: SyncConn, outcome: Outcome) -> None:
+        """The sync twin of _retake."""
+        _log_refused(outcome)
+        plan.run(conn, segment_begin_plan(self.schema, None, savepoint=False), together=False)
+        if plan.run(conn, retake_atomic_plan(self.schema, outcome.job), together=False):
+            plan.run(conn, self._finish(outcome), together=False)
+        plan.run(conn, segment_commit_plan(self.schema), together=False)
 
 
 def make_lanes(
@@ -241,3 +295,20 @@ def make_lanes(
             for _ in range(settings.atomic_concurrency if tasks else 0)
         ]
     return lanes
+
+
+def _in_transaction(conn: SyncConn | AsyncConn) -> bool:
+    """Whether the job's transaction is still open; a commit the database refused (a step's,
+    or the job's own) ended it."""
+    return conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+
+def _log_refused(outcome: Outcome) -> None:
+    job = outcome.job
+    log.warning(
+        "job %s %s attempt %s: the database refused to commit its transaction; "
+        "what it wrote since its last step is rolled back and the attempt recorded as failed",
+        job.id,
+        job.task,
+        job.attempt,
+    )

@@ -317,6 +317,11 @@ class Executor:
             job, "retry", duration, retry_in=snooze.seconds, snooze=True, settled=settled
         )
 
+    def failed(self, job: ClaimedJob, exc: BaseException, duration: float) -> Outcome:
+        """The outcome of an attempt that ran for `duration` seconds and then failed with
+        `exc` outside its handler (an atomic job whose commit the database refused)."""
+        return self._failed(job, exc, time.monotonic() - duration)
+
     def _failed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         if isinstance(exc, Snooze):
             return self._snoozed(job, exc, started)

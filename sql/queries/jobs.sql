@@ -854,6 +854,23 @@ WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
           j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited;
 
+-- name: job_atomic_retake
+-- Takes back an atomic job whose transaction the database refused to commit (a deferred
+-- constraint its handler's writes broke, a serialization failure), so that its failure is
+-- recorded and spends the attempt, as any other failure does, instead of the job being
+-- claimed again for nothing forever. The rollback left the job as it was: queued with the
+-- attempt uncounted, or, when one of its steps' segments had committed, running for this
+-- worker. Another lane that claimed it meanwhile keeps it (no row).
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    attempt = %(attempt)s,
+    started_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.started_at END,
+    worker_id = %(worker_id)s
+WHERE j.id = %(job_id)s
+  AND ((j.status = 'queued' AND j.attempt = %(attempt)s - 1)
+       OR (j.status = 'running' AND j.worker_id = %(worker_id)s AND j.attempt = %(attempt)s))
+RETURNING j.id;
+
 -- name: job_release_orphans
 -- After the claim connection broke, puts back running jobs this worker holds but never
 -- received (the claim committed, its reply was lost). Claims only run on that connection, one

@@ -83,6 +83,53 @@ def test_failed_atomic_attempt_rolls_back_its_writes_but_records_the_failure(
     ]
 
 
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_an_atomic_job_whose_commit_is_refused_spends_its_attempts_and_fails(
+    queue: Queue, dsn: str, effects: str, kind: str
+) -> None:
+    """Its writes break a deferred constraint, so the database refuses every commit: each
+    refusal is a failed attempt, and the job ends failed instead of being claimed again
+    forever; the next job runs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {} ADD UNIQUE (job_id, note) DEFERRABLE INITIALLY DEFERRED"
+            ).format(sql.Identifier(effects))
+        )
+    policy = RetryPolicy(base=0, jitter=0)
+    if kind == "def":
+
+        @queue.task(name="twice", atomic=True, max_attempts=2, retry=policy)
+        def twice(ctx: JobContext) -> None:
+            for _ in range(2):
+                ctx.connection.execute(_insert(effects), [ctx.job_id, "same"])
+
+        @queue.task(name="once", atomic=True)
+        def once(ctx: JobContext) -> None:
+            ctx.connection.execute(_insert(effects), [ctx.job_id, "once"])
+
+    else:
+
+        @queue.task(name="twice", atomic=True, max_attempts=2, retry=policy)
+        async def twice(ctx: JobContext) -> None:
+            for _ in range(2):
+                await ctx.connection.execute(_insert(effects), [ctx.job_id, "same"])
+
+        @queue.task(name="once", atomic=True)
+        async def once(ctx: JobContext) -> None:
+            await ctx.connection.execute(_insert(effects), [ctx.job_id, "once"])
+
+    refused = queue.enqueue(twice.job())
+    fine = queue.enqueue(once.job())
+    drain(queue)
+    job = queue.get_job(refused)
+    assert job is not None and job.status == "failed" and job.attempt == 2, job
+    assert [e["type"].rsplit(".", 1)[-1] for e in job.errors] == ["UniqueViolation"] * 2
+    other = queue.get_job(fine)
+    assert other is not None and other.status == "succeeded", other
+    assert _rows(dsn, effects) == [(fine, "once")]
+
+
 def test_a_running_atomic_job_looks_queued_and_locked_and_is_never_rescued(
     queue: Queue, dsn: str, schema: str
 ) -> None:
