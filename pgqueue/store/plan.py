@@ -5,13 +5,18 @@ A plan is a generator that yields (statement, params) and is sent back the rows.
 reads each row as a frozen dataclass of its statement's columns (`rows_as`), never by
 position. A plan whose statements must commit together runs, on an autocommit connection, in
 a transaction of its own; otherwise in the caller's transaction, which it never commits.
+
+`Pipelined` is the other shape: statements of which none needs another's rows, sent in one
+round trip (psycopg's pipeline mode) and read together once all have run. The first error
+among them is raised, and the server skipped the statements after it.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator, Mapping
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -94,6 +99,46 @@ def _resume(plan: Plan[T], outcome: Rows | psycopg.Error) -> Step:
     if isinstance(outcome, psycopg.Error):
         return plan.throw(outcome)
     return plan.send(outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class Pipelined(Generic[T]):
+    """Statements sent together in one round trip, because none needs another's rows;
+    `read` makes the result from each statement's rows, in order."""
+
+    steps: tuple[Step, ...]
+    read: Callable[[list[Rows]], T]
+
+
+def run_pipelined(conn: SyncConn, work: Pipelined[T]) -> T:
+    """Send `work`'s statements in one round trip, in whatever transaction the connection is
+    in (they may end it and open the next); its result once all have run, or the first
+    error among them."""
+    with contextlib.ExitStack() as stack:
+        cursors = [
+            stack.enter_context(psycopg.Cursor(conn, row_factory=tuple_row)) for _ in work.steps
+        ]
+        with conn.pipeline():
+            for cur, step in zip(cursors, work.steps, strict=True):
+                tolerate(cur)
+                cur.execute(*step)
+        return work.read([cur.fetchall() if cur.description is not None else [] for cur in cursors])
+
+
+async def run_pipelined_async(conn: AsyncConn, work: Pipelined[T]) -> T:
+    """`run_pipelined` on an async connection."""
+    async with contextlib.AsyncExitStack() as stack:
+        cursors = [
+            await stack.enter_async_context(psycopg.AsyncCursor(conn, row_factory=tuple_row))
+            for _ in work.steps
+        ]
+        async with conn.pipeline():
+            for cur, step in zip(cursors, work.steps, strict=True):
+                tolerate(cur)
+                await cur.execute(*step)
+        return work.read(
+            [await cur.fetchall() if cur.description is not None else [] for cur in cursors]
+        )
 
 
 def rows_as(kind: Callable[..., T], rows: Rows) -> list[T]:

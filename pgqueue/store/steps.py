@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pgqueue.models import ClaimedJob, JobStep, JobSteps
 from pgqueue.queries import query, statement
-from pgqueue.store.plan import Plan, Rows, rows_as
+from pgqueue.store.plan import Pipelined, Plan, Rows, Step, rows_as
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +245,27 @@ def segment_end_plan(schema: str, *, keep: bool) -> Plan[None]:
     if not keep:
         yield from _one("job_segment_discard", schema)
     yield from _one("job_segment_release", schema)
+
+
+def segment_next(schema: str, job: ClaimedJob | None) -> Pipelined[bool]:
+    """After a step's record: keep the handler's writes, commit the segment, and open the
+    next as segment_begin_plan does, in one round trip. False when the job is no longer ours
+    (nothing is locked then). A commit that fails raises its error; the statements after it
+    did not run, so no transaction is open."""
+    steps: list[Step] = [
+        (statement("job_segment_release", schema), None),
+        (statement("job_segment_commit", schema), None),
+        (statement("job_segment_begin", schema), None),
+    ]
+    if job is not None:
+        steps.append((statement("job_segment_lock", schema), _guard(job)))
+    steps.append((statement("job_segment_savepoint", schema), None))
+    relocked = 3 if job is not None else None
+
+    def read(rows: list[Rows]) -> bool:
+        return relocked is None or bool(rows[relocked])
+
+    return Pipelined(tuple(steps), read)
 
 
 def segment_commit_plan(schema: str) -> Plan[None]:

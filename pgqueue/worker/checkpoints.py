@@ -2,7 +2,8 @@
 (lease jobs), where the step records that the worker's jobs reach at the same time commit
 together, one statement per round (StepRecorder), each caller waiting for its own; or in the
 segments of the job's own transaction (atomic jobs: a record commits the segment with what
-the handler wrote since the previous one, and the next segment locks the job's row again).
+the handler wrote since the previous one, and the next segment locks the job's row again, the
+commit and the next segment's start in one round trip).
 Each backend runs plans for a `def` handler (`run`, blocking) or an `async def` one (`arun`);
 the wrong twin is a ConfigurationError that names the right one.
 
@@ -29,10 +30,8 @@ from pgqueue.store.steps import (
     Recorded,
     StepRecord,
     record_many_plan,
-    segment_begin_plan,
-    segment_commit_plan,
     segment_discard_plan,
-    segment_end_plan,
+    segment_next,
 )
 
 T = TypeVar("T")
@@ -231,9 +230,8 @@ class AtomicBackend(Backend):
         return plan.run(self.conn, make(), together=False)
 
     def end(self, relock: bool) -> None:
-        self.run(lambda: segment_end_plan(self.schema, keep=True))
-        self.run(lambda: segment_commit_plan(self.schema))
-        if not self.run(lambda: segment_begin_plan(self.schema, self.job if relock else None)):
+        work = segment_next(self.schema, self.job if relock else None)
+        if not plan.run_pipelined(self.conn, work):
             raise JobLostError(f"job {self.job.id} is no longer this worker's")
 
     def discard(self) -> None:
@@ -254,11 +252,8 @@ class AsyncAtomicBackend(Backend):
         return await plan.run_async(self.conn, make(), together=False)
 
     async def aend(self, relock: bool) -> None:
-        await self.arun(lambda: segment_end_plan(self.schema, keep=True))
-        await self.arun(lambda: segment_commit_plan(self.schema))
-        if not await self.arun(
-            lambda: segment_begin_plan(self.schema, self.job if relock else None)
-        ):
+        work = segment_next(self.schema, self.job if relock else None)
+        if not await plan.run_pipelined_async(self.conn, work):
             raise JobLostError(f"job {self.job.id} is no longer this worker's")
 
     async def adiscard(self) -> None:

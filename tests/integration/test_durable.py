@@ -269,6 +269,68 @@ def test_an_async_atomic_job_s_steps_commit_their_writes_exactly_once(
     ]
 
 
+@pytest.mark.parametrize("kind", ["def", "async def"])
+def test_an_atomic_step_whose_commit_fails_rolls_back_the_segment_and_the_job_retries(
+    dsn: str, schema: str, effects: str, kind: str
+) -> None:
+    """The step's commit is refused (a deferred unique constraint): neither the handler's
+    writes nor the record commit, the job's error is the database's, and the next attempt
+    runs the step again and goes on past it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {}.effects ADD CONSTRAINT one_step_a_job UNIQUE (job, step)"
+                " DEFERRABLE INITIALLY DEFERRED"
+            ).format(sql.Identifier(schema))
+        )
+    queue = Queue(dsn, schema=schema)
+    insert = sql.SQL("INSERT INTO {}.effects (job, step, attempt) VALUES (%s, %s, %s)").format(
+        sql.Identifier(schema)
+    )
+
+    def writes(ctx: JobContext) -> list[tuple[str, int]]:
+        # Twice the same (job, step) on attempt 1: the constraint refuses it at commit.
+        rows = [("s1", ctx.attempt)] * (2 if ctx.attempt == 1 else 1)
+        return [*rows, ("after", ctx.attempt)]
+
+    if kind == "def":
+
+        @queue.task(atomic=True, max_attempts=3, retry=retry)
+        def book(ctx: JobContext) -> str:
+            *before, after = writes(ctx)
+            for step, attempt in before:
+                ctx.connection.execute(insert, [ctx.job_id, step, attempt])
+            ctx.step("s1", lambda: "s1")
+            ctx.connection.execute(insert, [ctx.job_id, *after])
+            return ctx.step("s2", lambda: "s2")
+
+    else:
+
+        async def value(v: str) -> str:
+            return v
+
+        @queue.task(atomic=True, max_attempts=3, retry=retry)
+        async def book(ctx: JobContext) -> str:
+            *before, after = writes(ctx)
+            for step, attempt in before:
+                await ctx.connection.execute(insert, [ctx.job_id, step, attempt])
+            await ctx.astep("s1", value, "s1")
+            await ctx.connection.execute(insert, [ctx.job_id, *after])
+            return await ctx.astep("s2", value, "s2")
+
+    job_id = queue.enqueue(book.job())
+    drain(queue, dsn=dsn)
+    job = queue.get_job(job_id)
+    assert job is not None and job.status is JobStatus.SUCCEEDED and job.attempt == 2, job
+    assert job.errors[0]["type"].endswith("UniqueViolation"), job.errors
+    assert ran(dsn, schema) == [(job_id, "s1", 2), (job_id, "after", 2)]
+    assert [(seq, name) for seq, name, _, _ in steps_of(dsn, schema, job_id)] == [
+        (1, "s1"),
+        (2, "s2"),
+    ]
+    queue.close()
+
+
 def test_a_def_handler_s_step_in_an_async_handler_is_a_clear_error(dsn: str, schema: str) -> None:
     queue = Queue(dsn, schema=schema)
 
