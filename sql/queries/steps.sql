@@ -17,7 +17,10 @@ ORDER BY s.seq;
 -- waits for it to commit, and the next attempt reads it; or the record waits for the rescue
 -- and then finds the job moved. A step already recorded is kept (ON CONFLICT DO NOTHING):
 -- the caller then reads it with job_step_read. Returns the recorded result and the
--- database's clock.
+-- database's clock. The running guard compares with a value the planner does not know, as
+-- job_step_record_many's does, so that no cached plan walks the partial index
+-- jobs_running_idx (a worker's running jobs, and under a long transaction their dead entries)
+-- instead of probing the primary key.
 INSERT INTO {schema}.job_steps AS s (job_id, seq, name, kind, result, started_at, finished_at)
 SELECT %(job_id)s, %(seq)s, %(name)s, %(kind)s,
        coalesce(%(result)s::jsonb,
@@ -26,7 +29,8 @@ SELECT %(job_id)s, %(seq)s, %(name)s, %(kind)s,
 FROM (SELECT clock_timestamp() + make_interval(secs => %(sleep_seconds)s::float8) AS ends) AS e
 WHERE EXISTS (
     SELECT 1 FROM {schema}.jobs AS j
-    WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
+    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text)
+      AND j.worker_id = %(worker_id)s
       AND j.attempt = %(attempt)s
     FOR SHARE
 )

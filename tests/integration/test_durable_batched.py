@@ -19,7 +19,8 @@ from psycopg import sql
 from pgqueue import JobContext, Queue, Worker
 from pgqueue.models import ClaimedJob
 from pgqueue.runtime.link import Link
-from pgqueue.store.steps import Recorded, StepRecord
+from pgqueue.store import plan
+from pgqueue.store.steps import Recorded, StepRecord, record_many_plan
 from pgqueue.worker.checkpoints import StepRecorder
 from tests.conftest import wait_until, worker_in_thread
 
@@ -303,3 +304,43 @@ def test_a_round_racing_a_rescue_waits_for_it_and_records_by_its_outcome(
     else:
         assert second is not None and second[0].result == 1
         assert [row[0] for row in recorded(dsn, schema)] == [kept, raced]
+
+
+@pytest.mark.parametrize("records", [1, 2])
+def test_a_record_probes_its_job_by_primary_key_whatever_plan_is_cached(
+    dsn: str, schema: str, records: int
+) -> None:
+    """Before the jobs table's statistics are first taken, a cached generic plan of a guard
+    that names the running status walked the partial index of running jobs (whose dead
+    entries a long transaction keeps) instead of the job's primary key. One record alone
+    and several together both guard through the primary key."""
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (task, queue, args, status, worker_id, attempt)"
+                    " SELECT 't', 'default', '{{}}', 'running', 7, 1 FROM generate_series(1, %s)"
+                    " RETURNING id"
+                ).format(s),
+                [records],
+            ).fetchall()
+        ]
+    jobs = [ClaimedJob(i, "t", {}, 0, 1, 3, "default", 7) for i in ids]
+    running_scans = sql.SQL("SELECT pg_stat_get_xact_numscans({}::regclass)").format(
+        sql.Literal(f'"{schema}".jobs_running_idx')
+    )
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        started = datetime.now(timezone.utc)
+        for seq in range(1, 8):  # past the connection's prepare threshold
+            batch = [
+                StepRecord(job, Recorded(seq, f"s{seq}", "step", None), started, "1")
+                for job in jobs
+            ]
+            made = plan.run(conn, record_many_plan(schema, batch), together=False)
+            assert all(m is not None and m[0].result == 1 for m in made), made
+        scans = conn.execute(running_scans).fetchone()
+        conn.rollback()
+    assert scans == (0,), "a record's guard walked jobs_running_idx"
