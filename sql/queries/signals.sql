@@ -20,9 +20,11 @@ SELECT {schema}.signal_send(%(key)s, %(payload)s::jsonb);
 -- the signal is deleted only if it is recorded, so it is taken once and never lost. Guard:
 -- only while the job is still running this attempt for this worker. Also ends the job's wait
 -- for it, if it was parked. Returns the recorded step's result, or no row when no signal.
+-- This file's guards compare the status with a value the planner does not know, so that no
+-- cached plan walks the partial index jobs_running_idx instead of probing the primary key.
 WITH mine AS (
     SELECT 1 FROM {schema}.jobs AS j
-    WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
+    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
       AND j.attempt = %(attempt)s
     FOR SHARE
 ), taken AS (
@@ -62,7 +64,7 @@ WITH recorded AS (
            %(started_at)s, clock_timestamp()
     WHERE EXISTS (
         SELECT 1 FROM {schema}.jobs AS j
-        WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
+        WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
           AND j.attempt = %(attempt)s
         FOR SHARE
     )
@@ -94,7 +96,7 @@ WITH parked AS (
             clock_timestamp() + make_interval(secs => %(longest)s::float8)),
         worker_id = NULL,
         attempt = j.attempt - 1
-    WHERE j.id = %(job_id)s AND j.status = 'running' AND j.worker_id = %(worker_id)s
+    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
       AND j.attempt = %(attempt)s AND j.cancel_requested_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM {schema}.signals AS s WHERE s.key = %(key)s)
     RETURNING j.id

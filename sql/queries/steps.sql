@@ -90,9 +90,10 @@ BEGIN;
 -- name: job_segment_lock
 -- Locks an atomic job's row again at the start of a segment. Between segments the job is
 -- committed as running for this worker, guarded by the worker's lease like a lease job;
--- this finds no row once the job is no longer ours (rescued after the lease lapsed).
+-- this finds no row once the job is no longer ours (rescued after the lease lapsed). The
+-- status is compared with a value the planner does not know, as in job_step_record.
 SELECT id FROM {schema}.jobs
-WHERE id = %(job_id)s AND status = 'running' AND worker_id = %(worker_id)s
+WHERE id = %(job_id)s AND status = (SELECT 'running'::text) AND worker_id = %(worker_id)s
   AND attempt = %(attempt)s
 FOR UPDATE;
 

@@ -20,7 +20,7 @@ from pgqueue import JobContext, Queue, Worker
 from pgqueue.models import ClaimedJob
 from pgqueue.runtime.link import Link
 from pgqueue.store import plan
-from pgqueue.store.steps import Recorded, StepRecord, record_many_plan
+from pgqueue.store.steps import Recorded, StepRecord, record_many_plan, segment_next
 from pgqueue.worker.checkpoints import StepRecorder
 from tests.conftest import wait_until, worker_in_thread
 
@@ -306,15 +306,15 @@ def test_a_round_racing_a_rescue_waits_for_it_and_records_by_its_outcome(
         assert [row[0] for row in recorded(dsn, schema)] == [kept, raced]
 
 
-@pytest.mark.parametrize("records", [1, 2])
-def test_a_record_probes_its_job_by_primary_key_whatever_plan_is_cached(
-    dsn: str, schema: str, records: int
+@pytest.mark.parametrize("guard", ["one record", "two records", "segment lock"])
+def test_a_guard_probes_its_job_by_primary_key_whatever_plan_is_cached(
+    dsn: str, schema: str, guard: str
 ) -> None:
     """Before the jobs table's statistics are first taken, a cached generic plan of a guard
     that names the running status walked the partial index of running jobs (whose dead
-    entries a long transaction keeps) instead of the job's primary key. One record alone
-    and several together both guard through the primary key."""
-    s = sql.Identifier(schema)
+    entries a long transaction keeps) instead of the job's primary key. A step's record,
+    alone or with others, and an atomic job's relock at a segment's start probe the key."""
+    count = 2 if guard == "two records" else 1
     with psycopg.connect(dsn, autocommit=True) as conn:
         ids = [
             row[0]
@@ -323,24 +323,31 @@ def test_a_record_probes_its_job_by_primary_key_whatever_plan_is_cached(
                     "INSERT INTO {}.jobs (task, queue, args, status, worker_id, attempt)"
                     " SELECT 't', 'default', '{{}}', 'running', 7, 1 FROM generate_series(1, %s)"
                     " RETURNING id"
-                ).format(s),
-                [records],
+                ).format(sql.Identifier(schema)),
+                [count],
             ).fetchall()
         ]
     jobs = [ClaimedJob(i, "t", {}, 0, 1, 3, "default", 7) for i in ids]
     running_scans = sql.SQL("SELECT pg_stat_get_xact_numscans({}::regclass)").format(
         sql.Literal(f'"{schema}".jobs_running_idx')
     )
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT pgqueue_segment")  # where an atomic job's segment stands
         started = datetime.now(timezone.utc)
         for seq in range(1, 8):  # past the connection's prepare threshold
+            if guard == "segment lock":
+                assert plan.run_pipelined(conn, segment_next(schema, jobs[0]))
+                continue
             batch = [
                 StepRecord(job, Recorded(seq, f"s{seq}", "step", None), started, "1")
                 for job in jobs
             ]
             made = plan.run(conn, record_many_plan(schema, batch), together=False)
             assert all(m is not None and m[0].result == 1 for m in made), made
+        # Counted in this transaction: for the segment lock, the last segment's, by then
+        # planned generically.
         scans = conn.execute(running_scans).fetchone()
-        conn.rollback()
-    assert scans == (0,), "a record's guard walked jobs_running_idx"
+        conn.execute("ROLLBACK")
+    assert scans == (0,), "a guard walked jobs_running_idx"
