@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 import pytest
 
-from pgqueue import AsyncQueue, Queue
+from pgqueue import AsyncQueue, JobContext, Queue
+from pgqueue.testing import drain
 from tests.apps import tasks as apps
 from tests.apps.pgbouncer import pgbouncer
 from tests.conftest import (
@@ -171,3 +173,51 @@ def test_a_poll_only_worker_listening_directly_starts_jobs_at_once_through_pgbou
     assert waits[0] < 5.0, f"a job waited {waits[0]:.1f} s: it started on a poll, not a wake-up"
     assert waits[1] == 1
     assert "poll only, listening apart" in log.read_text()
+
+
+def test_durable_steps_of_lease_and_atomic_jobs_commit_once_through_pgbouncer(
+    dsn: str, schema: str, bouncer: str
+) -> None:
+    """A step's record, and an atomic job's segment (its commit, the next BEGIN and relock
+    sent together in one round trip), through transaction pooling: each step recorded once,
+    each atomic write committed once, every job succeeded."""
+    queue = Queue(bouncer, schema=schema, prepare=False)
+    table = psycopg.sql.Identifier(schema, "writes")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE TABLE {} (job bigint, step int)").format(table))
+    insert = psycopg.sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(table)
+
+    def same(i: int) -> int:
+        return i
+
+    @queue.task(name="three_lease_steps")
+    def three_lease_steps(ctx: JobContext) -> int:
+        return sum(ctx.step(f"s{i}", same, i) for i in range(3))
+
+    @queue.task(name="three_atomic_steps", atomic=True)
+    def three_atomic_steps(ctx: JobContext) -> int:
+        def write(i: int) -> int:
+            ctx.connection.execute(insert, [ctx.job_id, i])
+            return i
+
+        return sum(ctx.step(f"s{i}", write, i) for i in range(3))
+
+    jobs = 20
+    lease = queue.enqueue_many([three_lease_steps.job() for _ in range(jobs)])
+    atomic = queue.enqueue_many([three_atomic_steps.job() for _ in range(jobs)])
+    drain(queue, dsn=bouncer, poll_only=True, concurrency=4, atomic_concurrency=2)
+    for job_id in lease + atomic:
+        job = queue.get_job(job_id)
+        assert job is not None and job.status == "succeeded" and job.result == 3, job
+    queue.close()
+    with psycopg.connect(dsn) as conn:
+        steps = conn.execute(
+            psycopg.sql.SQL("SELECT count(*), count(DISTINCT (job_id, seq)) FROM {}").format(
+                psycopg.sql.Identifier(schema, "job_steps")
+            )
+        ).fetchone()
+        writes = conn.execute(
+            psycopg.sql.SQL("SELECT count(*), count(DISTINCT (job, step)) FROM {}").format(table)
+        ).fetchone()
+    assert steps == (6 * jobs, 6 * jobs)
+    assert writes == (3 * jobs, 3 * jobs)
