@@ -4,4 +4,7 @@ import sys
 
 from pgqueue.cli import main
 
-sys.exit(main())
+# Guarded: tools that import every module of the package (the API reference's builder) must
+# not run the command with their own arguments.
+if __name__ == "__main__":
+    sys.exit(main())
