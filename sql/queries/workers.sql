@@ -126,11 +126,18 @@ SELECT pg_try_advisory_xact_lock(hashtext('pgqueue.rescue'), hashtext(%(schema)s
 
 -- name: worker_delete_dead
 -- Removes workers silent for longer than the lease once none of their jobs is still running.
+-- A row locked by a beat (its worker stopped in the middle of one, a paused process or VM) is
+-- left for a later pass: waiting for it would keep the rescuing transaction, and the rescue
+-- lock it holds, open until that worker wakes.
 DELETE FROM {schema}.workers AS w
-WHERE w.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease)s)
-  AND NOT EXISTS (
-      SELECT 1 FROM {schema}.jobs AS j WHERE j.worker_id = w.id AND j.status = 'running'
-  );
+WHERE w.id IN (
+    SELECT d.id FROM {schema}.workers AS d
+    WHERE d.heartbeat_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS j WHERE j.worker_id = d.id AND j.status = 'running'
+      )
+    FOR UPDATE SKIP LOCKED
+);
 
 -- name: transaction_bound_idle
 -- Server-side backstop for an atomic job's transaction: if its worker hangs while idle in the

@@ -226,3 +226,53 @@ def test_jobs_whose_worker_row_is_gone_are_rescued_within_orphan_passes(
     assert asyncio.run(passes(ORPHAN_PASSES)) == [0] * (ORPHAN_PASSES - 1) + [1]
     with psycopg.connect(dsn) as conn:
         assert [(row[0], row[1]) for row in _history(conn, schema)] == [(job_id, "failed")]
+
+
+def test_a_worker_frozen_in_the_middle_of_a_beat_does_not_hold_up_the_rescue(
+    dsn: str, schema: str
+) -> None:
+    """A worker stopped (SIGSTOP, a paused VM) inside the transaction of a beat keeps its
+    row locked. The rescuing transaction rescues its lapsed jobs and then removes silent
+    workers: it leaves a locked row for a later pass instead of waiting for it, which held
+    the rescue lock, and with it every worker's rescues, until the frozen one woke."""
+    queue = Queue(dsn, schema=schema)
+
+    @queue.task(name="held_up", max_attempts=2)
+    def held_up() -> None: ...
+
+    (job_id,) = queue.enqueue_many([held_up.job()])
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as frozen:
+        (worker_id,) = conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency, heartbeat_at)"
+                " VALUES ('frozen', 'host', 1, '{{default}}', 1, now() - interval '1 hour')"
+                " RETURNING id"
+            ).format(s)
+        ).fetchone() or (None,)
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = %s,"
+                " started_at = now() WHERE id = %s"
+            ).format(s),
+            [worker_id, job_id],
+        )
+        # The frozen beat: its row locked by a transaction that never ends meanwhile.
+        frozen.execute(
+            sql.SQL("SELECT 1 FROM {}.workers WHERE id = %s FOR UPDATE").format(s), [worker_id]
+        )
+        rescuer = Rescuer(queue.registry, schema, lease=timedelta(seconds=1), keep_history=True)
+
+        async def rescue() -> int:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+                return await asyncio.wait_for(rescuer.rescue(aconn), 10)
+
+        assert asyncio.run(rescue()) == 1
+        job = queue.get_job(job_id)
+        assert job is not None and job.status in ("queued", "scheduled") and job.attempt == 1
+        workers = sql.SQL("SELECT count(*) FROM {}.workers WHERE id = %s").format(s)
+        assert conn.execute(workers, [worker_id]).fetchone() == (1,)  # left for a later pass
+        frozen.rollback()  # the worker woke: the next pass removes its row
+        assert asyncio.run(rescue()) == 0
+        assert conn.execute(workers, [worker_id]).fetchone() == (0,)
+    queue.close()
