@@ -8,4 +8,5 @@
 -- the partial index jobs_running_idx instead of probing the primary key.
 UPDATE {schema}.jobs
 SET args = args || jsonb_build_object('started_at', %(started_at)s::text)
-WHERE id = %(id)s AND status = (SELECT 'running'::text) AND attempt = 1 AND worker_id = %(worker_id)s;
+WHERE id = %(id)s AND status = (SELECT 'running'::text) AND attempt = 1
+  AND worker_id = %(worker_id)s;

@@ -24,8 +24,8 @@ SELECT {schema}.signal_send(%(key)s, %(payload)s::jsonb);
 -- cached plan walks the partial index jobs_running_idx instead of probing the primary key.
 WITH mine AS (
     SELECT 1 FROM {schema}.jobs AS j
-    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
-      AND j.attempt = %(attempt)s
+    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text)
+      AND j.worker_id = %(worker_id)s AND j.attempt = %(attempt)s
     FOR SHARE
 ), taken AS (
     DELETE FROM {schema}.signals
@@ -64,8 +64,8 @@ WITH recorded AS (
            %(started_at)s, clock_timestamp()
     WHERE EXISTS (
         SELECT 1 FROM {schema}.jobs AS j
-        WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
-          AND j.attempt = %(attempt)s
+        WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text)
+          AND j.worker_id = %(worker_id)s AND j.attempt = %(attempt)s
         FOR SHARE
     )
     RETURNING result
@@ -96,8 +96,9 @@ WITH parked AS (
             clock_timestamp() + make_interval(secs => %(longest)s::float8)),
         worker_id = NULL,
         attempt = j.attempt - 1
-    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text) AND j.worker_id = %(worker_id)s
-      AND j.attempt = %(attempt)s AND j.cancel_requested_at IS NULL
+    WHERE j.id = %(job_id)s AND j.status = (SELECT 'running'::text)
+      AND j.worker_id = %(worker_id)s AND j.attempt = %(attempt)s
+      AND j.cancel_requested_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM {schema}.signals AS s WHERE s.key = %(key)s)
     RETURNING j.id
 )
