@@ -259,10 +259,11 @@ def segment_next(schema: str, job: ClaimedJob | None) -> Pipelined[bool]:
         (statement("job_segment_commit", schema), None),
         (statement("job_segment_begin", schema), None),
     ]
+    relocked: int | None = None  # where the relock's rows come back, given a job
     if job is not None:
+        relocked = len(steps)
         steps.append((statement("job_segment_lock", schema), _guard(job)))
     steps.append((statement("job_segment_savepoint", schema), None))
-    relocked = 3 if job is not None else None
 
     def read(rows: list[Rows]) -> bool:
         return relocked is None or bool(rows[relocked])
