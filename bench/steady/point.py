@@ -113,6 +113,8 @@ class Worker:
         finally:
             producer.close()
         self.starts({work.WARMUP_SEQ}, work.READY_TIMEOUT_SECONDS)
+        warmed = work.warm_up(self.name, self.dsn, self.log, self.process)
+        self.starts(warmed, work.READY_TIMEOUT_SECONDS)  # reads past the warm-up's lines
 
     def starts(self, seqs: set[int], timeout: float) -> dict[int, float]:
         """Handler starts logged since the last call, once all of `seqs` have started or

@@ -150,6 +150,7 @@ def run_system(config: Config, dsn: str, name: str, statements: bool) -> dict[st
                 if behind is not None:
                     points.append(entry | {"skipped": f"fell behind at {behind:g} jobs/s"})
                     continue
+                work.vacuum_analyze(dsn)  # as autovacuum would have, between points
                 figures = run_point(ctx, worker, point, statements)
                 points.append(entry | figures)
                 if figures["fell_behind"]:
@@ -171,6 +172,7 @@ def run_bound(config: Config, dsn: str, statements: bool) -> dict[str, Any]:
             if behind is not None:
                 points.append(entry | {"skipped": f"fell behind at {behind:g} jobs/s"})
                 continue
+            work.vacuum_analyze(dsn)
             figures = bound.run_point(dsn, Point(producers, rate, config.seconds,
                                                  config.settle), statements)  # fmt: skip
             points.append(entry | figures)

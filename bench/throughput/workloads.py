@@ -30,6 +30,9 @@ from bench.throughput.systems import RECORDER, PgQueue, System
 CHILD_TIMEOUT_SECONDS = 300.0
 READY_TIMEOUT_SECONDS = 30.0
 WARMUP_SEQ = -1
+# Jobs a worker runs before a measured stretch, numbered apart from the measured ones.
+WARMUP_JOBS = 1000
+WARMUP_FIRST_SEQ = 1_000_000_000
 
 
 def system(name: str) -> System:
@@ -134,6 +137,25 @@ def analyze(dsn: str) -> None:
         conn.execute("ANALYZE")
 
 
+def vacuum_analyze(dsn: str) -> None:
+    """What autovacuum would have done to every system's tables by now."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+def warm_up(name: str, dsn: str, log: Path, process: Any) -> set[int]:
+    """Bring a freshly reset system's tables to those of a queue in use before a measured
+    stretch: WARMUP_JOBS jobs enqueued in bulk and run by its worker, then VACUUM ANALYZE.
+    A reset leaves tables analyzed while empty; with autovacuum off (as on some servers the
+    bench runs on) nothing analyzes them again, and a peer whose claim is planned for an
+    empty table can fall behind for that reason alone. Returns the warm-up's seqs."""
+    seqs = set(range(WARMUP_FIRST_SEQ, WARMUP_FIRST_SEQ + WARMUP_JOBS))
+    system(name).enqueue_bulk(dsn, sorted(seqs), WARMUP_JOBS)
+    _wait_for(log, seqs, process, READY_TIMEOUT_SECONDS * 2)
+    vacuum_analyze(dsn)
+    return seqs
+
+
 # -- 1. drain ----------------------------------------------------------------------------------
 
 
@@ -216,6 +238,7 @@ def latency(
         try:
             producer.enqueue(WARMUP_SEQ)
             _wait_for(log, {WARMUP_SEQ}, process, READY_TIMEOUT_SECONDS)
+            warm_up(name, dsn, log, process)
             committed = _produce(producer, jobs, gap, rate)
             starts = _wait_for(log, set(committed), process, 60.0 + jobs / 100)
         finally:
