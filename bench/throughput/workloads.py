@@ -268,7 +268,9 @@ def _wait_for(log: Path, seqs: set[int], process: Any, timeout: float) -> dict[i
     deadline = time.monotonic() + timeout
     while True:
         starts: dict[int, float] = {}
-        for line in log.read_text().splitlines():
+        text = log.read_text()
+        # Only whole lines: the worker may be in the middle of writing the last one.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             seq, at = line.split()
             starts.setdefault(int(seq), float(at))
         if seqs <= starts.keys():
