@@ -97,12 +97,10 @@ class _WrittenOne:
     finished_at: datetime
 
 
-def record_plan(schema: str, record: StepRecord) -> Plan[tuple[Recorded, datetime] | None]:
-    """Make `record`: the step as recorded, which is the one found if it already was, and the
-    database's clock. None when the job is no longer running this attempt for this worker and
-    the step was not recorded."""
+def _record_params(record: StepRecord) -> dict[str, object]:
     step = record.step
-    params = _guard(record.job) | {
+    return {
+        "job_id": record.job.id,
         "seq": step.seq,
         "name": step.name,
         "kind": step.kind,
@@ -110,6 +108,14 @@ def record_plan(schema: str, record: StepRecord) -> Plan[tuple[Recorded, datetim
         "sleep_seconds": record.sleep_seconds,
         "started_at": record.started_at,
     }
+
+
+def record_plan(schema: str, record: StepRecord) -> Plan[tuple[Recorded, datetime] | None]:
+    """Make `record`: the step as recorded, which is the one found if it already was, and the
+    database's clock. None when the job is no longer running this attempt for this worker and
+    the step was not recorded."""
+    step = record.step
+    params = _guard(record.job) | _record_params(record)
     written = rows_as(_Written, (yield query("job_step_record", schema), params))
     if written:
         return Recorded(step.seq, step.name, step.kind, written[0].result), written[0].finished_at
@@ -249,24 +255,54 @@ def segment_end_plan(schema: str, *, keep: bool) -> Plan[None]:
     yield from _one("job_segment_release", schema)
 
 
-def segment_next(schema: str, job: ClaimedJob | None) -> Pipelined[bool]:
-    """After a step's record: keep the handler's writes, commit the segment, and open the
-    next as segment_begin_plan does, in one round trip. False when the job is no longer ours
-    (nothing is locked then). A commit that fails raises its error; the statements after it
-    did not run, so no transaction is open."""
+def _segment_next_steps(schema: str, job: ClaimedJob | None) -> list[Step]:
+    """Keep the handler's writes, commit the segment, open the next (relocking `job`, given)
+    and set its savepoint."""
     steps: list[Step] = [
         (statement("job_segment_release", schema), None),
         (statement("job_segment_commit", schema), None),
         (statement("job_segment_begin", schema), None),
     ]
-    relocked: int | None = None  # where the relock's rows come back, given a job
     if job is not None:
-        relocked = len(steps)
         steps.append((statement("job_segment_lock", schema), _guard(job)))
     steps.append((statement("job_segment_savepoint", schema), None))
+    return steps
+
+
+def segment_next(schema: str, job: ClaimedJob | None) -> Pipelined[bool]:
+    """After a durable call's own statements: keep the handler's writes, commit the segment,
+    and open the next as segment_begin_plan does, in one round trip. False when the job is no
+    longer ours (nothing is locked then). A commit that fails raises its error; the
+    statements after it did not run, so no transaction is open."""
+    steps = _segment_next_steps(schema, job)
 
     def read(rows: list[Rows]) -> bool:
-        return relocked is None or bool(rows[relocked])
+        return job is None or bool(rows[3])
+
+    return Pipelined(tuple(steps), read)
+
+
+@dataclass(frozen=True, slots=True)
+class Segmented:
+    """A step recorded in an atomic job's segment, committed, and the next segment opened:
+    the step as recorded and the database's clock, and whether the job is still ours."""
+
+    made: tuple[Recorded, datetime]
+    ours: bool
+
+
+def segment_record_next(schema: str, record: StepRecord) -> Pipelined[Segmented]:
+    """Record a step of an atomic job in its segment, then end the segment and open the next
+    as segment_next does, all in one round trip. A record or a commit that fails raises its
+    error, and nothing after it ran: the segment did not commit."""
+    recording: Step = (statement("job_step_record_segment", schema), _record_params(record))
+    steps = [recording, *_segment_next_steps(schema, record.job)]
+
+    def read(rows: list[Rows]) -> Segmented:
+        written = rows_as(_Written, rows[0])[0]
+        step = record.step
+        made = Recorded(step.seq, step.name, step.kind, written.result), written.finished_at
+        return Segmented(made, bool(rows[4]))
 
     return Pipelined(tuple(steps), read)
 

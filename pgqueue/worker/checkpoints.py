@@ -2,8 +2,8 @@
 (lease jobs), where the step records that the worker's jobs reach at the same time commit
 together, one statement per round (StepRecorder), each caller waiting for its own; or in the
 segments of the job's own transaction (atomic jobs: a record commits the segment with what
-the handler wrote since the previous one, and the next segment locks the job's row again, the
-commit and the next segment's start in one round trip).
+the handler wrote since the previous one, and the next segment locks the job's row again; the
+record, the commit and the next segment's start go in one round trip).
 Each backend runs plans for a `def` handler (`run`, blocking) or an `async def` one (`arun`);
 the wrong twin is a ConfigurationError that names the right one.
 
@@ -17,7 +17,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 
@@ -25,13 +25,15 @@ from pgqueue.errors import ConfigurationError, PgQueueError
 from pgqueue.models import ClaimedJob
 from pgqueue.runtime.link import Link
 from pgqueue.store import plan
-from pgqueue.store.plan import AsyncConn, Plan, SyncConn
+from pgqueue.store.plan import AsyncConn, Pipelined, Plan, SyncConn
 from pgqueue.store.steps import (
     Recorded,
+    Segmented,
     StepRecord,
     record_many_plan,
     segment_discard_plan,
     segment_next,
+    segment_record_next,
 )
 
 T = TypeVar("T")
@@ -216,7 +218,33 @@ class LeaseBackend(Backend):
         raise ConfigurationError(_USE_AWAITED)
 
 
-class AtomicBackend(Backend):
+class _Segments:
+    """What the atomic backends share. A record is sent with the end of its segment and the
+    start of the next, one round trip (segment_record_next); the `end` that follows it then
+    has nothing left to send, and tells only whether the job is still ours."""
+
+    schema: str
+    job: ClaimedJob
+    _ended: Segmented | None = None  # a record's segment, ended with it
+
+    def _recorded(self, ended: Segmented) -> Made:
+        self._ended = ended
+        return ended.made
+
+    def _next(self, relock: bool) -> Pipelined[bool] | None:
+        """The segment's end to send, or None when its record already ended it."""
+        ended, self._ended = self._ended, None
+        if ended is None:
+            return segment_next(self.schema, self.job if relock else None)
+        if not ended.ours:
+            self._lost()
+        return None
+
+    def _lost(self) -> NoReturn:
+        raise JobLostError(f"job {self.job.id} is no longer this worker's")
+
+
+class AtomicBackend(_Segments, Backend):
     """An atomic job's records, in the segments of its transaction on a sync connection."""
 
     atomic = True
@@ -229,16 +257,20 @@ class AtomicBackend(Backend):
     def run(self, make: Callable[[], Plan[T]]) -> T:
         return plan.run(self.conn, make(), together=False)
 
+    def record(self, make: Callable[[], Plan[Made]], record: StepRecord) -> Made:
+        work = segment_record_next(self.schema, record)
+        return self._recorded(plan.run_pipelined(self.conn, work))
+
     def end(self, relock: bool) -> None:
-        work = segment_next(self.schema, self.job if relock else None)
-        if not plan.run_pipelined(self.conn, work):
-            raise JobLostError(f"job {self.job.id} is no longer this worker's")
+        work = self._next(relock)
+        if work is not None and not plan.run_pipelined(self.conn, work):
+            self._lost()
 
     def discard(self) -> None:
         self.run(lambda: segment_discard_plan(self.schema))
 
 
-class AsyncAtomicBackend(Backend):
+class AsyncAtomicBackend(_Segments, Backend):
     """The async twin of AtomicBackend."""
 
     atomic = True
@@ -251,10 +283,14 @@ class AsyncAtomicBackend(Backend):
     async def arun(self, make: Callable[[], Plan[T]]) -> T:
         return await plan.run_async(self.conn, make(), together=False)
 
+    async def arecord(self, make: Callable[[], Plan[Made]], record: StepRecord) -> Made:
+        work = segment_record_next(self.schema, record)
+        return self._recorded(await plan.run_pipelined_async(self.conn, work))
+
     async def aend(self, relock: bool) -> None:
-        work = segment_next(self.schema, self.job if relock else None)
-        if not await plan.run_pipelined_async(self.conn, work):
-            raise JobLostError(f"job {self.job.id} is no longer this worker's")
+        work = self._next(relock)
+        if work is not None and not await plan.run_pipelined_async(self.conn, work):
+            self._lost()
 
     async def adiscard(self) -> None:
         await self.arun(lambda: segment_discard_plan(self.schema))

@@ -37,6 +37,22 @@ WHERE EXISTS (
 ON CONFLICT (job_id, seq) DO NOTHING
 RETURNING s.result, s.finished_at;
 
+-- name: job_step_record_segment
+-- Records step `seq` of an atomic job in the segment that commits it, as job_step_record
+-- does (its result, or a sleep's end by the database's clock), sent in one round trip with
+-- the segment's end and the next one's start (pgqueue/store/steps.py). No guard: the segment
+-- holds the job's row lock, taken by its claim or by job_segment_lock, so the job is this
+-- worker's until the commit. No ON CONFLICT: the attempt read its steps under that lock and
+-- nothing else records for the job meanwhile, so a step already at this place is an error,
+-- and the segment does not commit.
+INSERT INTO {schema}.job_steps AS s (job_id, seq, name, kind, result, started_at, finished_at)
+SELECT %(job_id)s, %(seq)s, %(name)s, %(kind)s,
+       coalesce(%(result)s::jsonb,
+                jsonb_build_object('until', e.ends, 'until_epoch', extract(epoch FROM e.ends))),
+       %(started_at)s, clock_timestamp()
+FROM (SELECT clock_timestamp() + make_interval(secs => %(sleep_seconds)s::float8) AS ends) AS e
+RETURNING s.result, s.finished_at;
+
 -- name: job_step_record_many
 -- Records a batch of steps, one per element of the arrays (a lease worker group-commits the
 -- steps its jobs reach together: pgqueue/worker/checkpoints.py), as job_step_record does one:

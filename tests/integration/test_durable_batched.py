@@ -2,7 +2,8 @@
 go in together, one statement per round, and each is guarded on its own job.
 
 The worker's StepRecorder counts its rounds and the records they carried: fewer rounds than
-records is the evidence that records shared statements.
+records is the evidence that records shared statements. An atomic job's record goes in the
+same round trip as its segment's commit and the next segment's start.
 """
 
 from __future__ import annotations
@@ -20,8 +21,19 @@ from pgqueue import JobContext, Queue, Worker
 from pgqueue.models import ClaimedJob
 from pgqueue.runtime.link import Link
 from pgqueue.store import plan
-from pgqueue.store.steps import Recorded, StepRecord, record_many_plan, segment_next
-from pgqueue.worker.checkpoints import StepRecorder
+from pgqueue.store.steps import (
+    Recorded,
+    StepRecord,
+    record_many_plan,
+    record_plan,
+    segment_next,
+)
+from pgqueue.worker.checkpoints import (
+    AsyncAtomicBackend,
+    AtomicBackend,
+    JobLostError,
+    StepRecorder,
+)
 from tests.conftest import wait_until, worker_in_thread
 
 JOBS = 50
@@ -351,3 +363,124 @@ def test_a_guard_probes_its_job_by_primary_key_whatever_plan_is_cached(
         scans = conn.execute(running_scans).fetchone()
         conn.execute("ROLLBACK")
     assert scans == (0,), "a guard walked jobs_running_idx"
+
+
+# -- an atomic job's record, sent with its segment's end ------------------------------------------
+
+
+def _running_job(dsn: str, schema: str) -> ClaimedJob:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.jobs (task, queue, args, status, worker_id, attempt)"
+                " VALUES ('t', 'default', '{{}}', 'running', 7, 1) RETURNING id"
+            ).format(sql.Identifier(schema))
+        ).fetchone()
+    assert row is not None
+    return ClaimedJob(row[0], "t", {}, 0, 1, 3, "default", 7)
+
+
+def _app_rows(dsn: str, schema: str) -> list[Any]:
+    with psycopg.connect(dsn) as conn:
+        return [
+            r[0]
+            for r in conn.execute(sql.SQL("SELECT n FROM {}.app").format(sql.Identifier(schema)))
+        ]
+
+
+@pytest.mark.parametrize("kind", ["def", "async def"])
+@pytest.mark.parametrize("moved", [False, True])
+def test_an_atomic_record_commits_its_segment_and_the_relock_tells_if_the_job_is_ours(
+    dsn: str, schema: str, kind: str, moved: bool
+) -> None:
+    """An atomic job's step record goes in one round trip with its segment's commit and the
+    next segment's start: the record and the handler's writes commit together, and the `end`
+    that follows raises JobLostError when the relock found the job no longer this worker's
+    (here moved by another session before the segment ended), or leaves the next segment
+    open with the job's row locked."""
+    job = _running_job(dsn, schema)
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {}.app (n int)").format(s))
+        if moved:
+            conn.execute(sql.SQL("UPDATE {}.jobs SET worker_id = 8 WHERE id = %s").format(s),
+                         [job.id])  # fmt: skip
+    step = StepRecord(job, Recorded(1, "s1", "step", None), datetime.now(timezone.utc), '{"a": 1}')
+
+    def blocking() -> tuple[Any, BaseException | None]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("BEGIN")
+            conn.execute("SAVEPOINT pgqueue_segment")
+            conn.execute(sql.SQL("INSERT INTO {}.app VALUES (1)").format(s))
+            backend = AtomicBackend(conn, schema, job)
+            made = backend.record(lambda: record_plan(schema, step), step)
+            try:
+                backend.end(True)
+            except JobLostError as exc:
+                return made, exc
+            locked = _locked_elsewhere(dsn, schema, job.id)
+            conn.execute("ROLLBACK")
+            return (made, locked), None
+
+    async def awaited() -> tuple[Any, BaseException | None]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("SAVEPOINT pgqueue_segment")
+            await conn.execute(sql.SQL("INSERT INTO {}.app VALUES (1)").format(s))
+            backend = AsyncAtomicBackend(conn, schema, job)
+            made = await backend.arecord(lambda: record_plan(schema, step), step)
+            try:
+                await backend.aend(True)
+            except JobLostError as exc:
+                return made, exc
+            locked = await asyncio.to_thread(_locked_elsewhere, dsn, schema, job.id)
+            await conn.execute("ROLLBACK")
+            return (made, locked), None
+
+    got, lost = blocking() if kind == "def" else asyncio.run(awaited())
+    assert _app_rows(dsn, schema) == [1]  # committed with the record
+    assert [(r[0], r[1]) for r in recorded(dsn, schema)] == [(job.id, 1)]
+    if moved:
+        assert isinstance(lost, JobLostError) and str(job.id) in str(lost)
+        assert got is not None and got[0].result == {"a": 1}
+    else:
+        assert lost is None
+        made, locked = got
+        assert made is not None and made[0] == Recorded(1, "s1", "step", {"a": 1})
+        assert locked, "the next segment did not lock the job's row"
+
+
+def _locked_elsewhere(dsn: str, schema: str, job_id: int) -> bool:
+    """Whether the job's row is locked by another transaction."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute(
+                sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE NOWAIT").format(
+                    sql.Identifier(schema)
+                ),
+                [job_id],
+            )
+        except psycopg.errors.LockNotAvailable:
+            return True
+    return False
+
+
+def test_an_atomic_record_already_made_is_an_error_and_its_segment_does_not_commit(
+    dsn: str, schema: str
+) -> None:
+    """A step already recorded at the same place (which the job's row lock rules out) is
+    the database's error, and neither the record nor the handler's writes commit."""
+    job = _running_job(dsn, schema)
+    s = sql.Identifier(schema)
+    step = StepRecord(job, Recorded(1, "s1", "step", None), datetime.now(timezone.utc), "1")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {}.app (n int)").format(s))
+        assert plan.run(conn, record_plan(schema, step), together=False) is not None
+        conn.execute("BEGIN")
+        conn.execute("SAVEPOINT pgqueue_segment")
+        conn.execute(sql.SQL("INSERT INTO {}.app VALUES (2)").format(s))
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            AtomicBackend(conn, schema, job).record(lambda: record_plan(schema, step), step)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        conn.execute("ROLLBACK")
+    assert _app_rows(dsn, schema) == []
