@@ -257,7 +257,7 @@ def segment_end_plan(schema: str, *, keep: bool) -> Plan[None]:
 
 def _segment_next_steps(schema: str, job: ClaimedJob | None) -> list[Step]:
     """Keep the handler's writes, commit the segment, open the next (relocking `job`, given)
-    and set its savepoint."""
+    and set its savepoint: the relock, when sent, is the next to last statement."""
     steps: list[Step] = [
         (statement("job_segment_release", schema), None),
         (statement("job_segment_commit", schema), None),
@@ -277,7 +277,7 @@ def segment_next(schema: str, job: ClaimedJob | None) -> Pipelined[bool]:
     steps = _segment_next_steps(schema, job)
 
     def read(rows: list[Rows]) -> bool:
-        return job is None or bool(rows[3])
+        return job is None or bool(rows[-2])
 
     return Pipelined(tuple(steps), read)
 
@@ -302,7 +302,7 @@ def segment_record_next(schema: str, record: StepRecord) -> Pipelined[Segmented]
         written = rows_as(_Written, rows[0])[0]
         step = record.step
         made = Recorded(step.seq, step.name, step.kind, written.result), written.finished_at
-        return Segmented(made, bool(rows[4]))
+        return Segmented(made, bool(rows[-2]))
 
     return Pipelined(tuple(steps), read)
 
