@@ -44,6 +44,8 @@ LONGEST_WAIT = timedelta(days=3650)
 # plan, and would leave a worker that never polls, never renews its lease, or never stops.
 LONGEST_INTERVAL = timedelta(hours=1)
 LONGEST_LEASE = timedelta(days=1)
+# A claim held back longer than this would be latency no batching repays.
+LONGEST_COOLDOWN = timedelta(seconds=1)
 CONCURRENCY_KEY = re.compile(r"^(?!\*$)[^\x00]{1,255}$", re.DOTALL)
 TAG = re.compile(r"^[^\x00]{1,128}$", re.DOTALL)
 MAX_TAGS = 32
@@ -386,6 +388,10 @@ class WorkerSettings(Settings):
     batch_size: int = Field(default=100, ge=1, le=10_000)
     poll_interval: timedelta = timedelta(seconds=1)
     poll_only: bool = False
+    # While work keeps arriving, claim at most once per cooldown, so the jobs committed in the
+    # meantime come in one claim and finish in one statement; the first claim after a quiet
+    # spell, and one after a claim that came back full, are never held back.
+    claim_cooldown: timedelta = timedelta(milliseconds=2)
     hint_reset_interval: timedelta = timedelta(seconds=10)
     hint_reset_jitter: float = Field(default=0.5, ge=0.0, le=1.0)
     # How long every slot must have been busy before the worker stops asking for wake-ups of
@@ -422,6 +428,16 @@ class WorkerSettings(Settings):
             raise ValueError(
                 f"quiet_after must be from 0 seconds to {LONGEST_INTERVAL} "
                 "(or None to be woken by every enqueue)"
+            )
+        return value
+
+    @field_validator("claim_cooldown")
+    @classmethod
+    def _cooldown_in_range(cls, value: timedelta) -> timedelta:
+        if not timedelta(0) <= value <= LONGEST_COOLDOWN:
+            raise ValueError(
+                f"claim_cooldown must be from 0 seconds (claim on every wake-up) to "
+                f"{LONGEST_COOLDOWN.total_seconds():g} seconds"
             )
         return value
 

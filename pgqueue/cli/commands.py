@@ -96,6 +96,7 @@ def worker(args: argparse.Namespace) -> int:
         "burst": args.burst,
         "poll_only": args.poll_only,
         "poll_interval": args.poll_interval,
+        "claim_cooldown": args.claim_cooldown,
         "shutdown_grace": args.shutdown_grace,
         "heartbeat_interval": args.heartbeat_interval,
         "lease_timeout": args.lease_timeout,

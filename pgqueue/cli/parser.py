@@ -202,6 +202,12 @@ def _worker(p: argparse.ArgumentParser) -> None:
     )
     for flag, name, help_text in (
         ("--poll-interval", "poll_interval", "how often to look for jobs without a wake-up"),
+        (
+            "--claim-cooldown",
+            "claim_cooldown",
+            "while jobs keep arriving, claim at most this often, so they share a claim"
+            " (0: claim on every wake-up)",
+        ),
         ("--shutdown-grace", "shutdown_grace", "how long running jobs get to finish on stop"),
         ("--heartbeat-interval", "heartbeat_interval", "how often the worker proves it is alive"),
         ("--lease-timeout", "lease_timeout", "silence after which a worker's jobs are rescued"),

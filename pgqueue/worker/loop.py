@@ -12,6 +12,10 @@ Invariants:
   did not see (test_wakeup.py).
 - With every slot busy the loop sleeps until one frees, never spinning on a poll time already
   past; a finished job wakes it.
+- A claim that follows a short one by less than the claim_cooldown setting waits out the
+  rest, so wake-ups arriving faster than that share one claim; a claim after a quiet spell or
+  after a full one (a backlog) runs at once. Wake-ups heard during the wait are not lost: the
+  claim that follows it sees their jobs.
 - In burst mode the run ends only when nothing runs and a claim from the floor came back
   empty: a wake-up naming a job below a hint may still be on its way.
 - An unfinished job whose cancellation was requested ends as cancelled; the others go back
@@ -112,6 +116,7 @@ class FetchLoop:
         self._retried_seen = 0
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self._short_at = time.monotonic()  # when a claim round last found less than it asked
+        self._claimed_at = -1e9  # when the last claim round began, if it came back short
         self._wake = asyncio.Event()
         self._atomic_wake = asyncio.Event()
         self._subscribe(events)
@@ -136,6 +141,7 @@ class FetchLoop:
         """Claim and start jobs until the stop (or, in burst mode, until there are none)."""
         s = self.settings
         poll = s.poll_interval.total_seconds()
+        cooldown = s.claim_cooldown.total_seconds()
         next_poll = 0.0
         while not self.stop.requested:
             free = s.concurrency - len(self.running)
@@ -146,7 +152,16 @@ class FetchLoop:
                 self._maybe_more = True
             full = False
             if free > 0 and self._maybe_more:
+                if (rest := self._claimed_at + cooldown - now) > 0:
+                    # Work is arriving faster than the cooldown: let it gather. A plain sleep,
+                    # as a wake-up must not cut it short; those heard meanwhile are covered by
+                    # the claim below, which begins after them.
+                    await asyncio.sleep(rest)
+                    if self.stop.requested:
+                        break
+                    free = s.concurrency - len(self.running)
                 wakes = self.wakes
+                began = time.monotonic()
                 jobs, full = await self.claimer.claim_round(free)
                 if jobs:
                     self._floor_checked = False
@@ -157,6 +172,7 @@ class FetchLoop:
                 next_poll = time.monotonic() + poll
                 if not full:
                     self._short_at = time.monotonic()
+                self._claimed_at = -1e9 if full else began
             elif now >= next_poll:
                 # Every slot is busy: the poll is made when one frees (a job ending wakes the
                 # loop), and sleeping until a poll time already past would spin.

@@ -172,6 +172,7 @@ def test_absurd_worker_intervals_are_refused_naming_the_limit(dsn: str, schema: 
     for flag, value, text in (
         ("--poll-interval", "1e12", "poll_interval must be at most 3600 seconds"),
         ("--lease-timeout", "1e10", "lease_timeout must be at most 1 days"),
+        ("--claim-cooldown", "5", "claim_cooldown must be from 0 seconds"),
     ):
         result = run_pgqueue(
             "worker", "tests.apps.tasks:queue", "--dsn", dsn, "--schema", schema, flag, value

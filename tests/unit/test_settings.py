@@ -19,6 +19,8 @@ from pgqueue import ConfigurationError, JobOptions, Queue, RetryPolicy, WorkerSe
         ({"poll_interval": 0}, "poll_interval"),
         ({"poll_interval": -1}, "poll_interval"),
         ({"shutdown_grace": -0.5}, "shutdown_grace"),
+        ({"claim_cooldown": -0.001}, "claim_cooldown"),
+        ({"claim_cooldown": 1.5}, "claim_cooldown"),
         ({"hint_reset_jitter": 1.5}, "hint_reset_jitter"),
         ({"queues": ()}, "queues"),
         ({"queues": ("ok", "ok")}, "queues"),
