@@ -53,6 +53,7 @@ def run_point(dsn: str, point: Point, statements: bool) -> dict[str, Any]:
     env = os.environ | {"PGOPTIONS": f"-c search_path={SCHEMA}"}
     sampler = cpu.BackendSampler(dsn).start()
     ms_before = cpu.statements_ms(dsn) if statements else None
+    written_before = cpu.write_counters(dsn)
     worker = subprocess.Popen(
         _pgbench(dsn, WORKER_SQL, 1, point.seconds + point.settle),
         env=env,
@@ -79,7 +80,8 @@ def run_point(dsn: str, point: Point, statements: bool) -> dict[str, Any]:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    figures = _figures(dsn, point)
+    written = cpu.writes(written_before, cpu.write_counters(dsn))
+    figures = _figures(dsn, point) | written
     figures["cpu_s"] = {
         "producers": producers_cpu,
         "worker": worker_cpu,

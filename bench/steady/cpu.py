@@ -1,5 +1,6 @@
 """What a steady point costs in CPU: processes read from /proc, the server's backends sampled
-from pg_stat_activity, and pg_stat_statements' execution time where the extension is there.
+from pg_stat_activity, and pg_stat_statements' execution time where the extension is there;
+and what it writes: transactions that wrote and WAL bytes, from the server's own counters.
 
 Owns: reading utime + stime of a pid (/proc/PID/stat, Linux), a sampler thread that keeps the
 last CPU figure seen for each backend of the bench's database (a backend that exits keeps the
@@ -109,3 +110,22 @@ def statements_ms(dsn: str) -> float:
             " AND query NOT LIKE '%%pg_stat_%%'"
         ).fetchone()
     return float(row[0]) if row else 0.0
+
+
+def write_counters(dsn: str) -> tuple[int, int]:
+    """The next transaction id to be assigned and the WAL position in bytes, server-wide.
+
+    Only a transaction that writes gets an id, and reading the snapshot's xmax assigns none,
+    so the difference between two readings counts the writing transactions between them,
+    exactly and at once (pg_stat_database's counters reach the view up to seconds late)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
+            " (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def writes(before: tuple[int, int], after: tuple[int, int]) -> dict[str, int]:
+    return {"xacts": after[0] - before[0], "wal_bytes": after[1] - before[1]}

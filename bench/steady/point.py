@@ -5,7 +5,8 @@ each handler start), the producer processes (each holding some of the producer c
 one thread per connection, one job per transaction, each connection paced open-loop at its
 share of the rate from a common start), and one point's figures: the rate offered and
 produced, jobs finished per second end to end, latency from enqueue commit to handler start,
-and CPU per 1,000 jobs of the producers, the worker and the server (bench/steady/cpu.py).
+CPU per 1,000 jobs of the producers, the worker and the server, and the transactions that
+wrote and the WAL bytes per job (bench/steady/cpu.py).
 A point whose jobs have not all started `settle` seconds after the last commit fell behind;
 its worker is replaced before the next point.
 """
@@ -27,6 +28,7 @@ from bench.throughput.workloads import percentile
 
 PRODUCER_PROCESSES = 2  # at most (the machine has two cores); connections are shared out
 START_DELAY_SECONDS = 0.3  # from the go signal to the first scheduled enqueue
+FINISH_SECONDS = 0.5  # after the last start, before the write counters are read
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ def _measure(
     ms_before = cpu.statements_ms(worker.dsn) if statements else None
     worker_before = worker.cpu()
     producers_before = [cpu.process_seconds(c.pid) for c in children]
+    written_before = cpu.write_counters(worker.dsn)
     start_at.value = time.time() + START_DELAY_SECONDS
     go.set()
     committed: dict[int, float] = {}
@@ -200,7 +203,9 @@ def _measure(
     last_commit = max(committed.values())
     settle = max(0.0, last_commit + point.settle - time.time())
     starts = worker.starts(set(committed), settle)
-    figures = _figures(point, committed, starts)
+    time.sleep(FINISH_SECONDS)  # the last jobs' outcomes are written after they start
+    written = cpu.writes(written_before, cpu.write_counters(worker.dsn))
+    figures = _figures(point, committed, starts) | written
     figures["cpu_s"] = {
         "producers": _delta(producers_before, producers_after),
         "worker": _minus(worker.cpu(), worker_before),
@@ -244,6 +249,9 @@ def per_thousand(figures: dict[str, Any]) -> dict[str, Any]:
     }
     if figures.get("statements_ms") is not None:
         found["statements_ms_per_1000"] = figures["statements_ms"] * 1000 / jobs
+    if "xacts" in figures:
+        found["xacts_per_job"] = figures["xacts"] / jobs
+        found["wal_bytes_per_job"] = figures["wal_bytes"] / jobs
     return found
 
 

@@ -126,10 +126,17 @@ def setting_of(config: Config, name: str) -> tuple[int | None, str]:
     chosen = config.settings.get(name, SETTINGS[name].format(n=n, n1=n + 1))
     # A setting named with its own concurrency ("concurrency=10, pool 11") runs at that one.
     named = [int(m) for m in re.findall(r"(?:concurrency|limit)=(\d+)", chosen)]
+    system = work.system(name)
+    variants = getattr(system, "variants", None)  # settings run only when named
+
+    def known_at(concurrency: int | None) -> dict[str, Any]:
+        found = system.settings(concurrency)
+        return found | variants(concurrency) if variants is not None else found
+
     for concurrency in (n, None, *named):
-        if chosen in work.system(name).settings(concurrency):
+        if chosen in known_at(concurrency):
             return concurrency, chosen
-    known = [*work.system(name).settings(n), *work.system(name).settings(None)]
+    known = [*known_at(n), *known_at(None)]
     raise RuntimeError(f"{name} has no setting {chosen!r}; its settings: {known}")
 
 
@@ -234,6 +241,9 @@ def _results(
         "cpu": "utime + stime from /proc: producer processes, the worker process, and the "
         "server's backends connected to the bench's database (WAL writer, checkpointer and "
         "autovacuum not counted)",
+        "writes": "transactions that wrote (the producers' enqueues included) and WAL "
+        "bytes, per job that started, server-wide, from the next transaction id and the WAL "
+        "position read before the point and half a second after its last start",
         "pg_stat_statements": statements or "available: statements_ms_per_1000 per point",
         "unavailable": unavailable,
         "systems": systems,

@@ -19,6 +19,8 @@ COLUMNS = (
     ("CPU s/1k: producers", "cpu_s_per_1000_producers", 3),
     ("worker", "cpu_s_per_1000_worker", 3),
     ("server", "cpu_s_per_1000_server_backends", 3),
+    ("write xacts/job", "xacts_per_job", 2),
+    ("WAL B/job", "wal_bytes_per_job", 0),
 )
 
 
@@ -99,7 +101,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Command: `{results['command']}`",
         "",
         f"{c['seconds']:g} s of producing per point. Latency: {results['latency']}. CPU: "
-        f"{results['cpu']}. pg_stat_statements: {results['pg_stat_statements']}.",
+        f"{results['cpu']}. Writes: {results.get('writes', 'not measured')}. "
+        f"pg_stat_statements: {results['pg_stat_statements']}.",
         "",
         "Settings: "
         + "; ".join(f"{name}: {found['setting']}" for name, found in systems.items())

@@ -184,13 +184,18 @@ class PgQueue:
         """Its defaults at the workload's concurrency: pgqueue always runs with a cap."""
         return {} if concurrency is None else {"default": {}}
 
+    def variants(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
+        """Settings run only when named (`--setting pgqueue=NAME`): what a default is worth."""
+        return {} if concurrency is None else {"claim_cooldown=0": {"claim_cooldown": 0}}
+
     async def work(
         self, dsn: str, concurrency: int | None, stop: threading.Event, setting: str
     ) -> None:
         from pgqueue import Worker
 
         queue, _ = _pgqueue_app(dsn)
-        worker = Worker(queue, dsn=dsn, concurrency=concurrency or 10)
+        knobs = (self.settings(concurrency) | self.variants(concurrency))[setting]
+        worker = Worker(queue, dsn=dsn, concurrency=concurrency or 10, **knobs)
         watcher = asyncio.create_task(stop_when(stop, worker.stop))
         try:
             await worker.run_async()

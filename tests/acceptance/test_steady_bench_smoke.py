@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_python
 
 
@@ -35,9 +37,22 @@ def test_short_steady_bench_measures_each_system_and_the_bound(dsn: str, tmp_pat
         assert 0 < point["p50_ms"] <= point["p90_ms"] <= point["p99_ms"], name
         assert point["finished_per_s"] > 0 and point["produced_per_s"] > 0, name
         assert point["cpu_s"]["producers"] is not None and point["cpu_s"]["worker"] is not None
+        # Every job's enqueue is a transaction that writes, and so is every finish.
+        assert point["xacts_per_job"] >= 1 and point["wal_bytes_per_job"] > 0, name
     [ratios] = report["ratios"]
     if "bound" in ran:
         assert ratios["finished_vs_bound"] > 0
     assert "pg_stat_statements" in report
     table = (out / "results.md").read_text()
     assert "### 4 producer connection(s)" in table and "### Ratios, this run" in table
+
+
+def test_a_pgqueue_setting_run_only_when_named_is_accepted_and_others_are_refused() -> None:
+    from bench.steady import suite
+
+    config = suite.parse_args(["--setting", "pgqueue=claim_cooldown=0"])
+    assert suite.setting_of(config, "pgqueue") == (100, "claim_cooldown=0")
+    assert suite.setting_of(suite.parse_args([]), "pgqueue") == (100, "default")
+    wrong = suite.parse_args(["--setting", "pgqueue=claim_cooldown=5"])
+    with pytest.raises(RuntimeError, match="claim_cooldown=0"):
+        suite.setting_of(wrong, "pgqueue")
