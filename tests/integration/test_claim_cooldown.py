@@ -45,7 +45,7 @@ def _count_is(started: list[tuple[str, float]], n: int) -> Callable[[], bool]:
     return lambda: len(started) == n
 
 
-def _idle(worker: Worker, dsn: str) -> None:
+def _idle(worker: Worker) -> None:
     wait_until(lambda: worker.stats.claims > 0, what="the worker's first (empty) claim")
     time.sleep(COOLDOWN * 1.5)  # a quiet spell longer than the cooldown
 
@@ -54,7 +54,7 @@ def test_a_claim_after_a_quiet_spell_is_not_held_back(queue: Queue, dsn: str) ->
     started, changed = _starts(queue)
     worker = Worker(queue, dsn=dsn, poll_interval=60, claim_cooldown=COOLDOWN)
     with worker_in_thread(worker), psycopg.connect(dsn) as conn:
-        _idle(worker, dsn)
+        _idle(worker)
         committed = _enqueue(queue, conn, "a")
         with changed:
             assert changed.wait_for(lambda: len(started) == 1, timeout=20)
@@ -67,7 +67,7 @@ def test_jobs_arriving_within_the_cooldown_wait_for_it_and_none_is_lost(
     started, changed = _starts(queue)
     worker = Worker(queue, dsn=dsn, poll_interval=60, claim_cooldown=COOLDOWN)
     with worker_in_thread(worker), psycopg.connect(dsn) as conn:
-        _idle(worker, dsn)
+        _idle(worker)
         _enqueue(queue, conn, "a")
         with changed:
             assert changed.wait_for(lambda: len(started) == 1, timeout=20)
@@ -91,7 +91,7 @@ def test_a_full_claim_is_followed_at_once_not_after_a_cooldown(queue: Queue, dsn
     # One slot: every claim that finds a job is full, so none is held back.
     worker = Worker(queue, dsn=dsn, poll_interval=60, claim_cooldown=COOLDOWN, concurrency=1)
     with worker_in_thread(worker), psycopg.connect(dsn) as conn:
-        _idle(worker, dsn)
+        _idle(worker)
         labels = [str(n) for n in range(6)]
         _enqueue(queue, conn, *labels)
         with changed:
@@ -106,7 +106,7 @@ def test_a_cooldown_of_zero_claims_on_every_wake_up(queue: Queue, dsn: str) -> N
     started, changed = _starts(queue)
     worker = Worker(queue, dsn=dsn, poll_interval=60, claim_cooldown=0)
     with worker_in_thread(worker), psycopg.connect(dsn) as conn:
-        _idle(worker, dsn)
+        _idle(worker)
         for n in range(1, 6):
             committed = _enqueue(queue, conn, str(n))
             with changed:
