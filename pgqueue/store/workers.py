@@ -199,6 +199,10 @@ class WorkersStore:
         """Commits on this session return before their WAL is flushed (see workers.sql)."""
         await execute(conn, query("session_set_async_commit", self.schema))
 
+    async def generic_plans_session(self, conn: AsyncConn) -> None:
+        """This session's prepared statements run on their generic plans (see workers.sql)."""
+        await execute(conn, query("session_generic_plans", self.schema))
+
     async def planner_session(self, conn: AsyncConn) -> None:
         """This session's planner keeps to index access (see workers.sql)."""
         await execute(conn, query("session_prefer_indexes", self.schema))

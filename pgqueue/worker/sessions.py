@@ -1,9 +1,9 @@
 """What the worker's claim and completion connections are set up with, on every connect.
 
-Owns: the session settings of those two connections (workers.sql: session_set_async_commit and
-session_prefer_indexes). Neither is set when polling only: behind PgBouncer's transaction
-pooling a session setting would stay on a server connection that other clients' transactions
-use next.
+Owns: the session settings of those two connections (workers.sql: session_set_async_commit,
+session_generic_plans, session_prefer_indexes). None is set when polling only: behind
+PgBouncer's transaction pooling a session setting would stay on a server connection that other
+clients' transactions use next.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ class Sessions:
         reconnect's orphan release already handle, and the completer's synchronous commit
         flushes the claim's WAL before any outcome is durable. Not for the worker's
         registration nor atomic lanes, whose transaction carries the handler's writes
-        (test_worker.py pins which connections have it)."""
+        (test_worker.py pins which connections have it). Its prepared statements run on their
+        generic plans: planning a claim afresh each time cost as much as the claim."""
         if not self.poll_only:
             await self.store.claim_session(conn)
+            await self.store.generic_plans_session(conn)
         await self.planner(conn)
         tolerate(conn)  # a job whose row Python cannot read fails alone (values.py)
 

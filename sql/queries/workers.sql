@@ -116,6 +116,17 @@ SELECT set_config('synchronous_commit', 'off', false);
 -- that session runs the handler's own statements.
 SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', false);
 
+-- name: session_generic_plans
+-- Runs the claim connection's prepared statements on their generic plans. A claim's LIMIT is a
+-- parameter (the free slots), and a generic plan is costed as if it read a tenth of the range,
+-- so PostgreSQL judged it dearer than a plan made for the values and planned every claim
+-- afresh: with every index of jobs weighed twice (the scan and the update), the planning cost
+-- about as much server time as a claim of ten jobs. The plans are the same either way: every
+-- statement of this connection is written for the generic plan too, and the plan tests check
+-- both (test_claim_plan.py, test_claim_session_plans.py). Not on the completer's connection,
+-- whose statements already settle on their generic plans, nor when polling only.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', false);
+
 -- name: worker_listen
 -- Subscribes to the schema's wake-up channel (pgqueue/wakeup.py reads its payloads).
 LISTEN {channel};

@@ -264,13 +264,14 @@ def test_worker_only_claims_its_own_queues(queue: Queue, conn: Any) -> None:
 def test_session_settings_stay_on_the_workers_own_connections(queue: Queue, dsn: str) -> None:
     """Lease claims may commit without a WAL flush (worker/sessions.py); outcomes and
     atomic lanes, whose commits carry results and the handler's writes, may not. The claim and
-    completer connections plan without sequential scans and JIT (session_prefer_indexes); an atomic
-    lane runs the handler's own statements with the server's planner settings."""
+    completer connections plan without sequential scans and JIT (session_prefer_indexes), and the
+    claim connection runs its statements on their generic plans (session_generic_plans); an
+    atomic lane runs the handler's own statements with the server's planner settings."""
     seen: dict[str, tuple[str, str]] = {}
     running: list[Worker] = []
     settings = (
         "SELECT current_setting('synchronous_commit'), current_setting('enable_seqscan')"
-        " || '/' || current_setting('jit')"
+        " || '/' || current_setting('jit') || '/' || current_setting('plan_cache_mode')"
     )
 
     async def show(conn: Any) -> tuple[str, str]:
@@ -298,12 +299,13 @@ def test_session_settings_stay_on_the_workers_own_connections(queue: Queue, dsn:
         row = conn.execute(settings).fetchone()
         assert row is not None
         default = (str(row[0]), str(row[1]))
-    assert default == ("on", "on/on")  # the test means nothing on a server set otherwise
+    # the test means nothing on a server set otherwise
+    assert default == ("on", "on/on/auto")
     running.append(Worker(queue, dsn=dsn, burst=True))
     asyncio.run(running[0].run_async())
     assert seen == {
-        "claim": ("off", "off/off"),
-        "complete": ("on", "off/off"),
+        "claim": ("off", "off/off/force_generic_plan"),
+        "complete": ("on", "off/off/auto"),
         "atomic_async": default,
         "atomic_sync": default,
     }
