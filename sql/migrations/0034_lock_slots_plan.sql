@@ -2,9 +2,9 @@
 --
 -- Every batch of outcomes calls concurrency_lock_slots (0007, 0029). As a SQL function its
 -- body was planned again at every call (before PostgreSQL 18, a SQL function's plan lives
--- only as long as the statement that calls it): a query on jobs, with every index of jobs
--- weighed, which took about a third of the server time of writing a batch that has no key
--- at all. In PL/pgSQL the session keeps the plan. Same query, same lock order.
+-- only as long as the statement that calls it): a query on jobs with every index of jobs
+-- weighed, at every batch, even one whose jobs have no key. In PL/pgSQL the session keeps
+-- the plan. Same query, same lock order.
 CREATE OR REPLACE FUNCTION {schema}.concurrency_lock_slots(ids bigint[]) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE

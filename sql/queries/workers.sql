@@ -120,8 +120,8 @@ SELECT set_config('enable_seqscan', 'off', false), set_config('jit', 'off', fals
 -- Runs the claim connection's prepared statements on their generic plans. A claim's LIMIT is a
 -- parameter (the free slots), and a generic plan is costed as if it read a tenth of the range,
 -- so PostgreSQL judged it dearer than a plan made for the values and planned every claim
--- afresh: with every index of jobs weighed twice (the scan and the update), the planning cost
--- about as much server time as a claim of ten jobs. The plans are the same either way: every
+-- afresh: with every index of jobs weighed twice (the scan and the update), planning a claim
+-- could cost the server as much as running it. The plans are the same either way: every
 -- statement of this connection is written for the generic plan too, and the plan tests check
 -- both (test_claim_plan.py, test_claim_session_plans.py). Not on the completer's connection,
 -- whose statements already settle on their generic plans, nor when polling only.
