@@ -570,6 +570,8 @@ class Claimed:
 
     jobs: list[ClaimedJob]
     parked: list[Position]
+    # The transactions in progress in the claim's snapshot (job_claim_unkeyed only).
+    in_progress: list[int] | None = None
 
     @property
     def walked(self) -> int:
@@ -633,9 +635,12 @@ class Parked:
 
 
 @dataclass(frozen=True)
-class KeyedFound:
-    """job_claim_unkeyed's one row when it met a job with a key, or of a limited task, and
-    claimed nothing."""
+class ClaimSnapshot:
+    """job_claim_unkeyed's last row: whether it met a job with a key, or of a limited task,
+    and so claimed nothing; and the transactions in progress in its snapshot."""
+
+    keyed: bool
+    in_progress: list[int]
 
 
 @dataclass(frozen=True)
@@ -647,7 +652,26 @@ class RateRoom:
     back_in: float | None
 
 
-KEYED_FOUND = KeyedFound()
+def _unkeyed_row(
+    id: int | None,
+    task: str,
+    args: dict[str, object],
+    priority: int,
+    attempt: int,
+    max_attempts: int,
+    queue: str,
+    worker_id: int,
+    parked: bool | None,
+    trace_context: dict[str, object] | None,
+    waited: float | None,
+    xip: list[int] | None,
+) -> ClaimedJob | ClaimSnapshot:
+    """A row of job_claim_unkeyed, built straight from its columns as _claim_row's."""
+    if id is None:
+        return ClaimSnapshot(bool(parked), xip or [])
+    return ClaimedJob(
+        id, task, args, priority, attempt, max_attempts, queue, worker_id, trace_context, waited
+    )
 
 
 def _claim_row(
@@ -664,13 +688,13 @@ def _claim_row(
     waited: float | None,
     room_in: float | None = None,
     back_in: float | None = None,
-) -> ClaimedJob | Parked | KeyedFound | RateRoom:
-    """A row of job_claim, job_claim_unkeyed or job_claim_rated (the one statement with
-    room_in and back_in), built straight from its columns: the claim is the worker's hottest
-    path, so no row becomes a dict, or an object it then copies. A parked row has only id
-    and priority; KeyedFound's and RateRoom's rows have no id."""
+) -> ClaimedJob | Parked | RateRoom | None:
+    """A row of job_claim or job_claim_rated (the one statement with room_in and back_in),
+    built straight from its columns: the claim is the worker's hottest path, so no row
+    becomes a dict, or an object it then copies. A parked row has only id and priority;
+    RateRoom's row has no id (a row without an id or a room is nothing to act on)."""
     if id is None:
-        return KEYED_FOUND if room_in is None else RateRoom(room_in, back_in)
+        return RateRoom(room_in, back_in) if room_in is not None else None
     if parked:
         return Parked(priority, id)
     return ClaimedJob(
@@ -708,10 +732,15 @@ class JobsStore:
         """job_claim_unkeyed: the claim of a queue whose jobs carry no concurrency key. None
         when it met a keyed job and claimed nothing: claim with claim_keyed from then on."""
         statement_ = statement("job_claim_unkeyed", self.schema)
-        rows = await fetch(conn, _claim_row, statement_, params.as_params())
-        if rows and rows[0] is KEYED_FOUND:
-            return None
-        return Claimed([row for row in rows if isinstance(row, ClaimedJob)], [])
+        claimed = Claimed([], [], [])
+        for row in await fetch(conn, _unkeyed_row, statement_, params.as_params()):
+            if isinstance(row, ClaimedJob):
+                claimed.jobs.append(row)
+            elif row.keyed:
+                return None
+            else:
+                claimed.in_progress = row.in_progress
+        return claimed
 
     async def claim_keyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed:
         """job_claim: jobs that fit their key's limit are claimed, the others parked."""

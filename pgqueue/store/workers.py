@@ -235,18 +235,20 @@ class WorkersStore:
         )
 
     async def skip_wakes(
-        self, conn: AsyncConn, worker_id: int, ranges: Mapping[str, tuple[int, int]]
+        self, conn: AsyncConn, worker_id: int, ranges: Mapping[str, tuple[int, int, bool]]
     ) -> None:
         """Say which wake-ups the worker does not need, per queue: those for jobs with a
-        priority in the range (sql/migrations/0015_quiet_wake.sql)."""
+        priority in the range (sql/migrations/0015_quiet_wake.sql), of new jobs only when
+        the flag is set (0035_steady_wake.sql)."""
         await execute(
             conn,
             query("worker_wake_range", self.schema),
             {
                 "worker_id": worker_id,
                 "queues": list(ranges),
-                "below": [low for low, _ in ranges.values()],
-                "above": [high for _, high in ranges.values()],
+                "below": [low for low, _, _ in ranges.values()],
+                "above": [high for _, high, _ in ranges.values()],
+                "new_only": [new_only for _, _, new_only in ranges.values()],
             },
         )
 

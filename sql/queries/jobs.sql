@@ -8,7 +8,7 @@
 -- trace_context, NULL unless tracing is on, is the enqueue span's (one per call), for every
 -- job of the batch; the enqueues below take it too. Rows arrive in input order, so ids come back in that order. A job whose run_at is in the
 -- future is 'scheduled' and stays out of the claim index until it is promoted.
--- Wake-up: one wake() per queue that got queued rows, naming the lowest (priority, id) this
+-- Wake-up: one wake_new() per queue that got queued rows, naming the lowest (priority, id) this
 -- transaction made claimable there. A worker whose claim hint has passed that position (the
 -- job committed late, or has a more urgent priority) claims from it next, instead of walking
 -- the whole index from the start, dead entries included. The position is merged
@@ -52,7 +52,7 @@ WITH input AS (
 SELECT i.id
 FROM inserted AS i
 CROSS JOIN (
-    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS woken,
+    SELECT count({schema}.wake_new(l.queue, l.priority, l.id)) AS woken,
            set_config('pgqueue.woken',
                       ((SELECT woken FROM announced)
                        || coalesce(jsonb_object_agg({wake_channel} || ' ' || l.queue,
@@ -69,8 +69,8 @@ ORDER BY i.id;
 -- transaction's earlier statements, since there are none, which brings a lone enqueue close
 -- to a bare INSERT: a single-row VALUES, which costs the server less than a SELECT from one
 -- (bench enqueue-scale). The wake-up names this job's (priority, id). Scheduled jobs wake
--- nobody: promotion does. Whether a worker wants the wake-up is asked inside wake(), not
--- here, though a check in this statement would cost the server less: wake()'s query takes
+-- nobody: promotion does. Whether a worker wants the wake-up is asked inside wake_new(), not
+-- here, though a check in this statement would cost the server less: its query takes
 -- its snapshot after this row's insert gave the transaction its id, and the workers'
 -- widening relies on that (sql/migrations/0015_quiet_wake.sql); this statement's snapshot
 -- is taken before.
@@ -89,7 +89,7 @@ VALUES (%(queue)s::text, %(task)s::text, %(args)s::jsonb, %(priority)s::smallint
              THEN 'scheduled' ELSE 'queued' END)
 RETURNING j.id,
           CASE WHEN j.status = 'queued'
-               THEN {schema}.wake(j.queue, j.priority, j.id) END;
+               THEN {schema}.wake_new(j.queue, j.priority, j.id) END;
 
 -- name: job_insert_single
 -- One job inside a longer transaction: job_insert_one's row, stored by insert_job(), whose
@@ -129,12 +129,16 @@ ORDER BY id;
 -- Takes %(n)s ids from the jobs id sequence, as one array, for a bulk enqueue by COPY
 -- (pgqueue/bulk.py), which cannot return the ids it stores. Ids taken and not used (the
 -- transaction rolls back) are gaps, as with any insert. The sequence is looked up once: as a
--- plain subquery it was pulled up and looked up again for every id.
+-- plain subquery it was pulled up and looked up again for every id. The transaction takes
+-- its id before the job ids, as every insert into jobs does (sql/migrations/0035_steady_wake.sql):
+-- the materialized row is made before the first nextval.
 WITH s AS MATERIALIZED (
-    SELECT pg_get_serial_sequence(quote_ident({schema_name}) || '.jobs', 'id')::regclass AS seq
+    SELECT pg_get_serial_sequence(quote_ident({schema_name}) || '.jobs', 'id')::regclass AS seq,
+           pg_current_xact_id() AS xid
 )
 SELECT array_agg(nextval(s.seq))
-FROM s, generate_series(1, %(n)s::integer);
+FROM s, generate_series(1, %(n)s::integer)
+WHERE s.xid IS NOT NULL;
 
 -- name: job_copy
 -- Bulk enqueue: rows of queued jobs with their reserved ids; every other column takes its
@@ -151,7 +155,7 @@ FROM STDIN;
 -- name: job_wake
 -- Wakes the workers of each queue with the lowest (priority, id) a bulk enqueue stored there,
 -- at the commit of the caller's transaction (see job_insert). One row per queue.
-SELECT count({schema}.wake(w.queue, w.priority, w.id))
+SELECT count({schema}.wake_new(w.queue, w.priority, w.id))
 FROM unnest(%(queues)s::text[], %(priorities)s::smallint[], %(ids)s::bigint[])
      AS w(queue, priority, id);
 
@@ -229,7 +233,7 @@ WITH input AS (
     WHERE queue IN (SELECT queue FROM inserted WHERE status = 'queued')
     ORDER BY queue, priority, id
 ), woken AS (
-    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS woken,
+    SELECT count({schema}.wake_new(l.queue, l.priority, l.id)) AS woken,
            set_config('pgqueue.woken',
                       ((SELECT woken FROM announced)
                        || coalesce(jsonb_object_agg({wake_channel} || ' ' || l.queue,
@@ -586,9 +590,12 @@ WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 -- job_claim for a queue whose jobs carry no concurrency key, at the cost of the claim before
 -- keys existed (bench/tenants/suite.py): same range scan, same guard. If a picked job has a key,
 -- or its task is one of %(limited_tasks)s (those with a rate limit), it claims nothing and
--- returns one row with parked = NULL: the worker switches that queue to job_claim, or to
+-- says so in its last row, parked true: the worker switches that queue to job_claim, or to
 -- job_claim_rated while tasks or keys have limits, and claims again (the locks are released
--- at once, this being its own statement).
+-- at once, this being its own statement). That last row, without an id, is always there: it
+-- carries the transactions in progress in the statement's snapshot, as numbers. A job the
+-- claim passed unseen and that commits later, below the hint, belongs to one of them
+-- (sql/migrations/0035_steady_wake.sql).
 WITH picked AS (
     SELECT id, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL OR vtime IS NOT NULL
                OR task = ANY(%(limited_tasks)s::text[]) AS keyed
@@ -614,11 +621,11 @@ WITH picked AS (
               j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       trace_context, waited
+       trace_context, waited, NULL::bigint[] AS xip
 FROM claimed
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-WHERE (SELECT found FROM keyed);
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT found FROM keyed), NULL, NULL,
+       ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) AS x);
 
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and

@@ -161,13 +161,17 @@ SELECT pg_notify(%(channel)s, %(payload)s);
 
 -- name: worker_wake_range
 -- Says which wake-ups this worker does not need, per queue: those for jobs with a priority
--- from `below` to `above` (sql/migrations/0015_quiet_wake.sql). Rows already right are left
--- alone, so a worker that repeats itself writes nothing.
-INSERT INTO {schema}.wake_listeners AS l (worker_id, queue, below, above)
-SELECT %(worker_id)s, q.queue, q.below, q.above
-FROM unnest(%(queues)s::text[], %(below)s::integer[], %(above)s::integer[]) AS q (queue, below, above)
-ON CONFLICT (worker_id, queue) DO UPDATE SET below = excluded.below, above = excluded.above
-WHERE (l.below, l.above) IS DISTINCT FROM (excluded.below, excluded.above);
+-- from `below` to `above` (sql/migrations/0015_quiet_wake.sql), only those of new jobs when
+-- `new_only` (0035_steady_wake.sql). Rows already right are left alone, so a worker that
+-- repeats itself writes nothing.
+INSERT INTO {schema}.wake_listeners AS l (worker_id, queue, below, above, new_only)
+SELECT %(worker_id)s, q.queue, q.below, q.above, q.new_only
+FROM unnest(%(queues)s::text[], %(below)s::integer[], %(above)s::integer[],
+            %(new_only)s::boolean[]) AS q (queue, below, above, new_only)
+ON CONFLICT (worker_id, queue) DO UPDATE
+SET below = excluded.below, above = excluded.above, new_only = excluded.new_only
+WHERE (l.below, l.above, l.new_only)
+      IS DISTINCT FROM (excluded.below, excluded.above, excluded.new_only);
 
 -- name: worker_transactions_in_progress
 -- The transactions in progress now (a fresh snapshot's), as numbers.
