@@ -243,8 +243,9 @@ class CostRun:
     def step(self) -> bool:
         """One claim (and the finish of the oldest held jobs); False once nothing is left."""
         started = time.perf_counter()
-        rows = self.conn.execute(self.statement, self.params, prepare=True).fetchall()
+        found = self.conn.execute(self.statement, self.params, prepare=True).fetchall()
         elapsed = time.perf_counter() - started
+        rows = [r for r in found if r[0] is not None]  # jobs, not the unkeyed claim's last row
         if not rows:
             self.plans_run = self._plans_run()
             self.conn.close()

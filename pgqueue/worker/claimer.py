@@ -10,6 +10,12 @@ Invariants:
   (poll_only without a listen DSN) a short hinted claim is retried from the floor at once.
 - The only unhinted claim is the safety net, after a jittered hint_reset_interval, for a job no
   wake-up named. test_hint.py pins each case.
+- A queue in `steady` (its rows skip new jobs' wake-ups, loop.py) hears of no new job, late
+  commits included. Every unkeyed claim names the transactions in progress in its snapshot;
+  those in progress when a claim moved the hint are watched, and once one has ended the hint
+  goes back to where that claim began, at once, in the same round
+  (sql/migrations/0035_steady_wake.sql says why that finds every such job;
+  test_steady_wake.py).
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
@@ -73,6 +79,7 @@ class _Batch:
     walked: int = 0
     top: Position | None = None
     throttled: bool = False  # the queue's rate limit had no room for all it asked for
+    in_progress: list[int] | None = None  # its snapshot's transactions (unkeyed claims)
 
     def __len__(self) -> int:
         """The jobs to run (test_faults.py counts a claim's result this way)."""
@@ -92,6 +99,10 @@ class _QueueHint:
     # announcement that lands while a claim is in flight is never overwritten by its result.
     announced: dict[int, int] = field(default_factory=dict)
     forget: bool = False
+    # Transactions in progress when a claim moved `after` past jobs it could not see: where
+    # that claim began, to claim from again once they end (a job of theirs may commit there).
+    watch: dict[int, Position] = field(default_factory=dict)
+    rewind: Position | None = None  # the next claim starts here if `after` is past it
 
 
 class Claimer:
@@ -132,6 +143,10 @@ class Claimer:
         self.fair: set[str] = set()  # queues that have had fair jobs
         self._fair = FairHints(link, schema, settings, worker_id)
         self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
+        # Queues whose wake-up rows skip new jobs while the worker is steady (loop.py): a
+        # watched transaction's end moves their hint back (_track).
+        self.steady: set[str] = set()
+        self.rewinds = 0
         self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
 
     def subscribe(self, events: Bus) -> None:
@@ -214,6 +229,16 @@ class Claimer:
             return priority, priority
         return None
 
+    def steady_eligible(self, queue: str) -> bool:
+        """Whether `queue`'s claims say which transactions they could not see (the unkeyed
+        claim, without rate limits or fair shares), so that it may skip new jobs' wake-ups."""
+        return (
+            self._announced
+            and queue not in self._keyed
+            and queue not in self.fair
+            and not self._rated(queue)
+        )
+
     def forget_hints(self) -> None:
         """Claim every queue from the floor next time (jobs may sit below any hint now)."""
         for hint in self._hints.values():
@@ -242,6 +267,11 @@ class Claimer:
             if want <= 0:
                 break
             _, queue_full = await self._claim_queue(queue, want)
+            if not queue_full and self._hints[queue].rewind is not None:
+                # A transaction the hint passed has ended: its jobs, if any, are there now.
+                want = min(free - len(claimed), self.settings.batch_size)
+                if want > 0:
+                    _, queue_full = await self._claim_queue(queue, want)
             full = full or queue_full
         return claimed, full
 
@@ -320,14 +350,44 @@ class Claimer:
             hint.after = CEILING
         else:
             hint.after = after
+        self._track(queue, hint, after or FLOOR, main)
         jobs += main.jobs
         return jobs, walked + main.walked == want
 
+    def _track(self, queue: str, hint: _QueueHint, began: Position, batch: _Batch) -> None:
+        """Follow the transactions a claim could not see.
+
+        Every insert into jobs gives its transaction an id before it draws job ids, so a job
+        this claim passed unseen (below where the hint now is) belongs to a transaction in
+        progress in its snapshot. Each is remembered with where the first claim that passed
+        it began; when a later claim's snapshot shows it ended, a steady queue's hint moves
+        back there: that job skipped its wake-up. Other queues' jobs announce themselves."""
+        seen = batch.in_progress
+        if seen is None:
+            return
+        if hint.watch:
+            still = set(seen)
+            ended = [xid for xid in hint.watch if xid not in still]
+            if ended:
+                back = min(hint.watch.pop(xid) for xid in ended)
+                if queue in self.steady:
+                    hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
+                    self.rewinds += 1
+        if hint.after != began:  # it moved past what this snapshot could not see
+            for xid in seen:
+                known = hint.watch.get(xid)
+                if known is None or began < known:
+                    hint.watch[xid] = began
+
     def _absorb(self, hint: _QueueHint) -> None:
-        """Fold the announcements since the last round into the hint."""
+        """Fold the announcements since the last round into the hint, and a rewind."""
         if hint.forget or (hint.after is not None and time.monotonic() >= hint.deadline):
             hint.after, hint.forget = None, False
             hint.announced.clear()
+        if hint.rewind is not None:
+            if hint.after is not None and hint.rewind < hint.after:
+                hint.after = None if hint.rewind == FLOOR else hint.rewind
+            hint.rewind = None
         announced, hint.announced = hint.announced, {}
         if hint.after is None:
             return  # the floor claim covers everything announced
@@ -425,7 +485,7 @@ class Claimer:
         if back_in is not None:  # jobs put back by their task's or key's limit: due then
             due = time.monotonic() + max(back_in, 0.0)
             self._next_due = due if self._next_due is None else min(self._next_due, due)
-        return _Batch(jobs, claimed.walked, claimed.top, throttled)
+        return _Batch(jobs, claimed.walked, claimed.top, throttled, claimed.in_progress)
 
     def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings

@@ -10,6 +10,11 @@ Invariants:
   slot frees: from the claim hint's priority up, or the one priority of an announced range
   (claimer.wake_range). A job more urgent still is announced and moves the hint, as every
   job was before.
+- While the worker is steady (loop.py: it claims every claim_cooldown because jobs keep
+  arriving), the rows of the queues whose claims name the transactions they could not see
+  (claimer.steady_eligible) skip the same priorities, for new jobs only (`new_only`): jobs
+  that come back below the hint are still announced. A new job committed late below the
+  hint is found by the claimer once its transaction has ended (claimer._track).
 - Asking for more (widening) is followed by a claim from the floor of the widened queues,
   which sees what was committed unannounced, and by another once the transactions that were
   in progress at the widening have ended: one of them may have checked the rows before the
@@ -19,7 +24,10 @@ Invariants:
   and with them the floor claims, at every claim.
 - A job committed late, with an id below a busy worker's hint at a priority it skips, is not
   announced: the worker finds it with its next claim from the floor, when it runs out of
-  work (a widening) or at the hint's periodic reset. quiet_after=None keeps every wake-up.
+  work (a widening) or at the hint's periodic reset. quiet_after=None keeps every wake-up,
+  steady or busy.
+- Skipping only new jobs' wake-ups after skipping all of them is a widening too: the jobs
+  that came back unannounced meanwhile sit below the hint.
 - Rows are written on the claim connection and go with the worker's row. A worker presumed
   dead and revived (heartbeat.py) writes them again as a widening.
 
@@ -40,9 +48,11 @@ from pgqueue.store.workers import WorkersStore
 from pgqueue.worker.claimer import Claimer
 from pgqueue.worker.events import Bus, WorkerRevived
 
-Skip = tuple[int, int]  # the priorities, from and to, whose wake-ups a queue's row skips
-NOTHING: Skip = (32768, 32767)  # an empty range: every wake-up is wanted
-EVERYTHING: Skip = (-32768, 32767)  # as good as no row: no wake-up is wanted
+# The priorities, from and to, whose wake-ups a queue's row skips; and whether it skips only
+# those of new jobs (a steady worker's), not of jobs that come back below its hint.
+Skip = tuple[int, int, bool]
+NOTHING: Skip = (32768, 32767, False)  # an empty range: every wake-up is wanted
+EVERYTHING: Skip = (-32768, 32767, False)  # as good as no row: no wake-up is wanted
 FIRST_CHECK = 0.005  # seconds after a widening that the transactions it waits for are looked at
 
 
@@ -130,6 +140,8 @@ class WakeInterest:
 
 
 def _within(before: Skip | None, after: Skip) -> bool:
-    """Whether every priority skipped before is skipped after (no row skipped everything)."""
-    low, high = EVERYTHING if before is None else before
-    return low > high or (after[0] <= low and high <= after[1])
+    """Whether every wake-up skipped before is skipped after (no row skipped everything)."""
+    low, high, new_only = EVERYTHING if before is None else before
+    if low > high:
+        return True
+    return after[0] <= low and high <= after[1] and (new_only or not after[2])

@@ -3,9 +3,10 @@ be claimable.
 
 Owns: one run's jobs in flight (their tasks, cancel signals and progress reports), the atomic
 lanes' tasks, what the loop knows of the work waiting (whether more may be claimable, the
-wake-ups heard, when a claim last came back short, whether burst mode has claimed from the
-floor since work was found), and the way out at a stop: the grace running jobs get, then
-their cancellation and put-back.
+wake-ups heard, when a claim last came back short, how many jobs the recent claims found and
+whether that makes the worker steady, whether burst mode has claimed from the floor since
+work was found), and the way out at a stop: the grace running jobs get, then their
+cancellation and put-back.
 
 Invariants:
 - A wake-up heard while a claim runs makes the loop claim again: it may name a job the claim
@@ -16,6 +17,10 @@ Invariants:
   rest, so wake-ups arriving faster than that share one claim; a claim after a quiet spell or
   after a full one (a backlog) runs at once. Wake-ups heard during the wait are not lost: the
   claim that follows it sees their jobs.
+- Steady mode: while the claims of the last STEADY_WINDOW found a job or more per cooldown,
+  the loop claims every cooldown without waiting for a wake-up, and asks not to be woken for
+  new jobs (interest.py); it leaves when a window it spent claiming found less than half a
+  job per cooldown, and asks for them again. Not with a cooldown of 0, nor quiet_after=None.
 - In burst mode the run ends only when nothing runs and a claim from the floor came back
   empty: a wake-up naming a job below a hint may still be on its way.
 - An unfinished job whose cancellation was requested ends as cancelled; the others go back
@@ -32,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.registry import CancelSignal, Progress, Registry
@@ -53,10 +59,13 @@ from pgqueue.worker.events import (
     WorkerRevived,
 )
 from pgqueue.worker.executor import Executor, cancelled
-from pgqueue.worker.interest import WakeInterest
+from pgqueue.worker.interest import Skip, WakeInterest
 from pgqueue.worker.observe import Observers
 
 log = logging.getLogger("pgqueue.worker")
+
+# Seconds over which a worker judges how fast jobs arrive, to enter or leave steady mode.
+STEADY_WINDOW = 0.05
 
 
 class Stop:
@@ -117,6 +126,13 @@ class FetchLoop:
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self._short_at = time.monotonic()  # when a claim round last found less than it asked
         self._claimed_at = -1e9  # when the last claim round began, if it came back short
+        # Steady mode: jobs found per claim round over the last STEADY_WINDOW, whether the
+        # worker polls every claim_cooldown instead of being woken for each new job, and
+        # when its next such claim is due.
+        self._found: deque[tuple[float, int]] = deque()
+        self.steady = False
+        self.steady_spells = 0
+        self._steady_claim_at = 0.0
         self._wake = asyncio.Event()
         self._atomic_wake = asyncio.Event()
         self._subscribe(events)
@@ -148,6 +164,8 @@ class FetchLoop:
             now = time.monotonic()
             if now >= next_poll or self.claimer.room_due(now):
                 self._maybe_more = True
+            if self.steady and now >= self._steady_claim_at:
+                self._maybe_more = True  # nobody announces new jobs to a steady worker
             if self.claimer.promotion_due(now) and await self.claimer.promote():
                 self._maybe_more = True
             full = False
@@ -173,6 +191,7 @@ class FetchLoop:
                 if not full:
                     self._short_at = time.monotonic()
                 self._claimed_at = -1e9 if full else began
+                self._judge_steady(began, len(jobs), full, cooldown)
             elif now >= next_poll:
                 # Every slot is busy: the poll is made when one frees (a job ending wakes the
                 # loop), and sleeping until a poll time already past would spin.
@@ -186,6 +205,8 @@ class FetchLoop:
             wake_at = min(next_poll, self.claimer.next_wake())
             if self.interest is not None and (check := self.interest.next_check()) is not None:
                 wake_at = min(wake_at, check)
+            if self.steady and len(self.running) < s.concurrency:
+                wake_at = min(wake_at, self._steady_claim_at)
             await self._sleep(wake_at - time.monotonic())
 
     async def _ask_for_wakes(self) -> bool:
@@ -206,11 +227,52 @@ class FetchLoop:
             and self._maybe_more
             and time.monotonic() - self._short_at >= s.quiet_after.total_seconds()
         )
-        skip = {queue: self.claimer.wake_range(queue) if busy else None for queue in s.queues}
+        skip: dict[str, Skip | None] = {}
+        steady: set[str] = set()
+        for queue in s.queues:
+            found = self.claimer.wake_range(queue) if busy or self.steady else None
+            skip[queue] = None
+            if found is not None and busy:
+                skip[queue] = (*found, False)
+            elif found is not None and self.claimer.steady_eligible(queue):
+                skip[queue] = (*found, True)
+                steady.add(queue)
+        # Rewinds are armed before the rows that make them needed are written.
+        self.claimer.steady = steady
         widened = await self.interest.ask(skip)
         if settled or widened:
             self._maybe_more = True
         return (settled or widened) and len(self.running) < s.concurrency
+
+    def _judge_steady(self, began: float, found: int, full: bool, cooldown: float) -> None:
+        """Enter or leave steady mode after a claim round that began at `began`.
+
+        While jobs arrive at one or more per claim_cooldown, the worker would claim every
+        cooldown anyway (the wake-ups between share one claim), and each wake-up only costs
+        the application's commit the database-wide notification lock. So it claims every
+        cooldown on its own, and its rows skip new jobs' wake-ups; below half that rate
+        each claim would find less than a job, and it asks for them again (a widening,
+        interest.py). Only a window the worker spent claiming, ending in a short claim, is
+        judged: after a stall (its process starved of CPU, a slow statement) the few claims
+        in the window say nothing of the jobs arriving."""
+        found_in = self._found
+        found_in.append((began, found))
+        while found_in and found_in[0][0] < began - STEADY_WINDOW:
+            found_in.popleft()
+        if self.interest is None or cooldown <= 0 or self.settings.quiet_after is None:
+            return
+        per_cooldown = sum(n for _, n in found_in) * cooldown / STEADY_WINDOW
+        if not self.steady and per_cooldown >= 1:
+            self.steady = True
+            self.steady_spells += 1
+        elif (
+            self.steady
+            and per_cooldown < 0.5
+            and not full
+            and len(found_in) * cooldown >= STEADY_WINDOW / 2
+        ):
+            self.steady = False
+        self._steady_claim_at = began + cooldown
 
     async def _burst_done(self) -> bool:
         """In burst mode: nothing running, nothing claimable, nothing due to promote.

@@ -1,0 +1,277 @@
+"""A worker that keeps up with a stream of jobs is not woken for each one (steady mode:
+pgqueue/worker/loop.py, claimer.py; sql/migrations/0035_steady_wake.sql).
+
+While jobs arrive at one or more per claim_cooldown, the worker claims every cooldown on its
+own and its wake_listeners rows skip new jobs' wake-ups, so the applications' commits no
+longer queue for PostgreSQL's notification lock. What it can no longer hear of is a job
+committed late, below the hint of a claim that passed it: the claims' snapshots name the
+transactions in progress, and the worker claims again from where it passed them once they
+end. These tests run that race against a worker that cannot poll or reset its way out of it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pgqueue import Queue, Worker
+from pgqueue.queries import channel, query
+from tests.apps import tasks as apps
+from tests.conftest import (
+    clean_exit_logs,
+    settings_worker_process,
+    stop_worker_processes,
+    wait_until,
+    worker_in_thread,
+)
+
+PRODUCERS = 8
+
+
+def _steady_rows(conn: psycopg.Connection[Any], schema: str) -> int:
+    """Workers whose row skips new priority-0 jobs' wake-ups only (steady, not busy)."""
+    row = conn.execute(
+        sql.SQL(
+            "SELECT count(*) FROM {}.wake_listeners WHERE new_only AND below <= 0 AND 0 <= above"
+        ).format(sql.Identifier(schema))
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _stream(
+    dsn: str, queue: Queue, stop: threading.Event, counts: list[int], n: int, pause: float
+) -> None:
+    """Enqueue no-op jobs one per transaction on a connection of its own until `stop`."""
+    with psycopg.connect(dsn, autocommit=True, application_name="steady producer") as conn:
+        while not stop.is_set():
+            queue.enqueue(apps.noop.job(), conn=conn)
+            counts[n] += 1
+            time.sleep(pause)
+
+
+@pytest.mark.parametrize("cooldown", [0.002, 0.0], ids=["steady", "control-no-cooldown"])
+def test_a_worker_that_keeps_up_is_not_woken_for_each_job(
+    dsn: str, schema: str, tmp_path: Path, cooldown: float
+) -> None:
+    # The control turns the cooldown off (a claim per wake-up): every enqueue notifies.
+    queue = Queue(dsn, schema=schema)
+    settings = {"concurrency": 50, "claim_cooldown": cooldown, "shutdown_grace": 5}
+    log = tmp_path / "worker.log"
+    proc = settings_worker_process(dsn, schema, settings, log=log)
+    stop = threading.Event()
+    counts = [0] * PRODUCERS
+    s = sql.Identifier(schema)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            wait_until(
+                lambda: (
+                    watch.execute(sql.SQL("SELECT count(*) FROM {}.workers").format(s)).fetchone()
+                    == (1,)
+                ),
+                what="the worker's row",
+            )
+            threads = [
+                threading.Thread(target=_stream, args=(dsn, queue, stop, counts, n, 0.001))
+                for n in range(PRODUCERS)
+            ]
+            for thread in threads:
+                thread.start()
+            try:
+                if cooldown:
+                    wait_until(lambda: _steady_rows(watch, schema) == 1, what="steady mode")
+                else:
+                    wait_until(lambda: sum(counts) >= 500, what="500 enqueues")
+                with psycopg.connect(dsn, autocommit=True) as listener:
+                    listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+                    before = sum(counts)
+                    time.sleep(2.0)
+                    during = sum(counts) - before
+                    notes = [n.payload for n in listener.notifies(timeout=0.2)]
+                steady_throughout = _steady_rows(watch, schema) == 1
+            finally:
+                stop.set()
+                for thread in threads:
+                    thread.join(30)
+            total = sum(counts)
+            # Every job runs, none is lost, with no poll needed (the default poll is a second
+            # away, and the last jobs still come in at once).
+            wait_until(
+                lambda: (
+                    watch.execute(
+                        sql.SQL(
+                            "SELECT count(*) FROM {}.job_history WHERE status = 'succeeded'"
+                        ).format(s)
+                    ).fetchone()
+                    == (total,)
+                ),
+                timeout=30,
+                what="every job to finish",
+            )
+            left = watch.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(s)).fetchone()
+            assert left == (0,)
+    finally:
+        stop_worker_processes([proc])
+    clean_exit_logs([proc], [log])
+    wakes = [n for n in notes if not n.startswith("!")]
+    assert during > 500, during  # a stream, not a trickle
+    if cooldown:
+        assert steady_throughout
+        # Wake-ups are for producers that checked as the worker widened, nothing more.
+        assert len(wakes) < during * 0.02, (len(wakes), during)
+    else:
+        assert len(wakes) >= during * 0.9, (len(wakes), during)
+
+
+def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    # The worker polls once a minute and never resets its hint: only the claims' snapshots
+    # can find each probe, enqueued (its id drawn, no wake-up sent) while the stream runs,
+    # and committed after the worker has claimed jobs enqueued after it.
+    ran: list[int] = []
+    seen = threading.Event()
+
+    @queue.task(name="probe")
+    def probe(n: int) -> None:
+        ran.append(n)
+
+    @queue.task(name="marker")
+    def marker() -> None:
+        seen.set()
+
+    @queue.task(name="noop")
+    def noop() -> None:  # the stream's jobs
+        pass
+
+    worker = Worker(
+        queue,
+        dsn=dsn,
+        concurrency=50,
+        poll_interval=60,
+        hint_reset_interval=3600,
+        hint_reset_jitter=0,
+    )
+    rng = random.Random(33)
+    stop = threading.Event()
+    counts = [0] * 4
+    threads = [
+        threading.Thread(target=_stream, args=(dsn, queue, stop, counts, n, 0.0005))
+        for n in range(4)
+    ]
+    rounds = 20
+    with (
+        worker_in_thread(worker, force=True),
+        psycopg.connect(dsn, autocommit=True) as watch,
+        psycopg.connect(dsn, autocommit=True) as listener,
+    ):
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+        for thread in threads:
+            thread.start()
+        try:
+            wait_until(lambda: _steady_rows(watch, schema) == 1, what="steady mode")
+            loop = worker.fetch_loop
+            assert loop is not None
+            spells = loop.steady_spells
+            for n in range(rounds):
+                with psycopg.connect(dsn) as conn:
+                    job = queue.enqueue(probe.job(n), conn=conn)  # no wake-up: steady
+                    seen.clear()
+                    queue.enqueue(marker.job())  # after the probe, in its own transaction
+                    assert seen.wait(10)  # a claim has passed the probe's id
+                    time.sleep(rng.uniform(0, 0.01))
+                    conn.commit()
+                # Far sooner than the poll a minute away, or any hint reset.
+                wait_until(lambda n=n: ran[-1:] == [n], timeout=10, what=f"probe {n}")
+                assert job.id is not None
+            # The worker never left steady mode, so no widening's floor claim found them.
+            assert loop.steady_spells == spells
+            assert loop.steady
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(30)
+        probe_ids = {
+            row[0]
+            for row in watch.execute(
+                sql.SQL("SELECT id FROM {}.job_history WHERE task = 'probe'").format(
+                    sql.Identifier(schema)
+                )
+            )
+        }
+        notes = [n.payload for n in listener.notifies(timeout=0.2)]
+    assert ran == list(range(rounds))
+    named = {int(note.split()[2]) for note in notes if not note.startswith("!")}
+    assert not probe_ids & named  # no probe was announced: the snapshots found them
+    assert worker.claimer.rewinds > 0
+
+
+def test_jobs_that_come_back_wake_a_steady_worker_and_new_ones_do_not(
+    dsn: str, schema: str
+) -> None:
+    # A steady row skips new jobs' wake-ups (wake_new) and never those of jobs that come
+    # back below the hint (wake: retried, promoted, released, unparked, signalled); a busy
+    # row skips both, as before.
+    s = sql.Identifier(schema)
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn, autocommit=True) as listener,
+    ):
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+        (worker_id,) = conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+                " VALUES ('steady test', 'test', 1, ARRAY['default'], 1) RETURNING id"
+            ).format(s)
+        ).fetchone() or (0,)
+
+        def heard(function: str, new_only: bool) -> bool:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.wake_listeners (worker_id, queue, below, above, new_only)"
+                    " VALUES (%s, 'default', -32768, 32767, %s)"
+                    " ON CONFLICT (worker_id, queue) DO UPDATE SET new_only = excluded.new_only"
+                ).format(s),
+                [worker_id, new_only],
+            )
+            conn.execute(
+                sql.SQL("SELECT {}.{}('default', 0, 7)").format(s, sql.Identifier(function))
+            )
+            return any(n.payload == "default 0 7" for n in listener.notifies(timeout=0.2))
+
+        assert not heard("wake_new", new_only=True)
+        assert heard("wake", new_only=True)
+        assert not heard("wake_new", new_only=False)
+        assert not heard("wake", new_only=False)
+
+
+def test_every_insert_into_jobs_takes_its_transaction_id_before_any_job_id(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    # The claims' snapshots only name the transactions that hold unseen jobs if each took
+    # its id before it drew theirs: the statement-level trigger does it before the first
+    # row, even for a statement that inserts none; the bulk enqueue's reservation too.
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.jobs (queue, task, args) SELECT 'q', 't', '{{}}' WHERE false"
+            ).format(s)
+        )
+        assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+        assert assigned is not None and assigned[0] is not None
+        conn.rollback()
+        assert conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone() == (None,)
+        # A sequence writes WAL, and so takes the transaction's id itself, at one nextval in
+        # 32: three reservations of one id in a row would not all have one without the fix.
+        for _ in range(3):
+            conn.execute(query("job_id_reserve", schema), {"n": 1})
+            assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+            assert assigned is not None and assigned[0] is not None
+            conn.rollback()
