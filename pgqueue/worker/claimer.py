@@ -12,10 +12,11 @@ Invariants:
   wake-up named. test_hint.py pins each case.
 - A queue in `steady` (its rows skip new jobs' wake-ups, loop.py) hears of no new job, late
   commits included. Every unkeyed claim names the transactions in progress in its snapshot;
-  those in progress when a claim moved the hint are watched, and once one has ended the hint
-  goes back to where that claim began, at once, in the same round
-  (sql/migrations/0035_steady_wake.sql says why that finds every such job;
-  test_steady_wake.py).
+  those in progress when a claim moved the hint are watched, and once one has ended the next
+  claim starts from where that claim began (sql/migrations/0035_steady_wake.sql says why that
+  finds every such job; test_steady_wake.py). Not in the same round: the worker's own
+  transactions and every other writer show up there too, and a claim more per round cost
+  more than the cooldown's wait.
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
@@ -267,11 +268,6 @@ class Claimer:
             if want <= 0:
                 break
             _, queue_full = await self._claim_queue(queue, want)
-            if not queue_full and self._hints[queue].rewind is not None:
-                # A transaction the hint passed has ended: its jobs, if any, are there now.
-                want = min(free - len(claimed), self.settings.batch_size)
-                if want > 0:
-                    _, queue_full = await self._claim_queue(queue, want)
             full = full or queue_full
         return claimed, full
 
