@@ -49,6 +49,7 @@ from bench.server import database, scratch_schema
 ROOT = Path(__file__).resolve().parents[2]
 # A worker gives running jobs shutdown_grace (30 s) and its services a bounded stop.
 STOP_WAIT = 120
+START_WAIT = 120
 STOPPED = re.compile(r"stopped: (\d+) jobs claimed in (\d+) claims \((\d+) empty\), (\d+) put back")
 
 
@@ -106,17 +107,33 @@ def running(
                 )
             )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + START_WAIT
         with psycopg.connect(dsn, autocommit=True) as conn:
-            while _scalar(conn, schema, "SELECT count(*) FROM {}.workers") < count:
-                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise RuntimeError(f"the workers did not all start: see {logs}")
+            while (up := _scalar(conn, schema, "SELECT count(*) FROM {}.workers")) < count:
+                ended = [n for n, p in enumerate(procs) if p.poll() is not None]
+                if ended or time.monotonic() > deadline:
+                    raise RuntimeError(_not_started(up, count, procs, ended, files))
                 time.sleep(0.2)
         yield files
     finally:
         for proc in procs:
             proc.terminate()
         _stopped(dsn, procs, files)
+
+
+def _not_started(
+    up: int, count: int, procs: list[subprocess.Popen[bytes]], ended: list[int], files: list[Path]
+) -> str:
+    """Why the start failed, with the end of a log: CI keeps no files of a failed run."""
+    if ended:
+        codes = ", ".join(f"{n} (exit {procs[n].returncode})" for n in ended)
+        shown = ended[0]
+        why = f"workers {codes} exited while starting"
+    else:
+        shown = next((n for n, path in enumerate(files) if "started:" not in path.read_text()), 0)
+        why = f"{up} of {count} workers registered in {START_WAIT} s"
+    tail = "\n".join(files[shown].read_text().splitlines()[-40:])
+    return f"the workers did not all start: {why}; the end of worker {shown}'s log:\n{tail}"
 
 
 def _stopped(dsn: str, procs: list[subprocess.Popen[bytes]], files: list[Path]) -> None:
