@@ -16,7 +16,9 @@ Invariants:
   claim starts from where that claim began (sql/migrations/0035_steady_wake.sql says why that
   finds every such job; test_steady_wake.py). Not in the same round: the worker's own
   transactions and every other writer show up there too, and a claim more per round cost
-  more than the cooldown's wait.
+  more than the cooldown's wait. While such a transaction is young, each claim starts
+  where it was passed instead (_early), so its job is found by the first claim after its
+  commit.
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
@@ -69,6 +71,10 @@ FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1
 CEILING: Position = (32767, MAX_ID)  # above every (priority, id)
 CLAIM_RETRIES = 5
+# How long a transaction a steady claim passed unseen is taken for an enqueue about to commit
+# (_early): longer than a commit waits for its WAL flush on a busy server, short enough that
+# walking back to it covers only the jobs a steady worker claims meanwhile.
+YOUNG_SECONDS = 0.02
 
 
 @dataclass
@@ -103,6 +109,7 @@ class _QueueHint:
     # Transactions in progress when a claim moved `after` past jobs it could not see: where
     # that claim began, to claim from again once they end (a job of theirs may commit there).
     watch: dict[int, Position] = field(default_factory=dict)
+    watched_at: dict[int, float] = field(default_factory=dict)  # monotonic, first watched
     rewind: Position | None = None  # the next claim starts here if `after` is past it
 
 
@@ -319,7 +326,8 @@ class Claimer:
         if walked == want:
             return jobs, True
         after, rest = hint.after, want - walked
-        main = await self._claim(queue, after or FLOOR, CEILING, rest)
+        start = self._early(queue, hint)
+        main = await self._claim(queue, start or after or FLOOR, CEILING, rest)
         if main.throttled:
             # The limit had no room for the rest: the jobs not taken are still there.
             if main.top is not None:
@@ -338,7 +346,10 @@ class Claimer:
             hint.urgent.clear()  # the floor claim covered them
             self._reset_deadline(hint)
         if main.top is not None:
-            hint.after = main.top
+            # A claim that began early and walked to the end leaves nothing unclaimed before
+            # the hint it started with, even where all it found were late jobs.
+            short = walked + main.walked < want
+            hint.after = max(main.top, after) if start and after and short else main.top
         elif after is None and self._announced:
             # An empty claim from the floor: nothing is claimable anywhere, and whatever
             # becomes claimable from now on is announced. Park the hint past everything, or
@@ -349,6 +360,24 @@ class Claimer:
         self._track(queue, hint, after or FLOOR, main)
         jobs += main.jobs
         return jobs, walked + main.walked == want
+
+    def _early(self, queue: str, hint: _QueueHint) -> Position | None:
+        """Where a steady queue's claim starts when that is before its hint: where the
+        earliest claim that passed a transaction still young (YOUNG_SECONDS) began. Such a
+        transaction is most often an enqueue on its way to commit, and starting there finds
+        its job at the first claim after the commit, where the rewind would find it one claim
+        later. The walk back covers the jobs claimed since, a few in steady mode; a
+        transaction open longer is left to the rewind, so one that stays open (the long
+        transactions of the MVCC failure) never makes every claim walk back."""
+        if queue not in self.steady or not hint.watch or hint.after is None:
+            return None
+        if hint.after == CEILING:
+            return None
+        young = time.monotonic() - YOUNG_SECONDS
+        starts = [at for xid, at in hint.watch.items() if hint.watched_at[xid] >= young]
+        if not starts or (first := min(starts)) >= hint.after:
+            return None
+        return first
 
     def _track(self, queue: str, hint: _QueueHint, began: Position, batch: _Batch) -> None:
         """Follow the transactions a claim could not see.
@@ -365,13 +394,18 @@ class Claimer:
             still = set(seen)
             ended = [xid for xid in hint.watch if xid not in still]
             if ended:
+                for xid in ended:
+                    del hint.watched_at[xid]
                 back = min(hint.watch.pop(xid) for xid in ended)
                 if queue in self.steady:
                     hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
                     self.rewinds += 1
         if hint.after != began:  # it moved past what this snapshot could not see
+            now = time.monotonic()
             for xid in seen:
                 known = hint.watch.get(xid)
+                if known is None:
+                    hint.watched_at[xid] = now
                 if known is None or began < known:
                     hint.watch[xid] = began
 

@@ -11,6 +11,7 @@ end. These tests run that race against a worker that cannot poll or reset its wa
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -22,7 +23,12 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue, Worker
+from pgqueue.models import WorkerSettings
 from pgqueue.queries import channel, query
+from pgqueue.runtime.link import Link
+from pgqueue.worker import claimer as claimer_module
+from pgqueue.worker.claimer import Claimer
+from pgqueue.worker.observe import WorkerStats
 from tests.apps import tasks as apps
 from tests.conftest import (
     clean_exit_logs,
@@ -275,3 +281,55 @@ def test_every_insert_into_jobs_takes_its_transaction_id_before_any_job_id(
             assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
             assert assigned is not None and assigned[0] is not None
             conn.rollback()
+
+
+@pytest.mark.parametrize("young", [True, False], ids=["young", "control-old"])
+def test_a_steady_claim_starts_where_it_passed_a_transaction_still_young(
+    queue: Queue, dsn: str, schema: str, young: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One claimer, claims made by hand. A probe's transaction draws its id, a later job
+    # commits and is claimed past it, then the probe commits. While that transaction is
+    # young, the next claim starts where the claim that passed it began and takes the
+    # probe at once; the control makes every transaction old, so the probe waits for the
+    # rewind: one claim to see its transaction ended, the next to walk back.
+    if not young:
+        monkeypatch.setattr(claimer_module, "YOUNG_SECONDS", -1.0)
+
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    s = sql.Identifier(schema)
+
+    async def scenario() -> list[list[int]]:
+        link = Link(dsn, "claim")
+        await link.open()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+                        " VALUES ('test', 'test', 1, ARRAY['default'], 10) RETURNING id"
+                    ).format(s)
+                ).fetchone()
+                assert row is not None
+                claimer = Claimer(link, schema, WorkerSettings(), row[0], WorkerStats())
+                claimer.steady = {"default"}
+                first = queue.enqueue(noop.job(), conn=conn)
+                rounds = [[j.id for j in (await claimer.claim_round(10))[0]]]
+                assert rounds == [[first.id]]
+                with psycopg.connect(dsn) as held:
+                    probe = queue.enqueue(noop.job(), conn=held)  # in progress
+                    later = queue.enqueue(noop.job(), conn=conn)
+                    rounds.append([j.id for j in (await claimer.claim_round(10))[0]])
+                    assert rounds[-1] == [later.id]  # passed the probe, unseen
+                    held.commit()
+                for _ in range(2):
+                    rounds.append([j.id for j in (await claimer.claim_round(10))[0]])
+                assert probe.id is not None
+                return [[n - probe.id for n in r] for r in rounds[2:]]
+        finally:
+            await link.close()
+
+    after_commit = asyncio.run(scenario())
+    assert after_commit == ([[0], []] if young else [[], [0]])
