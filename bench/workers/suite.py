@@ -84,9 +84,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 @contextmanager
 def running(
     dsn: str, through: str, schema: str, count: int, concurrency: int, logs: Path
-) -> Iterator[list[Path]]:
+) -> Iterator[tuple[list[Path], float]]:
     """`count` worker processes, polling only through PgBouncer (`through`), until the block
-    ends; yields their log files, which hold each one's report once it stopped."""
+    ends; yields their log files, which hold each one's report once it stopped, and the
+    seconds until every one had registered."""
     logs.mkdir(parents=True, exist_ok=True)
     files = [logs / f"worker-{n}.log" for n in range(count)]
     command = [sys.executable, "-m", "pgqueue", "worker", "bench.workers.app:queue"]
@@ -107,14 +108,15 @@ def running(
                 )
             )
     try:
-        deadline = time.monotonic() + START_WAIT
+        began = time.monotonic()
+        deadline = began + START_WAIT
         with psycopg.connect(dsn, autocommit=True) as conn:
             while (up := _scalar(conn, schema, "SELECT count(*) FROM {}.workers")) < count:
                 ended = [n for n, p in enumerate(procs) if p.poll() is not None]
                 if ended or time.monotonic() > deadline:
                     raise RuntimeError(_not_started(up, count, procs, ended, files))
                 time.sleep(0.2)
-        yield files
+        yield files, time.monotonic() - began
     finally:
         for proc in procs:
             proc.terminate()
@@ -213,7 +215,7 @@ def idle(
     ):
         row = conn.execute("SELECT current_setting('max_connections')::int").fetchone()
         limit = int(row[0]) if row else 0
-        with running(dsn, through, schema, workers, concurrency, logs / "idle") as files:
+        with running(dsn, through, schema, workers, concurrency, logs / "idle") as (files, start):
             time.sleep(2.0)  # every worker past its start
             servers = _server_connections(conn)
             beats = _updates(conn, schema, "workers")
@@ -229,6 +231,7 @@ def idle(
         "workers": workers,
         "concurrency": concurrency,
         "seconds": round(elapsed, 1),
+        "start_seconds": round(start, 1),
         "server_connections": servers,
         "max_connections": limit,
         "heartbeat_writes_per_second": round(beats / elapsed, 2),
@@ -247,7 +250,7 @@ def drain(
         scratch_schema(dsn, "bench_workers") as schema,
         psycopg.connect(dsn, autocommit=True) as conn,
     ):
-        with running(dsn, through, schema, workers, concurrency, logs / "drain") as files:
+        with running(dsn, through, schema, workers, concurrency, logs / "drain") as (files, start):
             conn.execute(
                 sql.SQL(
                     "INSERT INTO {}.jobs (queue, task, args)"
@@ -278,6 +281,7 @@ def drain(
         "concurrency": concurrency,
         "jobs": jobs,
         "seconds": round(elapsed, 2),
+        "start_seconds": round(start, 1),
         "jobs_per_second": round(jobs / elapsed, 1),
         "server_connections": servers,
         "ran_once": once,
@@ -308,7 +312,11 @@ def bench(run: Run, args: argparse.Namespace) -> int:
             drained = drain(server.dsn, through, args.workers, args.concurrency, args.jobs, logs)
         figures = {"pool": args.pool, "idle": idled, "drain": drained}
         run.write(out, "results.json", server, figures)
-    print(f"PostgreSQL {server.version}: {args.workers} workers at concurrency {args.concurrency}")
+    print(
+        f"PostgreSQL {server.version}: {args.workers} workers at concurrency {args.concurrency},"
+        f" all registered in {idled['start_seconds']} s (idle) and"
+        f" {drained['start_seconds']} s (drain)"
+    )
     print(
         f"idle {idled['seconds']} s: {idled['server_connections']} server connections through "
         f"PgBouncer (max_connections {idled['max_connections']}), heartbeat "
