@@ -368,13 +368,17 @@ class Claimer:
         its job at the first claim after the commit, where the rewind would find it one claim
         later. The walk back covers the jobs claimed since, a few in steady mode; a
         transaction open longer is left to the rewind, so one that stays open (the long
-        transactions of the MVCC failure) never makes every claim walk back."""
+        transactions of the MVCC failure) never makes every claim walk back. Nor does a
+        claim from the floor: walking back there would repeat its walk over every dead
+        entry at each claim while the transaction is young."""
         if queue not in self.steady or not hint.watch or hint.after is None:
             return None
         if hint.after == CEILING:
             return None
         young = time.monotonic() - YOUNG_SECONDS
-        starts = [at for xid, at in hint.watch.items() if hint.watched_at[xid] >= young]
+        starts = [
+            at for xid, at in hint.watch.items() if hint.watched_at[xid] >= young and at != FLOOR
+        ]
         if not starts or (first := min(starts)) >= hint.after:
             return None
         return first
