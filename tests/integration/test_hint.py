@@ -57,6 +57,7 @@ class _Run:
                 self.warmed.set()
 
         self.unhinted_at_special: int | None = None  # the worker's unhinted claims by then
+        self.widenings_at_special: int | None = None  # and its widenings
         self.worker: Worker | None = None
 
         @queue.task(name="special")
@@ -64,6 +65,8 @@ class _Run:
             self.order.append(label)
             if self.worker is not None:
                 self.unhinted_at_special = self.worker.stats.unhinted_claims
+                if self.worker.interest is not None:
+                    self.widenings_at_special = self.worker.interest.widenings
             self.special_ran.set()
 
         self.busy, self.special = busy, special
@@ -191,6 +194,8 @@ def test_quiet_worker_finds_a_job_committed_late_at_its_priority_when_out_of_wor
     worker = run.worker = _worker(queue, dsn, quiet_after=0.05)
     with worker_in_thread(worker, force=True), psycopg.connect(dsn) as late:
         wait_until(lambda: _skipped(dsn, schema) == QUIET, what="the worker to go quiet")
+        assert worker.interest is not None
+        widenings = worker.interest.widenings
         late_id = queue.enqueue(run.special.job("late"), conn=late)  # opened after that
         ids = queue.enqueue_many([run.busy.job(i) for i in range(first, BACKLOG)])
         assert late_id < min(ids)
@@ -199,8 +204,14 @@ def test_quiet_worker_finds_a_job_committed_late_at_its_priority_when_out_of_wor
         committed_at = len(run.order)
         assert run.special_ran.wait(60)
         wait_until(lambda: _skipped(dsn, schema) == WAITING, what="the worker to wait")
-    # Found only once the worker ran out of work and claimed from the floor.
-    assert run.order.index("late") == BACKLOG, committed_at
+    # Found only by a claim from the floor after a widening: once the worker ran out of
+    # work, or sooner where a claim came back short while the late job's transaction was
+    # open (a slow start of the second batch): never by a wake-up, which nothing sent.
+    ran_at = run.order.index("late")
+    assert run.widenings_at_special is not None
+    assert run.widenings_at_special > widenings, (ran_at, committed_at)
+    if ran_at != BACKLOG:
+        assert worker.interest.settlements > 0, (ran_at, committed_at)
 
 
 def test_scheduled_job_falling_due_after_the_hint_passed_it_runs_at_once(
