@@ -107,9 +107,9 @@ class _QueueHint:
     announced: dict[int, int] = field(default_factory=dict)
     forget: bool = False
     # Transactions in progress when a claim moved `after` past jobs it could not see: where
-    # that claim began, to claim from again once they end (a job of theirs may commit there).
-    watch: dict[int, Position] = field(default_factory=dict)
-    watched_at: dict[int, float] = field(default_factory=dict)  # monotonic, first watched
+    # that claim began, to claim from again once they end (a job of theirs may commit there),
+    # and when the first such claim saw them (monotonic).
+    watch: dict[int, tuple[Position, float]] = field(default_factory=dict)
     rewind: Position | None = None  # the next claim starts here if `after` is past it
 
 
@@ -371,14 +371,10 @@ class Claimer:
         transactions of the MVCC failure) never makes every claim walk back. Nor does a
         claim from the floor: walking back there would repeat its walk over every dead
         entry at each claim while the transaction is young."""
-        if queue not in self.steady or not hint.watch or hint.after is None:
-            return None
-        if hint.after == CEILING:
+        if queue not in self.steady or hint.after is None or hint.after == CEILING:
             return None
         young = time.monotonic() - YOUNG_SECONDS
-        starts = [
-            at for xid, at in hint.watch.items() if hint.watched_at[xid] >= young and at != FLOOR
-        ]
+        starts = [at for at, since in hint.watch.values() if since >= young and at != FLOOR]
         if not starts or (first := min(starts)) >= hint.after:
             return None
         return first
@@ -398,9 +394,7 @@ class Claimer:
             still = set(seen)
             ended = [xid for xid in hint.watch if xid not in still]
             if ended:
-                for xid in ended:
-                    del hint.watched_at[xid]
-                back = min(hint.watch.pop(xid) for xid in ended)
+                back = min(hint.watch.pop(xid)[0] for xid in ended)
                 if queue in self.steady:
                     hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
                     self.rewinds += 1
@@ -409,9 +403,9 @@ class Claimer:
             for xid in seen:
                 known = hint.watch.get(xid)
                 if known is None:
-                    hint.watched_at[xid] = now
-                if known is None or began < known:
-                    hint.watch[xid] = began
+                    hint.watch[xid] = (began, now)
+                elif began < known[0]:
+                    hint.watch[xid] = (began, known[1])
 
     def _absorb(self, hint: _QueueHint) -> None:
         """Fold the announcements since the last round into the hint, and a rewind."""
