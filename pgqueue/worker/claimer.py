@@ -24,7 +24,8 @@ Invariants:
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
   reconnects, and then every poll interval when nothing listens (a notice could be missed
   only then), else every hint_reset_interval as a safety net. The claim statements never
-  read it.
+  read it. A notice heard while that table is being read wins over what the read returns,
+  whose snapshot may predate it; otherwise the pause would go unheard until the next read.
 - A queue with a rate limit (learnt the same way) is claimed with job_claim_rated, which
   claims only what the limit has room for. One that got fewer jobs than it asked for because
   the limit was full is left out until the statement said it has room again, and its hint
@@ -156,6 +157,10 @@ class Claimer:
         self.steady: set[str] = set()
         self.rewinds = 0
         self._controls_due = 0.0  # when pauses and rate limits are read next (monotonic)
+        # Notices heard while a read of the controls is under way: that read's snapshot may
+        # predate them, so they are applied again over what it returns.
+        self._heard_pauses: dict[str, bool] | None = None
+        self._reread = False
 
     def subscribe(self, events: Bus) -> None:
         """Hear of wake-ups, pauses and rate limits as the notifier publishes them."""
@@ -188,6 +193,8 @@ class Claimer:
         job (it may hold jobs below any hint by now)."""
         if queue not in self._hints:
             return
+        if self._heard_pauses is not None:
+            self._heard_pauses[queue] = paused
         if paused:
             self.paused.add(queue)
         else:
@@ -198,9 +205,14 @@ class Claimer:
         """Read the pauses and rate limits before the next round (a notice may have been
         missed, or a rate limit changed)."""
         self._controls_due = 0.0
+        self._reread = True  # also when a read is under way: its snapshot may predate this
 
     async def _read_controls(self) -> None:
-        controls = await self.link.run(lambda conn: run_async(conn, controls_plan(self.schema)))
+        self._heard_pauses, self._reread = {}, False
+        try:
+            controls = await self.link.run(lambda conn: run_async(conn, controls_plan(self.schema)))
+        finally:
+            heard, self._heard_pauses = self._heard_pauses or {}, None
         paused, rated = controls.paused, controls.rated
         self.limited_tasks, self.key_limits = controls.limited_tasks, controls.key_limits
         paused &= self._hints.keys()
@@ -213,6 +225,11 @@ class Claimer:
             if queue not in self.rated:
                 del self._room_at[queue]
                 self.announce(queue, None)
+        for queue, now_paused in heard.items():
+            self.pause_changed(queue, now_paused)
+        if self._reread:
+            self._controls_due = 0.0
+            return
         s = self.settings
         every = s.hint_reset_interval if self._announced else s.poll_interval
         self._controls_due = time.monotonic() + every.total_seconds()
