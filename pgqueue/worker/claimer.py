@@ -109,9 +109,11 @@ class _QueueHint:
     forget: bool = False
     # Transactions in progress when a claim moved `after` past jobs it could not see: where
     # that claim began, to claim from again once they end (a job of theirs may commit there),
-    # and when the first such claim saw them (monotonic).
-    watch: dict[int, tuple[Position, float]] = field(default_factory=dict)
+    # when the first such claim saw them (monotonic), and whether the queue was steady then.
+    watch: dict[int, tuple[Position, float, bool]] = field(default_factory=dict)
     rewind: Position | None = None  # the next claim starts here if `after` is past it
+    # Where `after` was when it was last dropped for a claim from the floor.
+    before: Position | None = None
 
 
 class Claimer:
@@ -371,7 +373,12 @@ class Claimer:
             # An empty claim from the floor: nothing is claimable anywhere, and whatever
             # becomes claimable from now on is announced. Park the hint past everything, or
             # the next claims would walk from the floor again while the queue stays empty.
-            hint.after = CEILING
+            # A steady queue whose snapshot showed no transaction in progress goes back to
+            # where it was instead: every job id drawn so far is behind it, so new jobs land
+            # after it and the worker stays steady, where a park would ask for every
+            # wake-up until a claim finds a job.
+            quiet = main.in_progress == [] and queue in self.steady
+            hint.after = hint.before if quiet and hint.before is not None else CEILING
         else:
             hint.after = after
         self._track(queue, hint, after or FLOOR, main)
@@ -391,7 +398,7 @@ class Claimer:
         if queue not in self.steady or hint.after is None or hint.after == CEILING:
             return None
         young = time.monotonic() - YOUNG_SECONDS
-        starts = [at for at, since in hint.watch.values() if since >= young and at != FLOOR]
+        starts = [at for at, since, _ in hint.watch.values() if since >= young and at != FLOOR]
         if not starts or (first := min(starts)) >= hint.after:
             return None
         return first
@@ -403,35 +410,38 @@ class Claimer:
         this claim passed unseen (below where the hint now is) belongs to a transaction in
         progress in its snapshot. Each is remembered with where the first claim that passed
         it began; when a later claim's snapshot shows it ended, a steady queue's hint moves
-        back there: that job skipped its wake-up. Other queues' jobs announce themselves."""
+        back there: that job skipped its wake-up. Other queues' jobs announce themselves, but
+        for those seen while the queue was steady, whose wake-ups the rows skipped then."""
         seen = batch.in_progress
         if seen is None:
             return
+        steady = queue in self.steady
         if hint.watch:
             still = set(seen)
-            ended = [xid for xid in hint.watch if xid not in still]
-            if ended:
-                back = min(hint.watch.pop(xid)[0] for xid in ended)
-                if queue in self.steady:
-                    hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
-                    self.rewinds += 1
+            ended = [hint.watch.pop(xid) for xid in list(hint.watch) if xid not in still]
+            backs = [at for at, _, then in ended if steady or then]
+            if backs:
+                back = min(backs)
+                hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
+                self.rewinds += 1
         if hint.after != began:  # it moved past what this snapshot could not see
             now = time.monotonic()
             for xid in seen:
-                known = hint.watch.get(xid)
-                if known is None:
-                    hint.watch[xid] = (began, now)
-                elif began < known[0]:
-                    hint.watch[xid] = (began, known[1])
+                at, since, then = hint.watch.get(xid, (began, now, steady))
+                hint.watch[xid] = (min(at, began), since, then or steady)
 
     def _absorb(self, hint: _QueueHint) -> None:
         """Fold the announcements since the last round into the hint, and a rewind."""
         if hint.forget or (hint.after is not None and time.monotonic() >= hint.deadline):
-            hint.after, hint.forget = None, False
+            self._drop(hint)
+            hint.forget = False
             hint.announced.clear()
         if hint.rewind is not None:
             if hint.after is not None and hint.rewind < hint.after:
-                hint.after = None if hint.rewind == FLOOR else hint.rewind
+                if hint.rewind == FLOOR:
+                    self._drop(hint)
+                else:
+                    hint.after = hint.rewind
             hint.rewind = None
         announced, hint.announced = hint.announced, {}
         if hint.after is None:
@@ -444,6 +454,13 @@ class Claimer:
                 hint.after = below
             else:
                 hint.urgent[priority] = min(job_id - 1, hint.urgent.get(priority, MAX_ID))
+
+    @staticmethod
+    def _drop(hint: _QueueHint) -> None:
+        """The next claim starts from the floor."""
+        if hint.after is not None and hint.after != CEILING:
+            hint.before = hint.after
+        hint.after = None
 
     async def _claim_urgent(
         self, queue: str, hint: _QueueHint, want: int

@@ -333,3 +333,96 @@ def test_a_steady_claim_starts_where_it_passed_a_transaction_still_young(
 
     after_commit = asyncio.run(scenario())
     assert after_commit == ([[0], []] if young else [[], [0]])
+
+
+def _claimer_row(conn: psycopg.Connection[Any], schema: str) -> int:
+    row = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+            " VALUES ('test', 'test', 1, ARRAY['default'], 10) RETURNING id"
+        ).format(sql.Identifier(schema))
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("in_progress", [False, True], ids=["none-open", "control-one-open"])
+def test_an_empty_claim_from_the_floor_keeps_a_steady_queue_steady(
+    queue: Queue, dsn: str, schema: str, in_progress: bool
+) -> None:
+    # A steady queue's hint is dropped for a claim from the floor (a reset, a rewind) and
+    # that claim finds nothing. With no transaction in progress every job id drawn so far is
+    # behind the old hint, which it goes back to: the worker can still say which new jobs it
+    # will find without a wake-up. The control keeps a transaction open that has drawn a job
+    # id: the hint is parked past everything and every wake-up is asked for, as before.
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def scenario() -> tuple[Any, Any]:
+        link = Link(dsn, "claim")
+        await link.open()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as held:
+                claimer = Claimer(
+                    link, schema, WorkerSettings(), _claimer_row(conn, schema), WorkerStats()
+                )
+                claimer.steady = {"default"}
+                queue.enqueue(noop.job(), conn=conn)
+                assert len((await claimer.claim_round(10))[0]) == 1
+                kept = claimer.wake_range("default")
+                if in_progress:
+                    queue.enqueue(noop.job(), conn=held)
+                    # A snapshot lists the transactions in progress below the newest one
+                    # that ended: end one with a later id, as a busy server always has.
+                    conn.execute("SELECT pg_current_xact_id()")
+                claimer.forget_hints()
+                assert (await claimer.claim_round(10))[0] == []
+                return kept, claimer.wake_range("default")
+        finally:
+            await link.close()
+
+    kept, after = asyncio.run(scenario())
+    assert kept == (0, 32767)  # new jobs of priority 0 and after are found by claims
+    assert after == (None if in_progress else kept)
+
+
+@pytest.mark.parametrize("seen_steady", [True, False], ids=["seen-steady", "control-never"])
+def test_a_transaction_passed_while_steady_is_claimed_back_after_the_queue_leaves_steady(
+    queue: Queue, dsn: str, schema: str, seen_steady: bool
+) -> None:
+    # A probe's wake-up was skipped while the queue was steady, and a claim passed it then;
+    # the worker leaves steady mode before the probe commits. The claim after the commit
+    # still walks back for it: nothing else would announce it before a hint reset. The
+    # control passes it while not steady (its wake-up would have been sent): no walk back.
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def scenario() -> list[int]:
+        link = Link(dsn, "claim")
+        await link.open()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                claimer = Claimer(
+                    link, schema, WorkerSettings(), _claimer_row(conn, schema), WorkerStats()
+                )
+                claimer.steady = {"default"} if seen_steady else set()
+                queue.enqueue(noop.job(), conn=conn)
+                assert len((await claimer.claim_round(10))[0]) == 1
+                with psycopg.connect(dsn) as held:
+                    probe = queue.enqueue(noop.job(), conn=held)  # in progress
+                    later = queue.enqueue(noop.job(), conn=conn)
+                    got = [j.id for j in (await claimer.claim_round(10))[0]]
+                    assert got == [later.id]  # passed the probe, unseen
+                    claimer.steady = set()
+                    held.commit()
+                found: list[int] = []
+                for _ in range(3):
+                    found += [j.id for j in (await claimer.claim_round(10))[0]]
+                assert probe.id is not None
+                return [n - probe.id for n in found]
+        finally:
+            await link.close()
+
+    assert asyncio.run(scenario()) == ([0] if seen_steady else [])
