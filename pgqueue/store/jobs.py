@@ -570,8 +570,12 @@ class Claimed:
 
     jobs: list[ClaimedJob]
     parked: list[Position]
-    # The transactions in progress in the claim's snapshot (job_claim_unkeyed only).
+    # The transactions in progress in the claim's snapshot (job_claim_unkeyed only), the
+    # snapshot's xmax (it names none from there on), and the claim's own transaction id if
+    # it has one, drawn after the snapshot.
     in_progress: list[int] | None = None
+    xmax: int | None = None
+    xid: int | None = None
 
     @property
     def walked(self) -> int:
@@ -641,6 +645,8 @@ class ClaimSnapshot:
 
     keyed: bool
     in_progress: list[int]
+    xmax: int | None
+    xid: int | None
 
 
 @dataclass(frozen=True)
@@ -665,10 +671,12 @@ def _unkeyed_row(
     trace_context: dict[str, object] | None,
     waited: float | None,
     xip: list[int] | None,
+    xmax: int | None,
+    xid: int | None,
 ) -> ClaimedJob | ClaimSnapshot:
     """A row of job_claim_unkeyed, built straight from its columns as _claim_row's."""
     if id is None:
-        return ClaimSnapshot(bool(parked), xip or [])
+        return ClaimSnapshot(bool(parked), xip or [], xmax, xid)
     return ClaimedJob(
         id, task, args, priority, attempt, max_attempts, queue, worker_id, trace_context, waited
     )
@@ -739,7 +747,7 @@ class JobsStore:
             elif row.keyed:
                 return None
             else:
-                claimed.in_progress = row.in_progress
+                claimed.in_progress, claimed.xmax, claimed.xid = row.in_progress, row.xmax, row.xid
         return claimed
 
     async def claim_keyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed:

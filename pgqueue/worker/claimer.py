@@ -88,6 +88,8 @@ class _Batch:
     top: Position | None = None
     throttled: bool = False  # the queue's rate limit had no room for all it asked for
     in_progress: list[int] | None = None  # its snapshot's transactions (unkeyed claims)
+    xmax: int | None = None  # the snapshot names none from here on
+    xid: int | None = None  # the claim's own transaction, drawn after its snapshot
 
     def __len__(self) -> int:
         """The jobs to run (test_faults.py counts a claim's result this way)."""
@@ -114,6 +116,10 @@ class _QueueHint:
     rewind: Position | None = None  # the next claim starts here if `after` is past it
     # Where `after` was when it was last dropped for a claim from the floor.
     before: Position | None = None
+    # Transaction ids that a claim which moved `after` could not name (its snapshot names
+    # none from its xmax on, up to the claim's own id): one of them may own a job it passed.
+    # Kept as a watch entry is, until a claim's snapshot names every id in the range.
+    unnamed: tuple[int, int, Position, float, bool] | None = None
 
 
 class Claimer:
@@ -381,7 +387,7 @@ class Claimer:
             hint.after = hint.before if quiet and hint.before is not None else CEILING
         else:
             hint.after = after
-        self._track(queue, hint, after or FLOOR, main)
+        self._track(queue, hint, after or FLOOR, main, start or after or FLOOR)
         jobs += main.jobs
         return jobs, walked + main.walked == want
 
@@ -398,12 +404,15 @@ class Claimer:
         if queue not in self.steady or hint.after is None or hint.after == CEILING:
             return None
         young = time.monotonic() - YOUNG_SECONDS
-        starts = [at for at, since, _ in hint.watch.values() if since >= young and at != FLOOR]
+        watched = [*hint.watch.values(), *([hint.unnamed[2:]] if hint.unnamed else [])]
+        starts = [at for at, since, _ in watched if since >= young and at != FLOOR]
         if not starts or (first := min(starts)) >= hint.after:
             return None
         return first
 
-    def _track(self, queue: str, hint: _QueueHint, began: Position, batch: _Batch) -> None:
+    def _track(
+        self, queue: str, hint: _QueueHint, began: Position, batch: _Batch, walked_from: Position
+    ) -> None:
         """Follow the transactions a claim could not see.
 
         Every insert into jobs gives its transaction an id before it draws job ids, so a job
@@ -411,24 +420,47 @@ class Claimer:
         progress in its snapshot. Each is remembered with where the first claim that passed
         it began; when a later claim's snapshot shows it ended, a steady queue's hint moves
         back there: that job skipped its wake-up. Other queues' jobs announce themselves, but
-        for those seen while the queue was steady, whose wake-ups the rows skipped then."""
+        for those seen while the queue was steady, whose wake-ups the rows skipped then.
+
+        A snapshot names the transactions in progress only below its xmax (the newest to
+        have ended). One newer than that may still own a job the claim passed: its id came
+        after the job's of an older transaction, and it drew its job id before that one did.
+        The claim's own transaction id, drawn after its snapshot, bounds them; that range is
+        followed until a later snapshot names every id in it, and since those that ended
+        meanwhile cannot be told apart, the claim after that starts where the range's claim
+        began. Not after a claim from the floor: each would send the next one to the floor."""
         seen = batch.in_progress
         if seen is None:
             return
         steady = queue in self.steady
+        now = time.monotonic()
+        backs: list[Position] = []
+        if hint.unnamed is not None and batch.xmax is not None:
+            lo, hi, at, since, then = hint.unnamed
+            for xid in seen:
+                if lo <= xid < hi:  # named now: followed as the others
+                    known = hint.watch.get(xid, (at, since, then))
+                    hint.watch[xid] = (min(known[0], at), known[1], known[2] or then)
+            if batch.xmax >= hi:
+                hint.unnamed = None
+                if walked_from > at and (steady or then):
+                    backs.append(at)
         if hint.watch:
             still = set(seen)
             ended = [hint.watch.pop(xid) for xid in list(hint.watch) if xid not in still]
-            backs = [at for at, _, then in ended if steady or then]
-            if backs:
-                back = min(backs)
-                hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
-                self.rewinds += 1
+            backs += [at for at, _, then in ended if steady or then]
+        if backs:
+            back = min(backs)
+            hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
+            self.rewinds += 1
         if hint.after != began:  # it moved past what this snapshot could not see
-            now = time.monotonic()
             for xid in seen:
                 at, since, then = hint.watch.get(xid, (began, now, steady))
                 hint.watch[xid] = (min(at, began), since, then or steady)
+            named, own = batch.xmax, batch.xid
+            if named is not None and own is not None and own > named and began != FLOOR:
+                lo, hi, at, since, then = hint.unnamed or (named, own, began, now, steady)
+                hint.unnamed = (min(lo, named), max(hi, own), min(at, began), since, then or steady)
 
     def _absorb(self, hint: _QueueHint) -> None:
         """Fold the announcements since the last round into the hint, and a rewind."""
@@ -547,7 +579,15 @@ class Claimer:
         if back_in is not None:  # jobs put back by their task's or key's limit: due then
             due = time.monotonic() + max(back_in, 0.0)
             self._next_due = due if self._next_due is None else min(self._next_due, due)
-        return _Batch(jobs, claimed.walked, claimed.top, throttled, claimed.in_progress)
+        return _Batch(
+            jobs,
+            claimed.walked,
+            claimed.top,
+            throttled,
+            claimed.in_progress,
+            claimed.xmax,
+            claimed.xid,
+        )
 
     def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings

@@ -595,7 +595,10 @@ WHERE jobs_recorded IS NOT NULL AND queue_recorded IS NOT NULL;
 -- at once, this being its own statement). That last row, without an id, is always there: it
 -- carries the transactions in progress in the statement's snapshot, as numbers. A job the
 -- claim passed unseen and that commits later, below the hint, belongs to one of them
--- (sql/migrations/0035_steady_wake.sql).
+-- (sql/migrations/0035_steady_wake.sql). A snapshot names them only below its xmax, the
+-- newest transaction to have ended: the row also gives that xmax and the claim's own
+-- transaction id, drawn by its UPDATE after the snapshot was taken (this branch runs after
+-- the first), so every transaction in progress unnamed lies between the two.
 WITH picked AS (
     SELECT id, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL OR vtime IS NOT NULL
                OR task = ANY(%(limited_tasks)s::text[]) AS keyed
@@ -621,11 +624,13 @@ WITH picked AS (
               j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
-       trace_context, waited, NULL::bigint[] AS xip
+       trace_context, waited, NULL::bigint[] AS xip, NULL::bigint AS xmax, NULL::bigint AS xid
 FROM claimed
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT found FROM keyed), NULL, NULL,
-       ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) AS x);
+       ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) AS x),
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+       pg_current_xact_id_if_assigned()::text::bigint;
 
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and

@@ -426,3 +426,51 @@ def test_a_transaction_passed_while_steady_is_claimed_back_after_the_queue_leave
             await link.close()
 
     assert asyncio.run(scenario()) == ([0] if seen_steady else [])
+
+
+def test_a_transaction_newer_than_every_ended_one_is_followed_too(
+    queue: Queue, dsn: str, schema: str
+) -> None:
+    # A snapshot lists the transactions in progress only below the newest one that ended;
+    # newer ones are in progress without being named. Here the probe's transaction takes its
+    # id after the later job's and draws its job id before it: when the later job's commit
+    # is the newest end, the claim that passes the probe cannot name its transaction. The
+    # claim also says up to where ids were handed out when it ran (its own transaction's),
+    # and the worker steps back for the range it could not see.
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def scenario() -> list[int]:
+        link = Link(dsn, "claim")
+        await link.open()
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                claimer = Claimer(
+                    link, schema, WorkerSettings(), _claimer_row(conn, schema), WorkerStats()
+                )
+                claimer.steady = {"default"}
+                queue.enqueue(noop.job(), conn=conn)
+                assert len((await claimer.claim_round(10))[0]) == 1
+                with psycopg.connect(dsn) as earlier, psycopg.connect(dsn) as held:
+                    earlier.execute("SELECT pg_current_xact_id()")
+                    probe = queue.enqueue(noop.job(), conn=held)  # a later transaction id
+                    later = queue.enqueue(noop.job(), conn=earlier)  # a later job id
+                    earlier.commit()
+                    snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+                    xid = held.execute("SELECT pg_current_xact_id()::text").fetchone()
+                    assert snapshot is not None and xid is not None
+                    xmax = int(snapshot[0].split(":")[1])
+                    assert int(xid[0]) >= xmax  # the probe's transaction is not named
+                    got = [j.id for j in (await claimer.claim_round(10))[0]]
+                    assert got == [later.id]  # passed the probe, unseen and unnamed
+                    held.commit()
+                found: list[int] = []
+                for _ in range(3):
+                    found += [j.id for j in (await claimer.claim_round(10))[0]]
+                assert probe.id is not None
+                return [n - probe.id for n in found]
+        finally:
+            await link.close()
+
+    assert asyncio.run(scenario()) == [0]
