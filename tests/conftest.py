@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,11 @@ from psycopg import sql
 
 from pgqueue import Queue
 from pgqueue.migrate import apply
+from pgqueue.models import WorkerSettings
+from pgqueue.runtime.link import Link
 from pgqueue.store.jobs import ClaimParams
+from pgqueue.worker.claimer import Claimer
+from pgqueue.worker.observe import WorkerStats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -180,6 +184,30 @@ def claim_params(
     """job_claim's parameters for one claim of `queue` between two (priority, id) positions
     (by default, everything), as a worker sends them."""
     return ClaimParams(queue, after, before, limit, worker_id).as_params()
+
+
+@contextlib.asynccontextmanager
+async def claimer_by_hand(
+    dsn: str, schema: str, steady: bool = True
+) -> AsyncIterator[tuple[Claimer, psycopg.Connection[Any]]]:
+    """A real worker Claimer for claims made by hand (claim_round), with a worker row of its
+    own and its queue "default" steady or not, and an autocommit connection beside it."""
+    link = Link(dsn, "claim")
+    await link.open()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+                    " VALUES ('test', 'test', 1, ARRAY['default'], 10) RETURNING id"
+                ).format(sql.Identifier(schema))
+            ).fetchone()
+            assert row is not None
+            claimer = Claimer(link, schema, WorkerSettings(), row[0], WorkerStats())
+            claimer.steady = {"default"} if steady else set()
+            yield claimer, conn
+    finally:
+        await link.close()
 
 
 def listen_for_wakes(

@@ -12,18 +12,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from pgqueue import AsyncQueue, ConfigurationError, Queue, Worker
-from pgqueue.models import WorkerSettings
-from pgqueue.runtime.link import Link
 from pgqueue.testing import drain
-from pgqueue.worker.claimer import Claimer
 from pgqueue.worker.events import Bus, ControlsChanged, PauseChanged, Relistened
 from pgqueue.worker.notifier import Notifier
-from pgqueue.worker.observe import WorkerStats
 from tests.apps import tasks as apps
 from tests.conftest import (
+    claimer_by_hand,
     clean_exit_logs,
     committed,
     count,
@@ -263,11 +259,8 @@ def test_a_notice_heard_while_the_controls_are_read_is_not_undone_by_that_read(
     between. A notice that arrives while a read's answer is on its way (the read's snapshot
     predates the change) still holds afterwards: the read must not put back what it saw."""
     queue = Queue(dsn, schema=schema)
-    s = sql.Identifier(schema)
 
     async def scenario() -> tuple[set[str], set[str]]:
-        link = Link(dsn, "claim")
-        await link.open()
         events = Bus(asyncio.get_running_loop())
         notifier = Notifier(dsn, schema, {"default"}, events)
         heard: list[object] = []
@@ -278,43 +271,35 @@ def test_a_notice_heard_while_the_controls_are_read_is_not_undone_by_that_read(
         task = asyncio.create_task(notifier.loop())
         try:
             await asyncio.wait_for(listening.wait(), 30)
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                row = conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
-                        " VALUES ('test', 'test', 1, ARRAY['default'], 10) RETURNING id"
-                    ).format(s)
-                ).fetchone()
-                assert row is not None
-            claimer = Claimer(link, schema, WorkerSettings(), row[0], WorkerStats())
-            claimer.subscribe(events)
-            real_run = link.run
+            async with claimer_by_hand(dsn, schema, steady=False) as (claimer, _):
+                claimer.subscribe(events)
+                link = claimer.link
+                real_run = link.run
 
-            async def read_then_change(fn: Any) -> Any:
-                # The read's answer is in hand; the change commits and its notice is heard
-                # before the claimer gets that answer.
-                answer = await real_run(fn)
-                link.run = real_run  # type: ignore[method-assign]
-                if notice == "pause":
-                    queue.pause_queue("default")
-                else:
-                    queue.set_rate_limit("default", 1000, per=1)
-                deadline = time.monotonic() + 30
-                while not heard and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)
-                assert heard, "the notice was not heard"
-                return answer
+                async def read_then_change(fn: Any) -> Any:
+                    # The read's answer is in hand; the change commits and its notice is
+                    # heard before the claimer gets that answer.
+                    answer = await real_run(fn)
+                    link.run = real_run  # type: ignore[method-assign]
+                    if notice == "pause":
+                        queue.pause_queue("default")
+                    else:
+                        queue.set_rate_limit("default", 1000, per=1)
+                    deadline = time.monotonic() + 30
+                    while not heard and time.monotonic() < deadline:
+                        await asyncio.sleep(0.01)
+                    assert heard, "the notice was not heard"
+                    return answer
 
-            link.run = read_then_change  # type: ignore[method-assign,assignment]
-            await claimer.claim_round(10)  # reads the controls, hears the notice meanwhile
-            await claimer.claim_round(10)
-            return set(claimer.paused), set(claimer.rated)
+                link.run = read_then_change  # type: ignore[method-assign,assignment]
+                await claimer.claim_round(10)  # reads the controls, hears the notice meanwhile
+                await claimer.claim_round(10)
+                return set(claimer.paused), set(claimer.rated)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await notifier.close()
-            await link.close()
 
     paused, rated = asyncio.run(scenario())
     if notice == "pause":

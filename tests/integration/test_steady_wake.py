@@ -23,14 +23,11 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue, Worker
-from pgqueue.models import WorkerSettings
 from pgqueue.queries import channel, query
-from pgqueue.runtime.link import Link
 from pgqueue.worker import claimer as claimer_module
-from pgqueue.worker.claimer import Claimer
-from pgqueue.worker.observe import WorkerStats
 from tests.apps import tasks as apps
 from tests.conftest import (
+    claimer_by_hand,
     clean_exit_logs,
     settings_worker_process,
     stop_worker_processes,
@@ -299,51 +296,24 @@ def test_a_steady_claim_starts_where_it_passed_a_transaction_still_young(
     def noop() -> None:
         pass
 
-    s = sql.Identifier(schema)
-
     async def scenario() -> list[list[int]]:
-        link = Link(dsn, "claim")
-        await link.open()
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                row = conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
-                        " VALUES ('test', 'test', 1, ARRAY['default'], 10) RETURNING id"
-                    ).format(s)
-                ).fetchone()
-                assert row is not None
-                claimer = Claimer(link, schema, WorkerSettings(), row[0], WorkerStats())
-                claimer.steady = {"default"}
-                first = queue.enqueue(noop.job(), conn=conn)
-                rounds = [[j.id for j in (await claimer.claim_round(10))[0]]]
-                assert rounds == [[first.id]]
-                with psycopg.connect(dsn) as held:
-                    probe = queue.enqueue(noop.job(), conn=held)  # in progress
-                    later = queue.enqueue(noop.job(), conn=conn)
-                    rounds.append([j.id for j in (await claimer.claim_round(10))[0]])
-                    assert rounds[-1] == [later.id]  # passed the probe, unseen
-                    held.commit()
-                for _ in range(2):
-                    rounds.append([j.id for j in (await claimer.claim_round(10))[0]])
-                assert probe.id is not None
-                return [[n - probe.id for n in r] for r in rounds[2:]]
-        finally:
-            await link.close()
+        async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            first = queue.enqueue(noop.job(), conn=conn)
+            rounds = [[j.id for j in (await claimer.claim_round(10))[0]]]
+            assert rounds == [[first.id]]
+            with psycopg.connect(dsn) as held:
+                probe = queue.enqueue(noop.job(), conn=held)  # in progress
+                later = queue.enqueue(noop.job(), conn=conn)
+                rounds.append([j.id for j in (await claimer.claim_round(10))[0]])
+                assert rounds[-1] == [later.id]  # passed the probe, unseen
+                held.commit()
+            for _ in range(2):
+                rounds.append([j.id for j in (await claimer.claim_round(10))[0]])
+            assert probe.id is not None
+            return [[n - probe.id for n in r] for r in rounds[2:]]
 
     after_commit = asyncio.run(scenario())
     assert after_commit == ([[0], []] if young else [[], [0]])
-
-
-def _claimer_row(conn: psycopg.Connection[Any], schema: str) -> int:
-    row = conn.execute(
-        sql.SQL(
-            "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
-            " VALUES ('test', 'test', 1, ARRAY['default'], 10) RETURNING id"
-        ).format(sql.Identifier(schema))
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.mark.parametrize("in_progress", [False, True], ids=["none-open", "control-one-open"])
@@ -360,14 +330,8 @@ def test_an_empty_claim_from_the_floor_keeps_a_steady_queue_steady(
         pass
 
     async def scenario() -> tuple[Any, Any]:
-        link = Link(dsn, "claim")
-        await link.open()
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as held:
-                claimer = Claimer(
-                    link, schema, WorkerSettings(), _claimer_row(conn, schema), WorkerStats()
-                )
-                claimer.steady = {"default"}
+        async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            with psycopg.connect(dsn) as held:
                 queue.enqueue(noop.job(), conn=conn)
                 assert len((await claimer.claim_round(10))[0]) == 1
                 kept = claimer.wake_range("default")
@@ -379,8 +343,6 @@ def test_an_empty_claim_from_the_floor_keeps_a_steady_queue_steady(
                 claimer.forget_hints()
                 assert (await claimer.claim_round(10))[0] == []
                 return kept, claimer.wake_range("default")
-        finally:
-            await link.close()
 
     kept, after = asyncio.run(scenario())
     assert kept == (0, 32767)  # new jobs of priority 0 and after are found by claims
@@ -400,30 +362,17 @@ def test_a_transaction_passed_while_steady_is_claimed_back_after_the_queue_leave
         pass
 
     async def scenario() -> list[int]:
-        link = Link(dsn, "claim")
-        await link.open()
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                claimer = Claimer(
-                    link, schema, WorkerSettings(), _claimer_row(conn, schema), WorkerStats()
-                )
-                claimer.steady = {"default"} if seen_steady else set()
-                queue.enqueue(noop.job(), conn=conn)
-                assert len((await claimer.claim_round(10))[0]) == 1
-                with psycopg.connect(dsn) as held:
-                    probe = queue.enqueue(noop.job(), conn=held)  # in progress
-                    later = queue.enqueue(noop.job(), conn=conn)
-                    got = [j.id for j in (await claimer.claim_round(10))[0]]
-                    assert got == [later.id]  # passed the probe, unseen
-                    claimer.steady = set()
-                    held.commit()
-                found: list[int] = []
-                for _ in range(3):
-                    found += [j.id for j in (await claimer.claim_round(10))[0]]
-                assert probe.id is not None
-                return [n - probe.id for n in found]
-        finally:
-            await link.close()
+        async with claimer_by_hand(dsn, schema, steady=seen_steady) as (claimer, conn):
+            queue.enqueue(noop.job(), conn=conn)
+            assert len((await claimer.claim_round(10))[0]) == 1
+            with psycopg.connect(dsn) as held:
+                probe = queue.enqueue(noop.job(), conn=held)  # in progress
+                later = queue.enqueue(noop.job(), conn=conn)
+                got = [j.id for j in (await claimer.claim_round(10))[0]]
+                assert got == [later.id]  # passed the probe, unseen
+                claimer.steady = set()
+                held.commit()
+            return await _claims_after(claimer, probe.id)
 
     assert asyncio.run(scenario()) == ([0] if seen_steady else [])
 
@@ -442,35 +391,31 @@ def test_a_transaction_newer_than_every_ended_one_is_followed_too(
         pass
 
     async def scenario() -> list[int]:
-        link = Link(dsn, "claim")
-        await link.open()
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                claimer = Claimer(
-                    link, schema, WorkerSettings(), _claimer_row(conn, schema), WorkerStats()
-                )
-                claimer.steady = {"default"}
-                queue.enqueue(noop.job(), conn=conn)
-                assert len((await claimer.claim_round(10))[0]) == 1
-                with psycopg.connect(dsn) as earlier, psycopg.connect(dsn) as held:
-                    earlier.execute("SELECT pg_current_xact_id()")
-                    probe = queue.enqueue(noop.job(), conn=held)  # a later transaction id
-                    later = queue.enqueue(noop.job(), conn=earlier)  # a later job id
-                    earlier.commit()
-                    snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-                    xid = held.execute("SELECT pg_current_xact_id()::text").fetchone()
-                    assert snapshot is not None and xid is not None
-                    xmax = int(snapshot[0].split(":")[1])
-                    assert int(xid[0]) >= xmax  # the probe's transaction is not named
-                    got = [j.id for j in (await claimer.claim_round(10))[0]]
-                    assert got == [later.id]  # passed the probe, unseen and unnamed
-                    held.commit()
-                found: list[int] = []
-                for _ in range(3):
-                    found += [j.id for j in (await claimer.claim_round(10))[0]]
-                assert probe.id is not None
-                return [n - probe.id for n in found]
-        finally:
-            await link.close()
+        async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            queue.enqueue(noop.job(), conn=conn)
+            assert len((await claimer.claim_round(10))[0]) == 1
+            with psycopg.connect(dsn) as earlier, psycopg.connect(dsn) as held:
+                earlier.execute("SELECT pg_current_xact_id()")
+                probe = queue.enqueue(noop.job(), conn=held)  # a later transaction id
+                later = queue.enqueue(noop.job(), conn=earlier)  # a later job id
+                earlier.commit()
+                snapshot = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+                xid = held.execute("SELECT pg_current_xact_id()::text").fetchone()
+                assert snapshot is not None and xid is not None
+                xmax = int(snapshot[0].split(":")[1])
+                assert int(xid[0]) >= xmax  # the probe's transaction is not named
+                got = [j.id for j in (await claimer.claim_round(10))[0]]
+                assert got == [later.id]  # passed the probe, unseen and unnamed
+                held.commit()
+            return await _claims_after(claimer, probe.id)
 
     assert asyncio.run(scenario()) == [0]
+
+
+async def _claims_after(claimer: Any, probe: int | None) -> list[int]:
+    """The ids three more claims take, less the probe's (0: the probe)."""
+    assert probe is not None
+    found: list[int] = []
+    for _ in range(3):
+        found += [j.id - probe for j in (await claimer.claim_round(10))[0]]
+    return found
