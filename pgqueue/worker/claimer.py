@@ -489,9 +489,9 @@ class Claimer:
 
     @staticmethod
     def _drop(hint: _QueueHint) -> None:
-        """The next claim starts from the floor."""
-        if hint.after is not None and hint.after != CEILING:
-            hint.before = hint.after
+        """The next claim starts from the floor. Where the hint was is kept only when it was
+        a job's position: an older one would send the claims back over every job since."""
+        hint.before = hint.after if hint.after != CEILING else None
         hint.after = None
 
     async def _claim_urgent(
