@@ -570,12 +570,7 @@ class Claimed:
 
     jobs: list[ClaimedJob]
     parked: list[Position]
-    # The transactions in progress in the claim's snapshot (job_claim_unkeyed only), the
-    # snapshot's xmax (it names none from there on), and the claim's own transaction id if
-    # it has one, drawn after the snapshot.
-    in_progress: list[int] | None = None
-    xmax: int | None = None
-    xid: int | None = None
+    snapshot: ClaimSnapshot | None = None  # job_claim_unkeyed's last row
 
     @property
     def walked(self) -> int:
@@ -641,7 +636,9 @@ class Parked:
 @dataclass(frozen=True)
 class ClaimSnapshot:
     """job_claim_unkeyed's last row: whether it met a job with a key, or of a limited task,
-    and so claimed nothing; and the transactions in progress in its snapshot."""
+    and so claimed nothing; the transactions in progress in its snapshot, the snapshot's xmax
+    (it names none from there on), and the claim's own transaction id if it has one, drawn
+    after the snapshot."""
 
     keyed: bool
     in_progress: list[int]
@@ -740,14 +737,14 @@ class JobsStore:
         """job_claim_unkeyed: the claim of a queue whose jobs carry no concurrency key. None
         when it met a keyed job and claimed nothing: claim with claim_keyed from then on."""
         statement_ = statement("job_claim_unkeyed", self.schema)
-        claimed = Claimed([], [], [])
+        claimed = Claimed([], [])
         for row in await fetch(conn, _unkeyed_row, statement_, params.as_params()):
             if isinstance(row, ClaimedJob):
                 claimed.jobs.append(row)
             elif row.keyed:
                 return None
             else:
-                claimed.in_progress, claimed.xmax, claimed.xid = row.in_progress, row.xmax, row.xid
+                claimed.snapshot = row
         return claimed
 
     async def claim_keyed(self, conn: AsyncConn, params: ClaimParams) -> Claimed:

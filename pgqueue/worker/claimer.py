@@ -55,12 +55,13 @@ import dataclasses
 import random
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import psycopg
 
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, WorkerSettings
 from pgqueue.runtime.link import Link
-from pgqueue.store.jobs import Claimed, ClaimParams, JobsStore
+from pgqueue.store.jobs import Claimed, ClaimParams, ClaimSnapshot, JobsStore
 from pgqueue.store.plan import AsyncConn, run_async
 from pgqueue.store.queues import controls_plan
 from pgqueue.wakeup import Position
@@ -87,13 +88,24 @@ class _Batch:
     walked: int = 0
     top: Position | None = None
     throttled: bool = False  # the queue's rate limit had no room for all it asked for
-    in_progress: list[int] | None = None  # its snapshot's transactions (unkeyed claims)
-    xmax: int | None = None  # the snapshot names none from here on
-    xid: int | None = None  # the claim's own transaction, drawn after its snapshot
+    snapshot: ClaimSnapshot | None = None  # what its snapshot could not see (unkeyed claims)
 
     def __len__(self) -> int:
         """The jobs to run (test_faults.py counts a claim's result this way)."""
         return len(self.jobs)
+
+
+class _Seen(NamedTuple):
+    """A transaction (or a range of them) a claim passed unseen: where the first such claim
+    began, when (monotonic), and whether the queue was steady then."""
+
+    at: Position
+    since: float
+    steady: bool
+
+    def merged(self, other: _Seen) -> _Seen:
+        """Seen again: from the earlier position, since the first time, steady if ever."""
+        return _Seen(min(self.at, other.at), self.since, self.steady or other.steady)
 
 
 @dataclass
@@ -112,14 +124,14 @@ class _QueueHint:
     # Transactions in progress when a claim moved `after` past jobs it could not see: where
     # that claim began, to claim from again once they end (a job of theirs may commit there),
     # when the first such claim saw them (monotonic), and whether the queue was steady then.
-    watch: dict[int, tuple[Position, float, bool]] = field(default_factory=dict)
+    watch: dict[int, _Seen] = field(default_factory=dict)
     rewind: Position | None = None  # the next claim starts here if `after` is past it
     # Where `after` was when it was last dropped for a claim from the floor.
     before: Position | None = None
     # Transaction ids that a claim which moved `after` could not name (its snapshot names
     # none from its xmax on, up to the claim's own id): one of them may own a job it passed.
     # Kept as a watch entry is, until a claim's snapshot names every id in the range.
-    unnamed: tuple[int, int, Position, float, bool] | None = None
+    unnamed: tuple[int, int, _Seen] | None = None
 
 
 class Claimer:
@@ -383,7 +395,8 @@ class Claimer:
             # where it was instead: every job id drawn so far is behind it, so new jobs land
             # after it and the worker stays steady, where a park would ask for every
             # wake-up until a claim finds a job.
-            quiet = main.in_progress == [] and queue in self.steady
+            quiet = main.snapshot is not None and not main.snapshot.in_progress
+            quiet = quiet and queue in self.steady
             hint.after = hint.before if quiet and hint.before is not None else CEILING
         else:
             hint.after = after
@@ -404,8 +417,8 @@ class Claimer:
         if queue not in self.steady or hint.after is None or hint.after == CEILING:
             return None
         young = time.monotonic() - YOUNG_SECONDS
-        watched = [*hint.watch.values(), *([hint.unnamed[2:]] if hint.unnamed else [])]
-        starts = [at for at, since, _ in watched if since >= young and at != FLOOR]
+        watched = [*hint.watch.values(), *([hint.unnamed[2]] if hint.unnamed else [])]
+        starts = [w.at for w in watched if w.since >= young and w.at != FLOOR]
         if not starts or (first := min(starts)) >= hint.after:
             return None
         return first
@@ -429,38 +442,37 @@ class Claimer:
         followed until a later snapshot names every id in it, and since those that ended
         meanwhile cannot be told apart, the claim after that starts where the range's claim
         began. Not after a claim from the floor: each would send the next one to the floor."""
-        seen = batch.in_progress
-        if seen is None:
+        snapshot = batch.snapshot
+        if snapshot is None:
             return
+        seen = snapshot.in_progress
         steady = queue in self.steady
-        now = time.monotonic()
         backs: list[Position] = []
-        if hint.unnamed is not None and batch.xmax is not None:
-            lo, hi, at, since, then = hint.unnamed
+        if hint.unnamed is not None and snapshot.xmax is not None:
+            lo, hi, unnamed = hint.unnamed
             for xid in seen:
                 if lo <= xid < hi:  # named now: followed as the others
-                    known = hint.watch.get(xid, (at, since, then))
-                    hint.watch[xid] = (min(known[0], at), known[1], known[2] or then)
-            if batch.xmax >= hi:
+                    hint.watch[xid] = hint.watch.get(xid, unnamed).merged(unnamed)
+            if snapshot.xmax >= hi:
                 hint.unnamed = None
-                if walked_from > at and (steady or then):
-                    backs.append(at)
+                if walked_from > unnamed.at and (steady or unnamed.steady):
+                    backs.append(unnamed.at)
         if hint.watch:
             still = set(seen)
             ended = [hint.watch.pop(xid) for xid in list(hint.watch) if xid not in still]
-            backs += [at for at, _, then in ended if steady or then]
+            backs += [w.at for w in ended if steady or w.steady]
         if backs:
             back = min(backs)
             hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
             self.rewinds += 1
         if hint.after != began:  # it moved past what this snapshot could not see
+            now = _Seen(began, time.monotonic(), steady)
             for xid in seen:
-                at, since, then = hint.watch.get(xid, (began, now, steady))
-                hint.watch[xid] = (min(at, began), since, then or steady)
-            named, own = batch.xmax, batch.xid
+                hint.watch[xid] = hint.watch.get(xid, now).merged(now)
+            named, own = snapshot.xmax, snapshot.xid
             if named is not None and own is not None and own > named and began != FLOOR:
-                lo, hi, at, since, then = hint.unnamed or (named, own, began, now, steady)
-                hint.unnamed = (min(lo, named), max(hi, own), min(at, began), since, then or steady)
+                lo, hi, unnamed = hint.unnamed or (named, own, now)
+                hint.unnamed = (min(lo, named), max(hi, own), unnamed.merged(now))
 
     def _absorb(self, hint: _QueueHint) -> None:
         """Fold the announcements since the last round into the hint, and a rewind."""
@@ -579,15 +591,7 @@ class Claimer:
         if back_in is not None:  # jobs put back by their task's or key's limit: due then
             due = time.monotonic() + max(back_in, 0.0)
             self._next_due = due if self._next_due is None else min(self._next_due, due)
-        return _Batch(
-            jobs,
-            claimed.walked,
-            claimed.top,
-            throttled,
-            claimed.in_progress,
-            claimed.xmax,
-            claimed.xid,
-        )
+        return _Batch(jobs, claimed.walked, claimed.top, throttled, claimed.snapshot)
 
     def _reset_deadline(self, hint: _QueueHint) -> None:
         s = self.settings
