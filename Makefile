@@ -21,7 +21,7 @@ if [ -z "$$py" ]; then echo "no Python 3.12 or newer: $(1)"; exit 1; fi
 endef
 
 # django.tasks needs Django 6, which needs Python 3.12 or newer: its tests get a venv of
-# their own.
+# their own (the worker's tests run there too, below).
 DJANGO_VENV ?= .venv-django
 
 $(DJANGO_VENV)/.installed: pyproject.toml
@@ -58,6 +58,22 @@ DJANGO_SDIST_CACHE ?= .pgqueue/django-sdist
 test-django: $(DJANGO_VENV)/.installed
 	$(DJANGO_VENV)/bin/pytest -q $(DJANGO_TESTS)
 	DJANGO_SDIST_CACHE=$(DJANGO_SDIST_CACHE) $(DJANGO_VENV)/bin/python -m tests.django_suite -q
+
+# From Python 3.12 a job's task starts eagerly (its first step runs as it is started), so
+# the worker's tests run again there, on the same 3.12-or-newer venv.
+WORKER_TESTS := tests/unit tests/integration/test_worker.py tests/integration/test_cancel.py \
+	tests/integration/test_shutdown.py tests/integration/test_timeout.py \
+	tests/integration/test_progress.py tests/integration/test_snooze.py \
+	tests/integration/test_retry.py tests/integration/test_tracing.py \
+	tests/integration/test_observers.py tests/integration/test_durable.py \
+	tests/integration/test_wakeup.py tests/integration/test_rate_limits.py \
+	tests/integration/test_job_rate_limits.py tests/integration/test_atomic.py \
+	tests/integration/test_faults.py tests/integration/test_claim_cooldown.py \
+	tests/integration/test_hint.py tests/integration/test_steady_wake.py
+
+.PHONY: test-worker-312
+test-worker-312: $(DJANGO_VENV)/.installed
+	$(DJANGO_VENV)/bin/pytest -q $(WORKER_TESTS)
 
 demo: $(VENV)/.installed
 	$(BIN)/pgqueue demo

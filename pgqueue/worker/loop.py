@@ -25,6 +25,8 @@ Invariants:
   empty: a wake-up naming a job below a hint may still be on its way.
 - An unfinished job whose cancellation was requested ends as cancelled; the others go back
   to their queues without spending an attempt.
+- From Python 3.12 a job's task starts eagerly: its handler runs up to its first wait as the
+  job is started, and a job that ended there never enters `running`.
 
 It reacts to events (events.py): every kind that says jobs may be claimable makes it claim
 again (a pause notice only when the pause is lifted), and a cancel request reaches the job if
@@ -36,8 +38,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from collections import deque
+from collections.abc import Coroutine
+from typing import Any
 
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.registry import CancelSignal, Progress, Registry
@@ -323,7 +328,9 @@ class FetchLoop:
     # -- running ----------------------------------------------------------------------------
 
     def _start(self, job: ClaimedJob) -> None:
-        self.running[job.id] = asyncio.create_task(self._run(job), name=f"pgqueue-job-{job.id}")
+        task = _job_task(self._run(job), f"pgqueue-job-{job.id}")
+        if not task.done():  # one that ended in its first step has already left
+            self.running[job.id] = task
 
     async def _run(self, job: ClaimedJob) -> None:
         """Run `job` and hand its outcome on; as it ends it leaves `running` and wakes the
@@ -346,7 +353,7 @@ class FetchLoop:
         finally:
             del self._cancels[job.id]
             del self._progress[job.id]
-            del self.running[job.id]
+            self.running.pop(job.id, None)  # not there yet if this is its first step
             self._wake.set()
 
     async def write_progress(self) -> None:
@@ -471,3 +478,19 @@ def _is_async(registry: Registry, name: str) -> bool:
         return registry.get(name).is_async
     except Exception:
         return True
+
+
+if sys.version_info >= (3, 12):
+
+    def _job_task(run: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A job's task, started at once: its first step runs here, not on a later turn of
+        the event loop, so a handler that never waits ends without being scheduled at all.
+        The others in its batch start after that step, as they would have anyway."""
+        loop = asyncio.get_running_loop()
+        return asyncio.Task(run, loop=loop, name=name, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+
+else:
+
+    def _job_task(run: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """A job's task (before Python 3.12 no task can start eagerly)."""
+        return asyncio.create_task(run, name=name)
