@@ -69,7 +69,7 @@ WORKER_TESTS := tests/unit tests/integration/test_worker.py tests/integration/te
 	tests/integration/test_wakeup.py tests/integration/test_rate_limits.py \
 	tests/integration/test_job_rate_limits.py tests/integration/test_atomic.py \
 	tests/integration/test_faults.py tests/integration/test_claim_cooldown.py \
-	tests/integration/test_hint.py tests/integration/test_steady_wake.py
+	tests/integration/test_hint.py
 
 .PHONY: test-worker-312
 test-worker-312: $(DJANGO_VENV)/.installed
