@@ -125,6 +125,28 @@ def test_a_trigger_enqueues_a_job_per_row_and_wakes_workers_once(
     assert notices == [f"orders 0 {first}"]
 
 
+@pytest.mark.parametrize("row", ["steady", "control-busy", "control-waiting"])
+def test_a_job_from_sql_is_announced_as_a_new_one(
+    queue: Queue, dsn: str, schema: str, row: str
+) -> None:
+    # A worker keeping up with a stream of jobs (its row new_only) finds new jobs with the
+    # claims it makes anyway and skips their wake-ups, as the client's enqueues know; a job
+    # from SQL is new too. Controls: a busy worker's row skips it as well, a waiting one's
+    # (a range that skips nothing) is woken.
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as listener, psycopg.connect(dsn) as conn:
+        listen_for_wakes(listener, schema)
+        if row != "control-waiting":
+            listener.execute(
+                sql.SQL("UPDATE {}.wake_listeners SET below = -32768, new_only = %s").format(s),
+                [row == "steady"],
+            )
+        job = _enqueue(conn, schema, "'noop'")
+        conn.commit()
+        notices = [n.payload for n in listener.notifies(timeout=0.5)]
+    assert notices == ([f"default 0 {job}"] if row == "control-waiting" else [])
+
+
 def test_a_dedupe_key_returns_the_live_job_or_the_recent_one(
     queue: Queue, dsn: str, schema: str
 ) -> None:
