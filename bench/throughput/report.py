@@ -529,10 +529,10 @@ def readme_table(results: dict[str, Any]) -> str:
         ]
         return pick(found, key=lambda row: median(row, key) or 0.0) if found else None
 
-    def against(ours: float | None, row: dict[str, Any] | None, key: str = rate) -> str:
+    def against(ours: float | None, row: dict[str, Any] | None) -> str:
         if row is None:
             return "-"
-        return f"{ratio(ours, median(row, key))} {TITLES[row['system']]}{setting(row)}"
+        return f"{ratio(ours, median(row, rate))} {TITLES[row['system']]}{setting(row)}"
 
     uncapped = peer("drain", concurrency=None)
     for n in (10, 100):
