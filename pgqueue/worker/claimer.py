@@ -395,8 +395,8 @@ class Claimer:
             # where it was instead: every job id drawn so far is behind it, so new jobs land
             # after it and the worker stays steady, where a park would ask for every
             # wake-up until a claim finds a job.
-            quiet = main.snapshot is not None and not main.snapshot.in_progress
-            quiet = quiet and queue in self.steady
+            snapshot = main.snapshot
+            quiet = queue in self.steady and snapshot is not None and not snapshot.in_progress
             hint.after = hint.before if quiet and hint.before is not None else CEILING
         else:
             hint.after = after
