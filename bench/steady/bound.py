@@ -1,28 +1,38 @@
-"""The steady bound: the same points in bare SQL on pgqueue's own tables, with no Python.
+"""The steady bounds: the same points in bare SQL on pgqueue's own tables.
 
-Owns: one point of the bound. Producers are pgbench running bench/throughput/pgbench/
-insert_one.sql (one job row per transaction) from as many connections, at the total rate
-(`--rate`: pgbench spaces its transactions as a Poisson process, not evenly); the worker is
-one pgbench connection running bench/steady/pgbench/worker.sql (lease a batch, finish it into
-history, or sleep 1 ms when there is nothing to lease). Latency is the row's created_at (the
-enqueue's transaction) to its started_at (the lease's), read back from job_history. CPU: the
-two pgbench processes (their rusage once each has exited) and the server's backends.
+Owns: one point of a bound. The worker is one pgbench connection running bench/steady/
+pgbench/worker.sql (lease a batch, finish it into history, or sleep 1 ms when there is
+nothing to lease). Producers send bench/throughput/pgbench/insert_one.sql's INSERT (one job
+row per transaction) from as many connections, at the total rate, in one of two ways:
+
+- `bound`: pgbench (`--rate`: it spaces its transactions as a Poisson process, not evenly),
+  what the server can take with producers that cost next to nothing;
+- `bound_psycopg`: the suite's own producer processes (bench/steady/point.py), paced as every
+  system's are, each connection sending the bare INSERT from psycopg: what the same point
+  leaves for a worker once Python producers have taken their share of the machine.
+
+Latency is the row's created_at (the enqueue's transaction) to its started_at (the lease's),
+read back from job_history. CPU: the producer processes (pgbench's rusage once it has
+exited; the Python producers' from /proc), the worker pgbench's rusage, and the server's
+backends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from bench.steady import cpu
-from bench.steady.point import Point, per_thousand
+from bench.steady.point import Point, Producers, delta, per_thousand
 from bench.throughput import raw
-from bench.throughput.systems import SCHEMA
+from bench.throughput.systems import SCHEMA, Producer
 
 WORKER_SQL = Path(__file__).resolve().parent / "pgbench" / "worker.sql"
 BATCH = 100  # pgqueue's Worker claims up to 100 jobs a statement by default
@@ -46,40 +56,68 @@ def _pgbench(
     return [*command, dsn]
 
 
-def run_point(dsn: str, point: Point, statements: bool) -> dict[str, Any]:
+class BareProducer:
+    """insert_one.sql's INSERT from psycopg, one job per transaction, on its own connection."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def enqueue(self, seq: int) -> None:
+        self.conn.execute(raw.INSERT_ONE, [json.dumps({"seq": seq})])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def bare_producer(dsn: str) -> Producer:
+    return BareProducer(dsn)
+
+
+def run_point(
+    dsn: str, point: Point, statements: bool, ctx: BaseContext | None = None
+) -> dict[str, Any]:
+    """One point of `bound` or, given a process context for the Python producers,
+    `bound_psycopg`."""
     raw.fill(dsn, 0)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {SCHEMA}.job_history")
     env = os.environ | {"PGOPTIONS": f"-c search_path={SCHEMA}"}
-    sampler = cpu.BackendSampler(dsn).start()
-    ms_before = cpu.statements_ms(dsn) if statements else None
-    written_before = cpu.write_counters(dsn)
-    worker = subprocess.Popen(
-        _pgbench(dsn, WORKER_SQL, 1, point.seconds + point.settle),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Connected before the worker's clock starts: spawning them takes a second or more.
+    python = None if ctx is None else Producers(ctx, bare_producer, dsn, point)
     try:
-        before = _children_seconds()
-        producers = subprocess.run(
-            _pgbench(dsn, raw.SCRIPTS / "insert_one.sql", point.producers, point.seconds,
-                     point.rate),
-            env=env, capture_output=True, text=True, timeout=point.seconds * 10 + 60,
-            check=False,
-        )  # fmt: skip
-        producers_cpu = _children_seconds() - before
-        if producers.returncode != 0:
-            raise RuntimeError(f"pgbench producers failed: {producers.stderr.strip()[-500:]}")
-        _, err = worker.communicate(timeout=point.seconds + point.settle + 60)
-        worker_cpu = _children_seconds() - before - producers_cpu
-        if worker.returncode != 0:
-            raise RuntimeError(f"pgbench worker failed: {err.strip()[-500:]}")
+        sampler = cpu.BackendSampler(dsn).start()
+        ms_before = cpu.statements_ms(dsn) if statements else None
+        written_before = cpu.write_counters(dsn)
+        worker = subprocess.Popen(
+            _pgbench(dsn, WORKER_SQL, 1, point.seconds + point.settle),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            before = _children_seconds()
+            producers_cpu: float | None
+            if python is None:
+                producers_cpu = _pgbench_producers(dsn, point, env)
+            else:
+                cpu_before = python.cpu()
+                python.go()
+                python.committed()
+                producers_cpu = delta(cpu_before, python.cpu())
+            _, err = worker.communicate(timeout=point.seconds + point.settle + 60)
+            # The Python producers are not this process's children: only the worker is.
+            pgbench_cpu = _children_seconds() - before
+            worker_cpu = pgbench_cpu - (producers_cpu or 0.0) if python is None else pgbench_cpu
+            if worker.returncode != 0:
+                raise RuntimeError(f"pgbench worker failed: {err.strip()[-500:]}")
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        if python is not None:
+            python.close()
     written = cpu.writes(written_before, cpu.write_counters(dsn))
     figures = _figures(dsn, point) | written
     figures["cpu_s"] = {
@@ -90,6 +128,18 @@ def run_point(dsn: str, point: Point, statements: bool) -> dict[str, Any]:
     if ms_before is not None:
         figures["statements_ms"] = cpu.statements_ms(dsn) - ms_before
     return figures | per_thousand(figures)
+
+
+def _pgbench_producers(dsn: str, point: Point, env: dict[str, str]) -> float:
+    """pgbench producing the point; its CPU seconds."""
+    before = _children_seconds()
+    producers = subprocess.run(
+        _pgbench(dsn, raw.SCRIPTS / "insert_one.sql", point.producers, point.seconds, point.rate),
+        env=env, capture_output=True, text=True, timeout=point.seconds * 10 + 60, check=False,
+    )  # fmt: skip
+    if producers.returncode != 0:
+        raise RuntimeError(f"pgbench producers failed: {producers.stderr.strip()[-500:]}")
+    return _children_seconds() - before
 
 
 def _figures(dsn: str, point: Point) -> dict[str, Any]:

@@ -13,10 +13,12 @@ its worker is replaced before the next point.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 
 from bench.steady import cpu
 from bench.throughput import workloads as work
+from bench.throughput.systems import Producer
 from bench.throughput.workloads import percentile
 
 PRODUCER_PROCESSES = 2  # at most (the machine has two cores); connections are shared out
@@ -39,8 +42,13 @@ class Point:
     settle: float
 
 
+def system_producer(name: str, dsn: str) -> Producer:
+    """A producer of system `name` (bench/throughput/workloads.py)."""
+    return work.system(name).producer(dsn)
+
+
 def _producer_child(
-    name: str,
+    make: Callable[[str], Producer],
     dsn: str,
     conns: list[int],
     producers: int,
@@ -54,8 +62,7 @@ def _producer_child(
 ) -> None:
     """Connections `conns` (of `producers`), each enqueueing `jobs_each` jobs at rate /
     producers, staggered so the total is evenly spaced; commit times go back by `results`."""
-    system = work.system(name)
-    opened = [system.producer(dsn) for _ in conns]
+    opened = [make(dsn) for _ in conns]
     committed: dict[int, float] = {}
     ready.release()
     go.wait()
@@ -152,54 +159,80 @@ class Worker:
         self.folder.cleanup()
 
 
-def run_point(ctx: BaseContext, worker: Worker, point: Point, statements: bool) -> dict[str, Any]:
-    """One point against a running worker; raises nothing for a point that fell behind (its
-    figures say so), RuntimeError for a producer or worker that failed."""
-    jobs_each = max(1, round(point.rate * point.seconds / point.producers))
-    processes = min(point.producers, PRODUCER_PROCESSES)
-    ready = ctx.Semaphore(0)  # type: ignore[attr-defined]
-    go, release = ctx.Event(), ctx.Event()  # type: ignore[attr-defined]
-    start_at = ctx.Value("d", 0.0)  # type: ignore[attr-defined]
-    results = ctx.Queue()  # type: ignore[attr-defined]
-    children = []
-    for n in range(processes):
-        conns = list(range(n, point.producers, processes))
-        args = (worker.name, worker.dsn, conns, point.producers, point.rate, jobs_each,
-                ready, go, start_at, release, results)  # fmt: skip
-        child = ctx.Process(target=_producer_child, args=args, daemon=True)  # type: ignore[attr-defined]
-        child.start()
-        children.append(child)
-    try:
-        for _ in children:
-            if not ready.acquire(timeout=60):
-                raise RuntimeError(f"{worker.name}: producers did not connect in 60 s")
-        return _measure(worker, point, children, go, start_at, results, statements)
-    finally:
-        release.set()
-        for child in children:
+class Producers:
+    """The producer processes of one point, connected and waiting for the go."""
+
+    def __init__(
+        self, ctx: BaseContext, make: Callable[[str], Producer], dsn: str, point: Point
+    ) -> None:
+        self.point = point
+        jobs_each = max(1, round(point.rate * point.seconds / point.producers))
+        processes = min(point.producers, PRODUCER_PROCESSES)
+        ready = ctx.Semaphore(0)  # type: ignore[attr-defined]
+        self.go_event, self.release = ctx.Event(), ctx.Event()  # type: ignore[attr-defined]
+        self.start_at = ctx.Value("d", 0.0)  # type: ignore[attr-defined]
+        self.results = ctx.Queue()  # type: ignore[attr-defined]
+        self.children: list[Any] = []
+        try:
+            for n in range(processes):
+                conns = list(range(n, point.producers, processes))
+                args = (make, dsn, conns, point.producers, point.rate, jobs_each, ready,
+                        self.go_event, self.start_at, self.release, self.results)  # fmt: skip
+                child = ctx.Process(target=_producer_child, args=args, daemon=True)  # type: ignore[attr-defined]
+                child.start()
+                self.children.append(child)
+            for _ in self.children:
+                if not ready.acquire(timeout=60):
+                    raise RuntimeError("the producers did not connect in 60 s")
+        except BaseException:
+            self.close()
+            raise
+
+    def cpu(self) -> list[float | None]:
+        return [cpu.process_seconds(c.pid) for c in self.children]
+
+    def go(self) -> None:
+        self.start_at.value = time.time() + START_DELAY_SECONDS
+        self.go_event.set()
+
+    def committed(self) -> dict[int, float]:
+        """Each job's commit time, once every producer has enqueued its share."""
+        found: dict[int, float] = {}
+        for _ in self.children:
+            found |= self.results.get(timeout=self.point.seconds * 10 + 60)
+        return found
+
+    def close(self) -> None:
+        self.release.set()
+        for child in self.children:
             work._stop(child)
 
 
+def run_point(ctx: BaseContext, worker: Worker, point: Point, statements: bool) -> dict[str, Any]:
+    """One point against a running worker; raises nothing for a point that fell behind (its
+    figures say so), RuntimeError for a producer or worker that failed."""
+    make = functools.partial(system_producer, worker.name)
+    try:
+        producers = Producers(ctx, make, worker.dsn, point)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{worker.name}: {exc}") from None
+    try:
+        return _measure(worker, point, producers, statements)
+    finally:
+        producers.close()
+
+
 def _measure(
-    worker: Worker,
-    point: Point,
-    children: list[Any],
-    go: Any,
-    start_at: Any,
-    results: Any,
-    statements: bool,
+    worker: Worker, point: Point, producers: Producers, statements: bool
 ) -> dict[str, Any]:
     sampler = cpu.BackendSampler(worker.dsn).start()
     ms_before = cpu.statements_ms(worker.dsn) if statements else None
     worker_before = worker.cpu()
-    producers_before = [cpu.process_seconds(c.pid) for c in children]
+    producers_before = producers.cpu()
     written_before = cpu.write_counters(worker.dsn)
-    start_at.value = time.time() + START_DELAY_SECONDS
-    go.set()
-    committed: dict[int, float] = {}
-    for _ in children:
-        committed |= results.get(timeout=point.seconds * 10 + 60)
-    producers_after = [cpu.process_seconds(c.pid) for c in children]
+    producers.go()
+    committed = producers.committed()
+    producers_after = producers.cpu()
     last_commit = max(committed.values())
     settle = max(0.0, last_commit + point.settle - time.time())
     starts = worker.starts(set(committed), settle)
@@ -207,7 +240,7 @@ def _measure(
     written = cpu.writes(written_before, cpu.write_counters(worker.dsn))
     figures = _figures(point, committed, starts) | written
     figures["cpu_s"] = {
-        "producers": _delta(producers_before, producers_after),
+        "producers": delta(producers_before, producers_after),
         "worker": _minus(worker.cpu(), worker_before),
         "server_backends": sampler.stop(),
     }
@@ -259,6 +292,6 @@ def _minus(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
 
-def _delta(before: list[float | None], after: list[float | None]) -> float | None:
+def delta(before: list[float | None], after: list[float | None]) -> float | None:
     pairs = [_minus(a, b) for a, b in zip(after, before, strict=True)]
     return None if None in pairs else sum(p for p in pairs if p is not None)

@@ -1,9 +1,10 @@
 """Steady load: one worker keeping up while 1, 16 and 64 producer connections enqueue one job
-per transaction at rising offered rates, for pgqueue, its peers and the bare-SQL bound.
+per transaction at rising offered rates, for pgqueue, its peers and the bare-SQL bounds.
 
-    python -m bench steady [--dsn DSN] [--systems pgqueue,...,bound] [--producers 1,16,64]
-                           [--rates 200,500,1000,2000,4000] [--seconds 10] [--settle 5]
-                           [--concurrency 100] [--setting SYSTEM=NAME ...] [--out DIR] [--short]
+    python -m bench steady [--dsn DSN] [--systems pgqueue,...,bound,bound_psycopg]
+                           [--producers 1,16,64] [--rates 200,500,1000,2000,4000]
+                           [--seconds 10] [--settle 5] [--concurrency 100]
+                           [--setting SYSTEM=NAME ...] [--out DIR] [--short]
 
 Each system runs one worker process at one setting (the throughput suite's names, bench/
 throughput/peers.py; `--setting` picks another) and is offered each rate, lowest first, by
@@ -11,9 +12,11 @@ each number of producer connections (bench/steady/point.py). Per point: the offe
 jobs produced and finished per second end to end, latency from enqueue commit to handler
 start (p50/p90/p99), and CPU seconds per 1,000 jobs of the producers, the worker and the
 server's backends (and pg_stat_statements' execution time where the server preloads it).
-Once a point falls behind, the higher rates for that producer count are skipped. The bound
-(bench/steady/bound.py) is the same points in bare SQL on pgqueue's tables. Ratios (pgqueue
-/ best peer, pgqueue / bound) are computed from this run's figures.
+Once a point falls behind, the higher rates for that producer count are skipped. The bounds
+(bench/steady/bound.py) are the same points in bare SQL on pgqueue's tables, the producers
+pgbench (`bound`) or the suite's own Python producers sending the bare INSERT from psycopg
+(`bound_psycopg`). Ratios (pgqueue / best peer, pgqueue / each bound) are computed from this
+run's figures.
 
 Writes results.json and results.md to its results folder (bench/report.py) and prints the
 table.
@@ -39,7 +42,8 @@ from bench.throughput import workloads as work
 from bench.throughput.suite import DISTRIBUTIONS, availability
 
 PEERS = ("procrastinate", "pgqueuer", "chancy", "oban")
-SYSTEMS = ("pgqueue", *PEERS, "bound")
+BOUNDS = ("bound", "bound_psycopg")
+SYSTEMS = ("pgqueue", *PEERS, *BOUNDS)
 # The setting each system runs at unless --setting says otherwise: the one that did
 # best in the throughput suite's short runs. {n} is the --concurrency, {n1} one more.
 SETTINGS = {
@@ -169,28 +173,29 @@ def run_system(config: Config, dsn: str, name: str, statements: bool) -> dict[st
     return {"concurrency": concurrency, "setting": setting, "points": points}
 
 
-def run_bound(config: Config, dsn: str, statements: bool) -> dict[str, Any]:
+def run_bound(config: Config, dsn: str, name: str, statements: bool) -> dict[str, Any]:
+    ctx = work.context() if name == "bound_psycopg" else None
     points: list[dict[str, Any]] = []
     for producers in config.producers:
         behind: float | None = None
         for rate in config.rates:
-            print(f"bench: steady bound producers={producers} rate={rate:g}", file=sys.stderr)
+            print(f"bench: steady {name} producers={producers} rate={rate:g}", file=sys.stderr)
             entry: dict[str, Any] = {"producers": producers, "rate": rate}
             if behind is not None:
                 points.append(entry | {"skipped": f"fell behind at {behind:g} jobs/s"})
                 continue
             work.vacuum_analyze(dsn)
-            figures = bound.run_point(dsn, Point(producers, rate, config.seconds,
-                                                 config.settle), statements)  # fmt: skip
+            point = Point(producers, rate, config.seconds, config.settle)
+            figures = bound.run_point(dsn, point, statements, ctx)
             points.append(entry | figures)
             if figures["fell_behind"]:
                 behind = rate
-    return {"setting": f"pgbench: insert_one.sql; worker.sql, batch {bound.BATCH}",
-            "points": points}  # fmt: skip
+    shape = "insert_one.sql's INSERT from psycopg" if ctx else "pgbench: insert_one.sql"
+    return {"setting": f"{shape}; worker.sql, batch {bound.BATCH}", "points": points}
 
 
 def bench(config: Config) -> int:
-    wanted = tuple(s for s in config.systems if s != "bound")
+    wanted = tuple(s for s in config.systems if s not in BOUNDS)
     available = availability(wanted)
     unavailable = {k: v for k, v in available.items() if v}
     systems: dict[str, Any] = {}
@@ -204,12 +209,15 @@ def bench(config: Config) -> int:
             for name in wanted:
                 if available[name] is None:
                     systems[name] = run_system(config, dsn, name, statements is None)
-            if "bound" in config.systems:
+            for name in BOUNDS:
+                if name not in config.systems:
+                    continue
                 try:
                     raw.pgbench_path()
-                    systems["bound"] = run_bound(config, dsn, statements is None)
                 except RuntimeError as exc:
-                    unavailable["bound"] = str(exc)
+                    unavailable[name] = str(exc)
+                    continue
+                systems[name] = run_bound(config, dsn, name, statements is None)
         results = _results(config, server, systems, unavailable, statements)
     config.run.write(out, "results.json", server, results)
     table = tables.markdown(config.run.header(server) | results)
@@ -226,7 +234,7 @@ def _results(
     unavailable: dict[str, str],
     statements: str | None,
 ) -> dict[str, Any]:
-    ran = [s for s in systems if s != "bound"]
+    ran = [s for s in systems if s not in BOUNDS]
     return {
         "versions": {s: importlib.metadata.version(DISTRIBUTIONS[s]) for s in ran},
         "config": {
@@ -236,7 +244,7 @@ def _results(
             "settle": config.settle,
             "concurrency": config.concurrency,
         },
-        "latency": "enqueue commit to handler start (bound: the row's created_at to the "
+        "latency": "enqueue commit to handler start (bounds: the row's created_at to the "
         "lease's started_at, from job_history)",
         "cpu": "utime + stime from /proc: producer processes, the worker process, and the "
         "server's backends connected to the bench's database (WAL writer, checkpointer and "

@@ -2,12 +2,12 @@
 
 One table per producer count: a row per offered rate and system. The ratios compare pgqueue
 with the best peer at the same point (the most jobs finished per second; the lowest p99 and
-CPU) and with the bound, all from the same run.
+CPU) and with the bounds, all from the same run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 COLUMNS = (
@@ -23,6 +23,12 @@ COLUMNS = (
     ("WAL B/job", "wal_bytes_per_job", 0),
 )
 
+# The ratio columns, in order (results from before bound_psycopg lack its two).
+RATIOS = (
+    "finished_vs_best_peer", "p99_vs_best_peer", "cpu_vs_best_peer", "finished_vs_bound",
+    "p99_vs_bound", "cpu_vs_bound", "finished_vs_bound_psycopg", "p99_vs_bound_psycopg",
+)  # fmt: skip
+
 
 def _point(system: dict[str, Any], producers: int, rate: float) -> dict[str, Any] | None:
     for point in system["points"]:
@@ -37,48 +43,63 @@ def cpu_total(point: dict[str, Any]) -> float | None:
     return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
 
 
+def rate(point: dict[str, Any]) -> float | None:
+    return point.get("finished_per_s")
+
+
+def p99(point: dict[str, Any]) -> float | None:
+    return point.get("p99_ms")
+
+
+Key = Callable[[dict[str, Any]], float | None]
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
 def ratios(systems: dict[str, Any], peers: Sequence[str]) -> list[dict[str, Any]]:
-    """Per point: pgqueue against the best peer there and against the bound."""
+    """Per point: pgqueue against the best peer there and against each bound."""
     if "pgqueue" not in systems:
         return []
-    found = []
+    rows = []
     for mine in systems["pgqueue"]["points"]:
         if "skipped" in mine:
             continue
         at = (mine["producers"], mine["rate"])
-        others = [_point(systems[p], *at) for p in peers if p in systems]
-        others = [p for p in others if p is not None and "finished_per_s" in p]
-        limit = _point(systems["bound"], *at) if "bound" in systems else None
-        if limit is not None and "finished_per_s" not in limit:
-            limit = None
-
-        def best(key: Any, pick: Any, among: list[dict[str, Any]] = others) -> float | None:
-            values = [v for v in (key(p) for p in among) if v is not None]
-            return pick(values) if values else None
-
-        def rate(p: dict[str, Any]) -> float | None:
-            return p.get("finished_per_s")
-
-        def p99(p: dict[str, Any]) -> float | None:
-            return p.get("p99_ms")
-
-        found.append(
+        others = [p for p in (_measured(systems, name, at) for name in peers) if p is not None]
+        limit, python = (_measured(systems, name, at) for name in ("bound", "bound_psycopg"))
+        rows.append(
             {
                 "producers": at[0],
                 "rate": at[1],
-                "finished_vs_best_peer": _ratio(rate(mine), best(rate, max)),
-                "p99_vs_best_peer": _ratio(p99(mine), best(p99, min)),
-                "cpu_vs_best_peer": _ratio(cpu_total(mine), best(cpu_total, min)),
-                "finished_vs_bound": _ratio(rate(mine), limit and rate(limit)),
-                "p99_vs_bound": _ratio(p99(mine), limit and p99(limit)),
-                "cpu_vs_bound": _ratio(cpu_total(mine), limit and cpu_total(limit)),
+                "finished_vs_best_peer": _ratio(rate(mine), _best(rate, others, max)),
+                "p99_vs_best_peer": _ratio(p99(mine), _best(p99, others, min)),
+                "cpu_vs_best_peer": _ratio(cpu_total(mine), _best(cpu_total, others, min)),
+                "finished_vs_bound": _vs(rate, mine, limit),
+                "p99_vs_bound": _vs(p99, mine, limit),
+                "cpu_vs_bound": _vs(cpu_total, mine, limit),
+                "finished_vs_bound_psycopg": _vs(rate, mine, python),
+                "p99_vs_bound_psycopg": _vs(p99, mine, python),
             }
         )
+    return rows
+
+
+def _best(key: Key, among: list[dict[str, Any]], pick: Any) -> float | None:
+    values = [v for v in (key(p) for p in among) if v is not None]
+    found: float | None = pick(values) if values else None
     return found
+
+
+def _vs(key: Key, mine: dict[str, Any], other: dict[str, Any] | None) -> float | None:
+    return _ratio(key(mine), None if other is None else key(other))
+
+
+def _measured(systems: dict[str, Any], name: str, at: tuple[int, float]) -> dict[str, Any] | None:
+    """`name`'s point at `at`, if it ran and measured jobs finishing."""
+    found = _point(systems[name], *at) if name in systems else None
+    return found if found is not None and "finished_per_s" in found else None
 
 
 def _cell(point: dict[str, Any] | None, key: str, digits: int) -> str:
@@ -129,10 +150,9 @@ def markdown(results: dict[str, Any]) -> str:
                     if point["fell_behind"]:
                         cells[1] += f" (fell behind: {point['started']:,} of {point['jobs']:,})"
                 lines.append(f"| {rate:,.0f} | {name} | " + " | ".join(cells) + " |")
-    lines += ["", "### Ratios, this run", "", _ratio_header(), "|---:|---:|" + "---:|" * 6]
+    lines += ["", "### Ratios, this run", "", _ratio_header(), "|---:|---:|" + "---:|" * 8]
     for r in results["ratios"]:
-        cells = [r[k] for k in ("finished_vs_best_peer", "p99_vs_best_peer", "cpu_vs_best_peer",
-                                "finished_vs_bound", "p99_vs_bound", "cpu_vs_bound")]  # fmt: skip
+        cells = [r.get(k) for k in RATIOS]
         shown = ["-" if v is None else f"{v:.2f}" for v in cells]
         lines.append(f"| {r['producers']} | {r['rate']:,.0f} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
@@ -141,5 +161,6 @@ def markdown(results: dict[str, Any]) -> str:
 def _ratio_header() -> str:
     return (
         "| producers | offered/s | finished/s vs best peer | p99 vs best peer | CPU/job vs "
-        "best peer | finished/s vs bound | p99 vs bound | CPU/job vs bound |"
+        "best peer | finished/s vs bound | p99 vs bound | CPU/job vs bound | finished/s vs "
+        "bound_psycopg | p99 vs bound_psycopg |"
     )
