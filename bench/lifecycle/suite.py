@@ -17,7 +17,9 @@ after one empty burst worker has made the history's partitions:
   transactions), 10 and 100 jobs a claim.
 
 Each phase (an enqueue or a drain) starts after a CHECKPOINT, so its full-page images are its
-own first touches of each page, and is counted by bench/lifecycle/counters.py. pg_stat_wal
+own first touches of each page, and is counted by bench/lifecycle/counters.py; its wall time
+and the CPU seconds of the client (the worker process, or the bench itself) and of the whole
+server are read by bench/lifecycle/cpu.py. pg_stat_wal
 counts the whole server's WAL: on a server others use at the same time, read the WAL
 records of the bench's own tables (pg_walinspect) instead. Writes
 results.json and results.md to its results folder (bench/report.py).
@@ -39,7 +41,7 @@ import psycopg
 from psycopg import sql
 
 from bench import options
-from bench.lifecycle import counters, tables
+from bench.lifecycle import counters, cpu, tables
 from bench.lifecycle.app import TASK
 from bench.report import Run, guarded
 from bench.server import database, scratch_database, scratch_schema
@@ -87,6 +89,8 @@ def bench(run: Run, args: argparse.Namespace) -> int:
 def measure(dsn: str, jobs: int, scenarios: Sequence[str]) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True, application_name="bench-lifecycle") as conn:
         found = counters.sources(conn)
+        if cpu.postmaster_of(conn) is None:
+            found.missing.append("the server's processes (not on this machine): no server CPU")
         results = {name: scenario(conn, dsn, name, jobs, found) for name in scenarios}
     return {
         "jobs": jobs,
@@ -110,7 +114,11 @@ def scenario(
 ) -> dict[str, Any]:
     kind, size = name.split("_")
     with scratch_schema(dsn, "bench_lifecycle") as schema:
-        _worker(dsn, schema, 1)  # makes the history's partitions, outside any phase
+        # Makes the history's partitions, outside any phase; its CPU, with no job to run, is
+        # what a worker's start and stop cost, taken out of the drains' figures per job.
+        idle = cpu.Clock(None).start()
+        _worker(dsn, schema, 1)
+        start_stop = idle.stop()["client_cpu_s"]
         enqueue = _enqueue_one if kind == "one" else _enqueue_bulk
         phases: dict[str, Callable[[], None]] = {
             "enqueue": lambda: enqueue(dsn, schema, jobs),
@@ -122,10 +130,15 @@ def scenario(
         }
         result: dict[str, Any] = {}
         names = _named(schema)
+        postmaster = cpu.postmaster_of(conn)
         for phase, action in phases.items():
             start = counters.before(conn, schema, found)
+            clock = cpu.Clock(postmaster).start()
             action()
-            cost = counters.after(conn, schema, start, found)
+            spent = clock.stop()
+            if phase == "drain" and kind != "bound":
+                spent["client_start_stop_cpu_s"] = start_stop
+            cost = counters.after(conn, schema, start, found) | {"cpu": spent}
             for statement in cost.get("statements", []):
                 statement["name"] = _name(statement["query"], names)
             result[phase] = cost

@@ -52,6 +52,19 @@ def totals(cost: dict[str, Any]) -> dict[str, int]:
     return found
 
 
+def timing(cost: dict[str, Any], jobs: int) -> list[str]:
+    """Jobs per second of wall time, and CPU seconds per 1,000 jobs of the client and server
+    (results from before these were read have none: dashes)."""
+    spent = cost.get("cpu")
+    if spent is None:
+        return ["-"] * 3
+    cells = [f"{jobs / spent['wall_s']:,.0f}"]
+    client = spent["client_cpu_s"] - spent.get("client_start_stop_cpu_s", 0.0)
+    for value in (client, spent["server_cpu_s"]):
+        cells.append("n/a" if value is None else f"{value * 1000 / jobs:.3f}")
+    return cells
+
+
 def summary(scenarios: dict[str, Any], jobs: int) -> list[str]:
     columns = list(totals(next(iter(scenarios.values()))["drain"]))
     lines = [
@@ -66,6 +79,21 @@ def summary(scenarios: dict[str, Any], jobs: int) -> list[str]:
             lines.append(
                 f"| {name} | {phase} | " + " | ".join(per_k(row[c], jobs) for c in columns) + " |"
             )
+    lines += [
+        "",
+        "## Time and CPU",
+        "",
+        "Wall time is one run's on a shared machine; the CPU seconds per 1,000 jobs are of the "
+        "client (the worker process, less what one that finds no job spends starting and "
+        "stopping; or the bench itself, for the enqueues and the bare SQL) and of every "
+        "process of the server.",
+        "",
+        "| scenario | phase | jobs/s | client CPU s/1k | server CPU s/1k |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for name, found in scenarios.items():
+        for phase in ("enqueue", "drain"):
+            lines.append(f"| {name} | {phase} | " + " | ".join(timing(found[phase], jobs)) + " |")
     return [*lines, ""]
 
 
