@@ -6,9 +6,9 @@ updated (HOT or not) and deleted per table (pg_stat_user_tables); WAL records, f
 images and bytes (pg_stat_wal, and the WAL position); the WAL records themselves by kind and
 by relation (pg_walinspect, where it can be created), which is where index entries inserted
 per index are read: PostgreSQL counts no index inserts, but every B-tree insertion writes one
-WAL record; and each statement's calls, rows, blocks dirtied and WAL (pg_stat_statements,
-where the server preloads it). A source that is missing is named in `missing`, and its
-figures are left out, never guessed.
+WAL record; and each statement's calls, rows, blocks dirtied, WAL and execution time
+(pg_stat_statements, where the server preloads it). A source that is missing is named in
+`missing`, and its figures are left out, never guessed.
 
 Counters are flushed by each backend when it ends, so `after` waits until every other session
 of the database has gone before it reads them.
@@ -209,11 +209,11 @@ def _statements(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT query, sum(calls)::bigint, sum(rows)::bigint, sum(shared_blks_hit)::bigint,"
         " sum(shared_blks_dirtied)::bigint, sum(wal_records)::bigint, sum(wal_fpi)::bigint,"
-        " sum(wal_bytes)::bigint"
+        " sum(wal_bytes)::bigint, sum(total_exec_time)::float8"
         " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
         " WHERE datname = current_database()) AND NOT query ~ %s"
         " GROUP BY query ORDER BY 2 DESC",
         [_OWN],
     ).fetchall()
     keys = ("query", "calls", "rows", "blocks_hit", "blocks_dirtied", "wal_records", "wal_fpi")
-    return [dict(zip((*keys, "wal_bytes"), row, strict=True)) for row in rows]
+    return [dict(zip((*keys, "wal_bytes", "exec_ms"), row, strict=True)) for row in rows]

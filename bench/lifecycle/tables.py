@@ -58,10 +58,13 @@ def timing(cost: dict[str, Any], jobs: int) -> list[str]:
     spent = cost.get("cpu")
     if spent is None:
         return ["-"] * 3
-    cells = [f"{jobs / spent['wall_s']:,.0f}"]
-    client = spent["client_cpu_s"] - spent.get("client_start_stop_cpu_s", 0.0)
-    for value in (client, spent["server_cpu_s"]):
-        cells.append("n/a" if value is None else f"{value * 1000 / jobs:.3f}")
+    idle = spent.get("start_stop", {})
+    wall = spent["wall_s"] - idle.get("wall_s", 0.0)
+    # A short drain can take less than its worker's start and stop alone did.
+    cells = [f"{jobs / wall:,.0f}" if wall > 0 else "n/a"]
+    for key in ("client_cpu_s", "server_cpu_s"):
+        value, fixed = spent[key], idle.get(key) or 0.0
+        cells.append("n/a" if value is None else f"{(value - fixed) * 1000 / jobs:.3f}")
     return cells
 
 
@@ -83,10 +86,10 @@ def summary(scenarios: dict[str, Any], jobs: int) -> list[str]:
         "",
         "## Time and CPU",
         "",
-        "Wall time is one run's on a shared machine; the CPU seconds per 1,000 jobs are of the "
-        "client (the worker process, less what one that finds no job spends starting and "
-        "stopping; or the bench itself, for the enqueues and the bare SQL) and of every "
-        "process of the server.",
+        "Wall time is one run's on a shared machine. The CPU seconds per 1,000 jobs are of "
+        "the client (the worker process, or the bench itself for the enqueues and the bare "
+        "SQL) and of every process of the server. A worker's drain is shown less what a "
+        "worker that finds no job spends, in time and on both sides, starting and stopping.",
         "",
         "| scenario | phase | jobs/s | client CPU s/1k | server CPU s/1k |",
         "|---|---|---:|---:|---:|",
@@ -95,6 +98,12 @@ def summary(scenarios: dict[str, Any], jobs: int) -> list[str]:
         for phase in ("enqueue", "drain"):
             lines.append(f"| {name} | {phase} | " + " | ".join(timing(found[phase], jobs)) + " |")
     return [*lines, ""]
+
+
+def _exec_ms(statement: dict[str, Any], jobs: int) -> str:
+    """Execution time per 1,000 jobs (results from before it was read have none)."""
+    ms = statement.get("exec_ms")
+    return "-" if ms is None else f"{ms * 1000 / jobs:,.2f}"
 
 
 def section(title: str, cost: dict[str, Any], jobs: int) -> list[str]:
@@ -115,8 +124,9 @@ def section(title: str, cost: dict[str, Any], jobs: int) -> list[str]:
     if statements:
         lines += [
             "",
-            "| statement | calls | rows | blocks dirtied | WAL records | WAL FPI | WAL bytes |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| statement | calls | rows | blocks dirtied | WAL records | WAL FPI | WAL bytes "
+            "| exec ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for s in statements:
             label = s["name"] or "`" + " ".join(s["query"].split())[:60] + "`"
@@ -124,6 +134,6 @@ def section(title: str, cost: dict[str, Any], jobs: int) -> list[str]:
             lines.append(
                 f"| {label} | "
                 + " | ".join(per_k(v, jobs) for v in cells)
-                + f" | {per_k(s['wal_bytes'], jobs)} |"
+                + f" | {per_k(s['wal_bytes'], jobs)} | {_exec_ms(s, jobs)} |"
             )
     return [*lines, ""]

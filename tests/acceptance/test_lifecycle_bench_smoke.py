@@ -46,7 +46,7 @@ def test_short_lifecycle_bench_counts_every_scenario(dsn: str, tmp_path: Path) -
         # A worker process that imports pgqueue spends more than a bare SQL loop, and its
         # start and stop, read apart, are taken out of the table's figure.
         if not name.startswith("bound"):
-            assert found["drain"]["cpu"]["client_start_stop_cpu_s"] > 0, name
+            assert found["drain"]["cpu"]["start_stop"]["client_cpu_s"] > 0, name
     # Ticks of 10 ms can round one short phase's server CPU to nothing, never all of them.
     assert sum(f[p]["cpu"]["server_cpu_s"] for f in report["scenarios"].values() for p in f
                if p in ("enqueue", "drain")) > 0  # fmt: skip
