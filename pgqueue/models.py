@@ -514,6 +514,9 @@ class ClaimedJob:
     # The time.monotonic() by which its handler must start, or the job is put back: rate
     # limits count on handlers starting within a margin of their claim. None: any time.
     start_by: float | None = None
+    # Claimed by the claim that takes only jobs with no concurrency or limit key: its outcome
+    # has no key's slot to lock. False wherever that is not known.
+    unkeyed: bool = False
 
 
 class Job(BaseModel):

@@ -56,7 +56,8 @@ def finish_one_by_one(dsn: str, schema: str, ids: list[int], gap: float, path: s
             outcome = {"id": job_id, "attempt": 1, "worker_id": WORKER_ID, "status": "succeeded"}
             sent = time.time()
             conn.execute(
-                statement, {"outcomes": Jsonb([outcome]), "keep_history": True, "now": None}
+                statement,
+                {"outcomes": Jsonb([outcome]), "keep_history": True, "now": None, "keyed": True},
             )
             stamps[job_id] = (sent, time.time())
     Path(path).write_text(json.dumps(stamps))

@@ -161,7 +161,11 @@ class Drain:
             {"id": r[0], "attempt": r[4], "worker_id": 1, "status": "succeeded", "result": r[0]}
             for r in rows
         ]
-        params = {"outcomes": psycopg.types.json.Jsonb(outcomes), "keep_history": True}
+        params = {
+            "outcomes": psycopg.types.json.Jsonb(outcomes),
+            "keep_history": True,
+            "keyed": True,
+        }
         started = time.perf_counter()
         self.conn.execute(self.finish, params | {"now": None}, prepare=True)
         self.finish_times.append((time.perf_counter() - started) / len(rows))

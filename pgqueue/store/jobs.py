@@ -558,7 +558,11 @@ class ClaimParams:
 
 
 class OutcomeRow(Protocol):
-    """What an outcome gives job_finish_many (executor.Outcome): one JSON object."""
+    """What an outcome gives job_finish_many (executor.Outcome): one JSON object, and the job
+    it is of."""
+
+    @property
+    def job(self) -> ClaimedJob: ...
 
     def as_json(self) -> str: ...
 
@@ -675,7 +679,17 @@ def _unkeyed_row(
     if id is None:
         return ClaimSnapshot(bool(parked), xip or [], xmax, xid)
     return ClaimedJob(
-        id, task, args, priority, attempt, max_attempts, queue, worker_id, trace_context, waited
+        id,
+        task,
+        args,
+        priority,
+        attempt,
+        max_attempts,
+        queue,
+        worker_id,
+        trace_context,
+        waited,
+        unkeyed=True,
     )
 
 
@@ -714,6 +728,8 @@ def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[st
         "outcomes": "[" + ",".join([o.as_json() for o in outcomes]) + "]",
         "keep_history": keep_history,
         "now": None,
+        # Jobs of the unkeyed claim hold no key's slot: a batch of only those locks none.
+        "keyed": not all(o.job.unkeyed for o in outcomes),
     }
 
 

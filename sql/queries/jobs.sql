@@ -696,8 +696,10 @@ WITH batch AS MATERIALIZED (
 ), finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = ANY((SELECT ids FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)
-      -- The batch's slot rows, locked in key order before any job moves (migration 0007).
-      AND (SELECT {schema}.concurrency_lock_slots((SELECT ids FROM batch))) IS NOT NULL
+      -- The batch's slot rows, locked in key order before any job moves (migration 0007),
+      -- unless every job came from the claim that takes only jobs without keys (`keyed`).
+      AND (NOT %(keyed)s::boolean
+           OR (SELECT {schema}.concurrency_lock_slots((SELECT ids FROM batch))) IS NOT NULL)
       AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
       AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
       AND ((SELECT m FROM batch) -> j.id::text ->> 'status' IN ('succeeded', 'failed', 'cancelled')

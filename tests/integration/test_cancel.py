@@ -158,7 +158,7 @@ def test_a_failed_attempt_of_a_job_whose_cancel_was_requested_is_not_retried(
         }
         conn.execute(
             query("job_finish_many", schema),
-            {"outcomes": json.dumps([outcome]), "keep_history": True, "now": None},
+            {"outcomes": json.dumps([outcome]), "keep_history": True, "now": None, "keyed": True},
         )
     job = queue.get_job(job_id)
     assert job is not None and job.status == "cancelled" and job.attempt == 1

@@ -47,7 +47,7 @@ def finish(
         }
         for i in ids
     ]
-    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None}
+    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None, "keyed": True}
     conn.execute(query("job_finish_many", schema), params)
 
 
