@@ -19,10 +19,10 @@ after one empty burst worker has made the history's partitions:
 Each phase (an enqueue or a drain) starts after a CHECKPOINT, so its full-page images are its
 own first touches of each page, and is counted by bench/lifecycle/counters.py; its wall time
 and the CPU seconds of the client (the worker process, or the bench itself) and of the whole
-server are read by bench/lifecycle/cpu.py. pg_stat_wal
-counts the whole server's WAL: on a server others use at the same time, read the WAL
-records of the bench's own tables (pg_walinspect) instead. Writes
-results.json and results.md to its results folder (bench/report.py).
+server are read by bench/lifecycle/cpu.py. pg_stat_wal counts the whole server's WAL: on a
+server others use at the same time, read the WAL records of the bench's own tables
+(pg_walinspect) instead. Writes results.json and results.md to its results folder
+(bench/report.py).
 """
 
 from __future__ import annotations
