@@ -15,8 +15,6 @@ server half the cores it would have with a client that spends none.
 
 from __future__ import annotations
 
-import os
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,8 @@ from typing import Any
 
 import psycopg
 
-TICKS = os.sysconf("SC_CLK_TCK")
+from bench.steady.cpu import TICKS, children_seconds
+
 REAP_TRIES, REAP_PAUSE = 200, 0.01
 
 
@@ -70,11 +69,6 @@ def postmaster_of(conn: psycopg.Connection[Any]) -> int | None:
     return None if fields is None else int(fields[1])
 
 
-def _children_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 @dataclass
 class Clock:
     """Started before a phase, read after it."""
@@ -87,7 +81,7 @@ class Clock:
 
     def start(self) -> Clock:
         self.server = None if self.postmaster is None else _server_seconds(self.postmaster)
-        self.children = _children_seconds()
+        self.children = children_seconds()
         self.thread = time.thread_time()
         self.wall = time.perf_counter()
         return self
@@ -96,7 +90,7 @@ class Clock:
         """Seconds since start(): wall, the client (this thread and the processes it ran and
         waited for) and the server."""
         wall = time.perf_counter() - self.wall
-        client = time.thread_time() - self.thread + _children_seconds() - self.children
+        client = time.thread_time() - self.thread + children_seconds() - self.children
         now = None if self.postmaster is None else _server_seconds(self.postmaster)
         server = None if now is None or self.server is None else now - self.server
         return {"wall_s": wall, "client_cpu_s": client, "server_cpu_s": server}

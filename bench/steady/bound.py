@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 from multiprocessing.context import BaseContext
 from pathlib import Path
@@ -36,11 +35,6 @@ from bench.throughput.systems import SCHEMA, Producer
 
 WORKER_SQL = Path(__file__).resolve().parent / "pgbench" / "worker.sql"
 BATCH = 100  # pgqueue's Worker claims up to 100 jobs a statement by default
-
-
-def _children_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _pgbench(
@@ -96,7 +90,7 @@ def run_point(
             text=True,
         )
         try:
-            before = _children_seconds()
+            before = cpu.children_seconds()
             producers_cpu: float | None
             if python is None:
                 producers_cpu = _pgbench_producers(dsn, point, env)
@@ -106,9 +100,11 @@ def run_point(
                 python.committed()
                 producers_cpu = delta(cpu_before, python.cpu())
             _, err = worker.communicate(timeout=point.seconds + point.settle + 60)
-            # The Python producers are not this process's children: only the worker is.
-            pgbench_cpu = _children_seconds() - before
-            worker_cpu = pgbench_cpu - (producers_cpu or 0.0) if python is None else pgbench_cpu
+            # The children waited for since `before`: the worker, and pgbench's producers
+            # (the Python ones are waited for later, when they are closed).
+            worker_cpu = (
+                cpu.children_seconds() - before - (producers_cpu if python is None else 0.0)
+            )
             if worker.returncode != 0:
                 raise RuntimeError(f"pgbench worker failed: {err.strip()[-500:]}")
         finally:
@@ -132,14 +128,14 @@ def run_point(
 
 def _pgbench_producers(dsn: str, point: Point, env: dict[str, str]) -> float:
     """pgbench producing the point; its CPU seconds."""
-    before = _children_seconds()
+    before = cpu.children_seconds()
     producers = subprocess.run(
         _pgbench(dsn, raw.SCRIPTS / "insert_one.sql", point.producers, point.seconds, point.rate),
         env=env, capture_output=True, text=True, timeout=point.seconds * 10 + 60, check=False,
     )  # fmt: skip
     if producers.returncode != 0:
         raise RuntimeError(f"pgbench producers failed: {producers.stderr.strip()[-500:]}")
-    return _children_seconds() - before
+    return cpu.children_seconds() - before
 
 
 def _figures(dsn: str, point: Point) -> dict[str, Any]:

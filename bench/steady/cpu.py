@@ -12,6 +12,7 @@ server, or without /proc, the server's figures are None and the results say why.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 from pathlib import Path
 
@@ -29,6 +30,12 @@ def process_seconds(pid: int) -> float | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of proc(5)
+
+
+def children_seconds() -> float:
+    """utime + stime of this process's children that have ended and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _is_postgres(pid: int) -> bool:
