@@ -15,6 +15,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from pgqueue.store.jobs import finish_rows_params
+
 
 def generic_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
     """EXPLAIN of `statement` as the generic plan a prepared statement settles on.
@@ -51,9 +53,9 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
-def succeeded(ids: list[int], worker_id: int = 1) -> str:
-    """job_finish_many's `outcomes` parameter: each job succeeded at its first attempt."""
-    return json.dumps(
+def succeeded(ids: list[int], worker_id: int = 1) -> dict[str, object]:
+    """job_finish_many's parameters: each job succeeded at its first attempt."""
+    return finish_rows_params(
         [
             {
                 "id": i,

@@ -33,10 +33,10 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from pgqueue import AsyncQueue, Queue
 from pgqueue.queries import query
+from pgqueue.store.jobs import finish_rows_params
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_ID = 1  # the finisher's jobs are "running" for this worker id; no worker runs there
@@ -57,7 +57,7 @@ def finish_one_by_one(dsn: str, schema: str, ids: list[int], gap: float, path: s
             sent = time.time()
             conn.execute(
                 statement,
-                {"outcomes": Jsonb([outcome]), "keep_history": True, "now": None, "keyed": True},
+                finish_rows_params([outcome]),
             )
             stamps[job_id] = (sent, time.time())
     Path(path).write_text(json.dumps(stamps))

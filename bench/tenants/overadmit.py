@@ -85,15 +85,7 @@ def claimer(
                 time.sleep(0.002)
                 continue
             time.sleep(args.hold_ms / 1000)
-            run(
-                finish,
-                {
-                    "outcomes": succeeded(ids, worker),
-                    "keep_history": True,
-                    "now": None,
-                    "keyed": True,
-                },
-            )
+            run(finish, succeeded(ids, worker))
 
 
 def monitor(dsn: str, schema: str, every: float, stop: Any, out: Any) -> None:

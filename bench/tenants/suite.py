@@ -257,12 +257,7 @@ class CostRun:
         self.held.extend(ran)
         if len(self.held) > HELD:
             done = [self.held.popleft() for _ in range(len(self.held) - HELD)]
-            outcomes = {
-                "outcomes": succeeded(done),
-                "keep_history": True,
-                "now": None,
-                "keyed": True,
-            }
+            outcomes = succeeded(done)
             started = time.perf_counter()
             self.conn.execute(self.finish, outcomes)
             self.finish_times.append((time.perf_counter() - started) / len(done))

@@ -41,6 +41,7 @@ from bench.server import database, scratch_schema
 from bench.workflows.app import collect, member
 from pgqueue import Queue, chord, group
 from pgqueue.queries import query
+from pgqueue.store.jobs import finish_rows_params
 
 BATCH = 10
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,13 +162,9 @@ class Drain:
             {"id": r[0], "attempt": r[4], "worker_id": 1, "status": "succeeded", "result": r[0]}
             for r in rows
         ]
-        params = {
-            "outcomes": psycopg.types.json.Jsonb(outcomes),
-            "keep_history": True,
-            "keyed": True,
-        }
+        params = finish_rows_params(outcomes)
         started = time.perf_counter()
-        self.conn.execute(self.finish, params | {"now": None}, prepare=True)
+        self.conn.execute(self.finish, params, prepare=True)
         self.finish_times.append((time.perf_counter() - started) / len(rows))
         return True
 

@@ -23,7 +23,7 @@ which the twins translate.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -558,11 +558,14 @@ class ClaimParams:
 
 
 class OutcomeRow(Protocol):
-    """What an outcome gives job_finish_many (executor.Outcome): one JSON object, and the job
-    it is of."""
+    """What an outcome gives job_finish_many (executor.Outcome): one JSON object, the job it
+    is of, and its status (succeeded, failed, retry or cancelled)."""
 
     @property
     def job(self) -> ClaimedJob: ...
+
+    @property
+    def status(self) -> str: ...
 
     def as_json(self) -> str: ...
 
@@ -725,12 +728,45 @@ def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[st
     """job_finish_many's parameters. Every writer of outcomes builds them here: the completer,
     the rescuer, an atomic lane (also on a sync connection) and a stopping worker."""
     return {
-        "outcomes": "[" + ",".join([o.as_json() for o in outcomes]) + "]",
+        "outcomes": "{" + ",".join([f'"{o.job.id}":{o.as_json()}' for o in outcomes]) + "}",
+        "ids": _bigints([o.job.id for o in outcomes]),
+        "retries": _bigints([o.job.id for o in outcomes if o.status == "retry"]),
         "keep_history": keep_history,
         "now": None,
         # Jobs of the unkeyed claim hold no key's slot: a batch of only those locks none.
         "keyed": not all(o.job.unkeyed for o in outcomes),
     }
+
+
+def finish_rows_params(
+    rows: Sequence[Mapping[str, object]], *, keep_history: bool = True, keyed: bool = True
+) -> dict[str, object]:
+    """job_finish_many's parameters from outcomes given as plain objects (each with id,
+    attempt, worker_id and status, and any of duration, error, result, retry_in, snooze
+    and progress): for code that writes outcomes without a worker, as tools and tests do."""
+    ids = [_row_id(row) for row in rows]
+    return {
+        "outcomes": encode_json({str(i): row for i, row in zip(ids, rows, strict=True)}),
+        "ids": _bigints(ids),
+        "retries": _bigints([_row_id(row) for row in rows if row["status"] == "retry"]),
+        "keep_history": keep_history,
+        "now": None,
+        "keyed": keyed,
+    }
+
+
+def _row_id(row: Mapping[str, object]) -> int:
+    job_id = row["id"]
+    if not isinstance(job_id, int):
+        raise TypeError(f"an outcome's id must be a job id (an int), not {job_id!r}")
+    return job_id
+
+
+def _bigints(values: Sequence[int]) -> str:
+    """A bigint[] parameter as its text: one parameter type whatever the ids' sizes, where a
+    list would be sent as smallint[], integer[] or bigint[] by its largest value, and each
+    type would prepare the statement again."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 class JobsStore:

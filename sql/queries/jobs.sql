@@ -678,8 +678,9 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- duplicate write cannot move a job that was put back, rescued or finished elsewhere.
 -- A retry of a job whose cancellation was requested ends it as cancelled instead.
 -- Each job row finds its outcome by key in one jsonb object (`batch.m`, an InitPlan computed
--- once), never by a join with the outcomes: whatever the statistics say, a write costs
--- O(batch). A join was planned as a nested loop over every outcome for every row (quadratic),
+-- once; the worker sends it keyed by id, with the ids and the retried ids beside it, so the
+-- server builds nothing from an array first), never by a join with the outcomes: whatever
+-- the statistics say, a write costs O(batch). A join was planned as a nested loop over every outcome for every row (quadratic),
 -- or with stale statistics (a table analysed while empty) as a walk of every running row once
 -- per outcome.
 -- The running guard compares with `(SELECT 'running'::text)`, a value the planner does not
@@ -689,10 +690,7 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- `retries` holds only the retried ids: in a batch without retries the retried branch reads
 -- no row (it used to read every row of the batch).
 WITH batch AS MATERIALIZED (
-    SELECT jsonb_object_agg(o ->> 'id', o) AS m, array_agg((o ->> 'id')::bigint) AS ids,
-           coalesce(array_agg((o ->> 'id')::bigint) FILTER (WHERE o ->> 'status' = 'retry'),
-                    ARRAY[]::bigint[]) AS retries
-    FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+    SELECT %(outcomes)s::jsonb AS m, %(ids)s::bigint[] AS ids, %(retries)s::bigint[] AS retries
 ), finished AS (
     DELETE FROM {schema}.jobs AS j
     WHERE j.id = ANY((SELECT ids FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from pathlib import Path
@@ -20,6 +19,7 @@ from pgqueue import (
     Worker,
 )
 from pgqueue.queries import query
+from pgqueue.store.jobs import finish_rows_params
 from pgqueue.testing import drain
 from tests.apps import tasks as apps
 from tests.conftest import (
@@ -158,7 +158,7 @@ def test_a_failed_attempt_of_a_job_whose_cancel_was_requested_is_not_retried(
         }
         conn.execute(
             query("job_finish_many", schema),
-            {"outcomes": json.dumps([outcome]), "keep_history": True, "now": None, "keyed": True},
+            finish_rows_params([outcome]),
         )
     job = queue.get_job(job_id)
     assert job is not None and job.status == "cancelled" and job.attempt == 1

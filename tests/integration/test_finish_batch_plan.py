@@ -17,6 +17,7 @@ from psycopg import sql
 
 from bench.plans import generic_plan, plan_nodes
 from pgqueue.queries import query
+from pgqueue.store.jobs import finish_rows_params
 
 JOINS = {"Nested Loop", "Hash Join", "Merge Join"}
 
@@ -70,7 +71,7 @@ def test_finishing_a_batch_joins_nothing_and_never_scans_jobs(
         }
         for job_id in ids
     ]
-    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None, "keyed": True}
+    params = finish_rows_params(outcomes)
     statement = query("job_finish_many", schema)
     with psycopg.connect(dsn) as conn:
         # The generic plan a prepared write may settle on: no join, no scan of jobs either.
@@ -118,7 +119,7 @@ def test_a_mixed_batch_moves_each_job_by_its_own_outcome(
         }
         for n, job_id in enumerate(ids)
     ]
-    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None, "keyed": True}
+    params = finish_rows_params(outcomes)
     retried = {job_id for job_id, kind in status.items() if kind == "retry"}
     with psycopg.connect(dsn) as conn:
         row = conn.execute(query("job_finish_many", schema), params).fetchone()

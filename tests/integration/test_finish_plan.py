@@ -83,12 +83,7 @@ def test_a_workers_writes_find_their_jobs_by_primary_key(dsn: str, schema: str, 
             )
         ]
     statements = {
-        "job_finish_many": {
-            "outcomes": succeeded(ids),
-            "keep_history": True,
-            "now": None,
-            "keyed": True,
-        },
+        "job_finish_many": succeeded(ids),
         "job_release_many": {"ids": ids, "worker_id": 1},
         "job_list_cancel_requested": {"ids": ids, "worker_id": 1},
     }
@@ -125,12 +120,7 @@ def test_plans_made_while_the_table_is_tiny_still_read_by_index(
             )
         ]
     statements = {
-        "job_finish_many": {
-            "outcomes": succeeded(ids),
-            "keep_history": True,
-            "now": None,
-            "keyed": True,
-        },
+        "job_finish_many": succeeded(ids),
         "job_claim": claim_params(),
     }
     reads = {}

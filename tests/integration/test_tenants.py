@@ -7,7 +7,6 @@ proof that the limit holds is in test_tenants_processes.py.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ import pytest
 
 from pgqueue import ConfigurationError, Queue
 from pgqueue.queries import query
+from pgqueue.store.jobs import finish_rows_params
 from pgqueue.testing import drain
 from tests.conftest import claim_params, listen_for_wakes, wait_until
 
@@ -47,7 +47,7 @@ def finish(
         }
         for i in ids
     ]
-    params = {"outcomes": json.dumps(outcomes), "keep_history": True, "now": None, "keyed": True}
+    params = finish_rows_params(outcomes)
     conn.execute(query("job_finish_many", schema), params)
 
 
