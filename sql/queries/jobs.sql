@@ -680,15 +680,15 @@ SELECT (SELECT count(*) FROM promoted) AS promoted,
 -- Each job row finds its outcome by key in one jsonb object (`batch.m`, an InitPlan computed
 -- once; the worker sends it keyed by id, with the ids and the retried ids beside it, so the
 -- server builds nothing from an array first), never by a join with the outcomes: whatever
--- the statistics say, a write costs O(batch). A join was planned as a nested loop over every outcome for every row (quadratic),
--- or with stale statistics (a table analysed while empty) as a walk of every running row once
--- per outcome.
+-- the statistics say, a write costs O(batch). A join was planned as a nested loop over every
+-- outcome for every row (quadratic), or with stale statistics (a table analysed while empty)
+-- as a walk of every running row once per outcome.
 -- The running guard compares with `(SELECT 'running'::text)`, a value the planner does not
 -- know, rather than a constant, so it cannot select the partial index jobs_running_idx: while
 -- a long transaction holds the horizon that index keeps an entry for every job that ever ran,
 -- and a batch walking it slows with every job run meanwhile (test_finish_plan.py).
--- `retries` holds only the retried ids: in a batch without retries the retried branch reads
--- no row (it used to read every row of the batch).
+-- `retries` holds only the retried ids: a batch without retries never calls retry_outcomes,
+-- and one with some reads only their rows.
 WITH batch AS MATERIALIZED (
     SELECT %(outcomes)s::jsonb AS m, %(ids)s::bigint[] AS ids, %(retries)s::bigint[] AS retries
 ), finished AS (
@@ -730,29 +730,10 @@ WITH batch AS MATERIALIZED (
     WHERE %(keep_history)s
     RETURNING id
 ), retried AS (
-    UPDATE {schema}.jobs AS j
-    SET status = CASE WHEN ((SELECT m FROM batch) -> j.id::text ->> 'retry_in')::float8 > 0
-                      THEN 'scheduled' ELSE 'queued' END,
-        run_at = coalesce(%(now)s::timestamptz, now())
-                 + make_interval(secs => ((SELECT m FROM batch) -> j.id::text ->> 'retry_in')::float8),
-        worker_id = NULL,
-        -- A snooze gives its attempt back and records no error.
-        attempt = CASE WHEN ((SELECT m FROM batch) -> j.id::text -> 'snooze') = 'true'
-                       THEN j.attempt - 1 ELSE j.attempt END,
-        errors = CASE WHEN nullif((SELECT m FROM batch) -> j.id::text -> 'error', 'null') IS NULL
-                      THEN j.errors
-                      ELSE j.errors || jsonb_build_array((SELECT m FROM batch) -> j.id::text -> 'error')
-                 END
-    WHERE j.id = ANY((SELECT retries FROM batch)::bigint[]) AND j.status = (SELECT 'running'::text)
-      AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
-      AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
-      AND (SELECT m FROM batch) -> j.id::text ->> 'status' = 'retry'
-      AND j.cancel_requested_at IS NULL
-    RETURNING j.id, j.queue, j.priority, j.status
-), woken AS (
-    SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
-    FROM (SELECT DISTINCT ON (queue) queue, priority, id FROM retried
-          WHERE status = 'queued' ORDER BY queue, priority, id) AS l
+    -- Retries go back to their queues in a function called only for a batch that has some
+    -- (migration 0037): an UPDATE here would open every index of jobs for every batch.
+    SELECT {schema}.retry_outcomes(b.m, b.retries, %(now)s::timestamptz) AS r
+    FROM batch AS b WHERE cardinality(b.retries) > 0
 ), settled AS (
     -- Jobs of a workflow release or cancel what waits for them (migration 0010); a batch
     -- without any calls nothing.
@@ -764,9 +745,9 @@ WITH batch AS MATERIALIZED (
     SELECT {schema}.notify_waiters(ARRAY(SELECT f.id FROM finished AS f)) AS n
 )
 SELECT (SELECT count(*) FROM finished) AS finished,
-       (SELECT count(*) FROM retried) AS retried,
+       coalesce((SELECT (r).retried FROM retried), 0) AS retried,
        (SELECT count(*) FROM archived) AS archived,
-       (SELECT n FROM woken) AS woken,
+       coalesce((SELECT (r).woken FROM retried), 0) AS woken,
        (SELECT n FROM settled) AS settled,
        (SELECT n FROM told) AS told;
 

@@ -18,6 +18,7 @@ from psycopg import sql
 from bench.plans import generic_plan, plan_nodes
 from pgqueue.queries import query
 from pgqueue.store.jobs import finish_rows_params
+from tests.conftest import wait_until
 
 JOINS = {"Nested Loop", "Hash Join", "Merge Join"}
 
@@ -94,8 +95,74 @@ def test_finishing_a_batch_joins_nothing_and_never_scans_jobs(
         moved = [
             n for n in nodes if n["Node Type"] == "ModifyTable" and n.get("Relation Name") == "jobs"
         ]
-        assert sum(n["Actual Rows"] for n in moved) == len(ids), json.dumps(plan, indent=1)
+        # Retries move in retry_outcomes, whose reads the next test counts.
+        expected = len(ids) if status == "succeeded" else 0
+        assert sum(n["Actual Rows"] for n in moved) == expected, json.dumps(plan, indent=1)
         conn.rollback()
+
+
+def _counts(conn: psycopg.Connection[Any], schema: str) -> dict[str, int]:
+    """Calls of retry_outcomes and scans of each index of jobs, as far as sessions have
+    handed theirs over."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    calls = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
+        " WHERE schemaname = %s AND funcname = 'retry_outcomes'",
+        [schema],
+    ).fetchone()
+    scans = conn.execute(
+        "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes"
+        " WHERE schemaname = %s AND relname = 'jobs'",
+        [schema],
+    ).fetchall()
+    return {"retry_outcomes": int(calls[0]) if calls else 0} | {n: int(c) for n, c in scans}
+
+
+@pytest.mark.parametrize("status", ["succeeded", "retry"])
+def test_retries_move_in_a_function_called_only_for_them_and_read_by_primary_key(
+    dsn: str, schema: str, running: Any, status: str
+) -> None:
+    """A batch without retries never calls retry_outcomes (an UPDATE in the statement itself
+    opened every index of jobs for every batch); a batch of retries calls it once, and it
+    finds its rows by primary key in this table analysed while empty, never through
+    jobs_running_idx, which a long transaction fills with every job that ever ran. Counted by
+    PostgreSQL: the session counts its function calls and index scans, and hands them over as
+    it ends."""
+    ids, worker_id = running
+    outcomes = [
+        {"id": job_id, "attempt": 1, "worker_id": worker_id, "status": status, "retry_in": 0.0}
+        for job_id in ids
+    ]
+    with psycopg.connect(dsn, autocommit=True) as reader:
+        before = _counts(reader, schema)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET track_functions = 'pl'")
+            for _ in range(7):  # past the custom plans: the plan the session keeps, too
+                row = conn.execute(
+                    query("job_finish_many", schema), finish_rows_params(outcomes)
+                ).fetchone()
+                assert row is not None
+                if status == "retry":
+                    # Each round puts the jobs back; run them again for the next.
+                    assert row[1] == len(ids), row
+                    conn.execute(
+                        sql.SQL(
+                            "UPDATE {}.jobs SET status = 'running', worker_id = %s"
+                            " WHERE id = ANY(%s)"
+                        ).format(sql.Identifier(schema)),
+                        [worker_id, ids],
+                    )
+                else:
+                    assert row[0] == len(ids), row
+                    break
+        wait_until(
+            lambda: _counts(reader, schema)["jobs_pkey"] > before["jobs_pkey"],
+            timeout=10,
+            what="the session's counts",
+        )
+        after = _counts(reader, schema)
+    assert after["retry_outcomes"] - before["retry_outcomes"] == (7 if status == "retry" else 0)
+    assert after["jobs_running_idx"] == before["jobs_running_idx"], (before, after)
 
 
 def test_a_mixed_batch_moves_each_job_by_its_own_outcome(
