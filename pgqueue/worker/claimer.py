@@ -494,7 +494,10 @@ class Claimer:
             below = (priority, job_id - 1)
             if below >= hint.after:
                 continue  # the hint's range covers it
-            if priority == hint.after[0]:
+            if priority == hint.after[0] or hint.after == CEILING:
+                # A parked hint (nothing was claimable, and everything since is announced)
+                # moves to the first job announced: kept parked, it would take every job of
+                # a stream as an urgent claim, and could never say which wake-ups to skip.
                 hint.after = below
             else:
                 hint.urgent[priority] = min(job_id - 1, hint.urgent.get(priority, MAX_ID))

@@ -20,7 +20,9 @@ Invariants:
 - Steady mode: while the claims of the last STEADY_WINDOW found a job or more per cooldown,
   the loop claims every cooldown without waiting for a wake-up, and asks not to be woken for
   new jobs (interest.py); it leaves when a window it spent claiming found less than half a
-  job per cooldown, and asks for them again. Not with a cooldown of 0, nor quiet_after=None.
+  job per cooldown, and asks for them again. Either ask is made as soon as the mode changes,
+  before the next claim, not only before a sleep. Not with a cooldown of 0, nor
+  quiet_after=None.
 - In burst mode the run ends only when nothing runs and a claim from the floor came back
   empty: a wake-up naming a job below a hint may still be on its way.
 - An unfinished job whose cancellation was requested ends as cancelled; the others go back
@@ -204,6 +206,16 @@ class FetchLoop:
             if s.burst and not full and not self.running and await self._burst_done():
                 break
             if self._maybe_more and len(self.running) < s.concurrency:
+                # Entering or leaving steady mode is written before the next claim (once the
+                # claimer can say which wake-ups it may skip): while every new job still
+                # wakes the worker, each wake-up sends the loop back to claim, and it would
+                # not reach the ask made before sleeping for as long as the stream lasts.
+                if (
+                    self.interest is not None
+                    and self.steady != bool(self.claimer.steady)
+                    and await self._ask()
+                ):
+                    self._maybe_more = True
                 continue
             if self.interest is not None and await self._ask_for_wakes():
                 continue
@@ -224,6 +236,16 @@ class FetchLoop:
         if self._maybe_more and len(self.running) < s.concurrency:
             return True  # a job ended meanwhile: claim now, as the loop would have
         settled = await self.interest.settle()
+        widened = await self._ask()
+        if settled or widened:
+            self._maybe_more = True
+        return (settled or widened) and len(self.running) < s.concurrency
+
+    async def _ask(self) -> bool:
+        """Write the wake-ups this worker wants now (interest.py); True when it asked for
+        more (a widening)."""
+        assert self.interest is not None
+        s = self.settings
         # More may be claimable and every slot was busy when the loop came here: the worker
         # claims as soon as one frees, so it is busy, not waiting, even if a job has ended
         # since (test_hint.py's control caught a worker that widened then).
@@ -244,10 +266,7 @@ class FetchLoop:
                 steady.add(queue)
         # Rewinds are armed before the rows that make them needed are written.
         self.claimer.steady = steady
-        widened = await self.interest.ask(skip)
-        if settled or widened:
-            self._maybe_more = True
-        return (settled or widened) and len(self.running) < s.concurrency
+        return await self.interest.ask(skip)
 
     def _judge_steady(self, began: float, found: int, full: bool, cooldown: float) -> None:
         """Enter or leave steady mode after a claim round that began at `began`.

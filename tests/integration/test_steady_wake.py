@@ -134,6 +134,70 @@ def test_a_worker_that_keeps_up_is_not_woken_for_each_job(
         assert len(wakes) >= during * 0.9, (len(wakes), during)
 
 
+def test_a_worker_idle_when_a_stream_begins_stops_being_woken_for_each_job(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    """A worker with nothing to do parks its hint past every job (an empty claim from the
+    floor: whatever comes next is announced). When a stream begins it must still become
+    steady within a few claims: kept parked, its hint took each job as an urgent claim of
+    the job announced, said no range of wake-ups to skip, and the worker was woken for
+    every job until the hint's periodic reset, seconds later."""
+    queue = Queue(dsn, schema=schema)
+    settings = {"concurrency": 50, "shutdown_grace": 5}
+    log = tmp_path / "worker.log"
+    proc = settings_worker_process(dsn, schema, settings, log=log)
+    stop = threading.Event()
+    counts = [0] * PRODUCERS
+    s = sql.Identifier(schema)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            wait_until(
+                lambda: (
+                    watch.execute(sql.SQL("SELECT count(*) FROM {}.workers").format(s)).fetchone()
+                    == (1,)
+                ),
+                what="the worker's row",
+            )
+            time.sleep(0.5)  # its first claims find nothing: the hint is parked
+            with psycopg.connect(dsn, autocommit=True) as listener:
+                listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+                threads = [
+                    threading.Thread(target=_stream, args=(dsn, queue, stop, counts, n, 0.001))
+                    for n in range(PRODUCERS)
+                ]
+                for thread in threads:
+                    thread.start()
+                try:
+                    time.sleep(2.0)
+                    during = sum(counts)
+                    notes = [n.payload for n in listener.notifies(timeout=0.2)]
+                finally:
+                    stop.set()
+                    for thread in threads:
+                        thread.join(30)
+            total = sum(counts)
+            wait_until(
+                lambda: (
+                    watch.execute(
+                        sql.SQL(
+                            "SELECT count(*) FROM {}.job_history WHERE status = 'succeeded'"
+                        ).format(s)
+                    ).fetchone()
+                    == (total,)
+                ),
+                timeout=30,
+                what="every job to finish",
+            )
+    finally:
+        stop_worker_processes([proc])
+    clean_exit_logs([proc], [log])
+    wakes = [n for n in notes if not n.startswith("!")]
+    assert during > 500, during  # a stream, not a trickle
+    # The jobs of its first claims wake it, until a window of them says steady; a stalled
+    # stream may take it out and back once or twice. Every job woke it before.
+    assert len(wakes) < during * 0.25, (len(wakes), during)
+
+
 def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
     queue: Queue, dsn: str, schema: str
 ) -> None:
