@@ -9,7 +9,7 @@
 -- it is still running this attempt for the worker named in its outcome, and a retry of a job
 -- whose cancellation was requested is left to the statement, which ends it as cancelled. The
 -- running guard compares with a value the planner does not know, as the statement's does, so
--- the plan the session keeps cannot read jobs_running_idx (test_finish_plan.py).
+-- the plan the session keeps cannot read jobs_running_idx (test_finish_batch_plan.py).
 CREATE FUNCTION {schema}.retry_outcomes(
     outcomes jsonb, ids bigint[], now_ timestamptz, OUT retried bigint, OUT woken bigint
 )

@@ -59,6 +59,44 @@ def _stream(
             time.sleep(pause)
 
 
+def _worker_row(watch: psycopg.Connection[Any], schema: str) -> None:
+    """Wait for the worker process's row: it is claiming."""
+    count = sql.SQL("SELECT count(*) FROM {}.workers").format(sql.Identifier(schema))
+    wait_until(lambda: watch.execute(count).fetchone() == (1,), what="the worker's row")
+
+
+def _start_stream(
+    dsn: str, queue: Queue, stop: threading.Event, counts: list[int]
+) -> list[threading.Thread]:
+    """PRODUCERS threads, each enqueueing a job per millisecond or so until `stop`."""
+    threads = [
+        threading.Thread(target=_stream, args=(dsn, queue, stop, counts, n, 0.001))
+        for n in range(PRODUCERS)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _end_stream(stop: threading.Event, threads: list[threading.Thread]) -> None:
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+
+
+def _all_succeeded(watch: psycopg.Connection[Any], schema: str, total: int) -> None:
+    """Wait for every job enqueued to have succeeded: none is lost, with no poll needed (the
+    default poll is a second away, and the last jobs still come in at once)."""
+    done = sql.SQL("SELECT count(*) FROM {}.job_history WHERE status = 'succeeded'").format(
+        sql.Identifier(schema)
+    )
+    wait_until(
+        lambda: watch.execute(done).fetchone() == (total,),
+        timeout=30,
+        what="every job to finish",
+    )
+
+
 @pytest.mark.parametrize("cooldown", [0.002, 0.0], ids=["steady", "control-no-cooldown"])
 def test_a_worker_that_keeps_up_is_not_woken_for_each_job(
     dsn: str, schema: str, tmp_path: Path, cooldown: float
@@ -73,19 +111,8 @@ def test_a_worker_that_keeps_up_is_not_woken_for_each_job(
     s = sql.Identifier(schema)
     try:
         with psycopg.connect(dsn, autocommit=True) as watch:
-            wait_until(
-                lambda: (
-                    watch.execute(sql.SQL("SELECT count(*) FROM {}.workers").format(s)).fetchone()
-                    == (1,)
-                ),
-                what="the worker's row",
-            )
-            threads = [
-                threading.Thread(target=_stream, args=(dsn, queue, stop, counts, n, 0.001))
-                for n in range(PRODUCERS)
-            ]
-            for thread in threads:
-                thread.start()
+            _worker_row(watch, schema)
+            threads = _start_stream(dsn, queue, stop, counts)
             try:
                 if cooldown:
                     wait_until(lambda: _steady_rows(watch, schema) == 1, what="steady mode")
@@ -99,24 +126,8 @@ def test_a_worker_that_keeps_up_is_not_woken_for_each_job(
                     notes = [n.payload for n in listener.notifies(timeout=0.2)]
                 steady_throughout = _steady_rows(watch, schema) == 1
             finally:
-                stop.set()
-                for thread in threads:
-                    thread.join(30)
-            total = sum(counts)
-            # Every job runs, none is lost, with no poll needed (the default poll is a second
-            # away, and the last jobs still come in at once).
-            wait_until(
-                lambda: (
-                    watch.execute(
-                        sql.SQL(
-                            "SELECT count(*) FROM {}.job_history WHERE status = 'succeeded'"
-                        ).format(s)
-                    ).fetchone()
-                    == (total,)
-                ),
-                timeout=30,
-                what="every job to finish",
-            )
+                _end_stream(stop, threads)
+            _all_succeeded(watch, schema, sum(counts))
             left = watch.execute(sql.SQL("SELECT count(*) FROM {}.jobs").format(s)).fetchone()
             assert left == (0,)
     finally:
@@ -148,46 +159,20 @@ def test_a_worker_idle_when_a_stream_begins_stops_being_woken_for_each_job(
     proc = settings_worker_process(dsn, schema, settings, log=log)
     stop = threading.Event()
     counts = [0] * PRODUCERS
-    s = sql.Identifier(schema)
     try:
         with psycopg.connect(dsn, autocommit=True) as watch:
-            wait_until(
-                lambda: (
-                    watch.execute(sql.SQL("SELECT count(*) FROM {}.workers").format(s)).fetchone()
-                    == (1,)
-                ),
-                what="the worker's row",
-            )
+            _worker_row(watch, schema)
             time.sleep(0.5)  # its first claims find nothing: the hint is parked
             with psycopg.connect(dsn, autocommit=True) as listener:
                 listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
-                threads = [
-                    threading.Thread(target=_stream, args=(dsn, queue, stop, counts, n, 0.001))
-                    for n in range(PRODUCERS)
-                ]
-                for thread in threads:
-                    thread.start()
+                threads = _start_stream(dsn, queue, stop, counts)
                 try:
                     time.sleep(2.0)
                     during = sum(counts)
                     notes = [n.payload for n in listener.notifies(timeout=0.2)]
                 finally:
-                    stop.set()
-                    for thread in threads:
-                        thread.join(30)
-            total = sum(counts)
-            wait_until(
-                lambda: (
-                    watch.execute(
-                        sql.SQL(
-                            "SELECT count(*) FROM {}.job_history WHERE status = 'succeeded'"
-                        ).format(s)
-                    ).fetchone()
-                    == (total,)
-                ),
-                timeout=30,
-                what="every job to finish",
-            )
+                    _end_stream(stop, threads)
+            _all_succeeded(watch, schema, sum(counts))
     finally:
         stop_worker_processes([proc])
     clean_exit_logs([proc], [log])
