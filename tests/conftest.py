@@ -246,6 +246,18 @@ def count(conn: psycopg.Connection[Any], schema: str, table: str, where: str = "
     return int(row[0])
 
 
+def function_calls(conn: psycopg.Connection[Any], schema: str, function: str) -> int:
+    """Calls of schema.function counted so far by sessions that have handed theirs over (a
+    session counts them with track_functions on, and hands them over as it ends)."""
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
+        " WHERE schemaname = %s AND funcname = %s",
+        [schema, function],
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def committed(conn: psycopg.Connection[Any]) -> bool:
     """End `conn`'s transaction, so the next read of a wait_until predicate sees new rows."""
     conn.commit()

@@ -727,15 +727,14 @@ def _claim_row(
 def finish_params(outcomes: Sequence[OutcomeRow], keep_history: bool) -> dict[str, object]:
     """job_finish_many's parameters. Every writer of outcomes builds them here: the completer,
     the rescuer, an atomic lane (also on a sync connection) and a stopping worker."""
-    return {
-        "outcomes": "{" + ",".join([f'"{o.job.id}":{o.as_json()}' for o in outcomes]) + "}",
-        "ids": _bigints([o.job.id for o in outcomes]),
-        "retries": _bigints([o.job.id for o in outcomes if o.status == "retry"]),
-        "keep_history": keep_history,
-        "now": None,
+    return _finish_params(
+        "{" + ",".join([f'"{o.job.id}":{o.as_json()}' for o in outcomes]) + "}",
+        [o.job.id for o in outcomes],
+        [o.job.id for o in outcomes if o.status == "retry"],
+        keep_history,
         # Jobs of the unkeyed claim hold no key's slot: a batch of only those locks none.
-        "keyed": not all(o.job.unkeyed for o in outcomes),
-    }
+        keyed=not all(o.job.unkeyed for o in outcomes),
+    )
 
 
 def finish_rows_params(
@@ -745,10 +744,24 @@ def finish_rows_params(
     attempt, worker_id and status, and any of duration, error, result, retry_in, snooze
     and progress): for code that writes outcomes without a worker, as tools and tests do."""
     ids = [_row_id(row) for row in rows]
+    return _finish_params(
+        encode_json({str(i): row for i, row in zip(ids, rows, strict=True)}),
+        ids,
+        [i for i, row in zip(ids, rows, strict=True) if row["status"] == "retry"],
+        keep_history,
+        keyed=keyed,
+    )
+
+
+def _finish_params(
+    outcomes: str, ids: Sequence[int], retries: Sequence[int], keep_history: bool, *, keyed: bool
+) -> dict[str, object]:
+    """The outcomes as one JSON object keyed by id, and beside it the ids and those of the
+    retries: the statement reads each job's outcome by key and builds nothing from them."""
     return {
-        "outcomes": encode_json({str(i): row for i, row in zip(ids, rows, strict=True)}),
+        "outcomes": outcomes,
         "ids": _bigints(ids),
-        "retries": _bigints([_row_id(row) for row in rows if row["status"] == "retry"]),
+        "retries": _bigints(retries),
         "keep_history": keep_history,
         "now": None,
         "keyed": keyed,

@@ -18,7 +18,7 @@ from psycopg import sql
 from bench.plans import generic_plan, plan_nodes
 from pgqueue.queries import query
 from pgqueue.store.jobs import finish_rows_params
-from tests.conftest import wait_until
+from tests.conftest import function_calls, wait_until
 
 JOINS = {"Nested Loop", "Hash Join", "Merge Join"}
 
@@ -104,18 +104,13 @@ def test_finishing_a_batch_joins_nothing_and_never_scans_jobs(
 def _counts(conn: psycopg.Connection[Any], schema: str) -> dict[str, int]:
     """Calls of retry_outcomes and scans of each index of jobs, as far as sessions have
     handed theirs over."""
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    calls = conn.execute(
-        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
-        " WHERE schemaname = %s AND funcname = 'retry_outcomes'",
-        [schema],
-    ).fetchone()
+    calls = function_calls(conn, schema, "retry_outcomes")
     scans = conn.execute(
         "SELECT indexrelname, idx_scan FROM pg_stat_user_indexes"
         " WHERE schemaname = %s AND relname = 'jobs'",
         [schema],
     ).fetchall()
-    return {"retry_outcomes": int(calls[0]) if calls else 0} | {n: int(c) for n, c in scans}
+    return {"retry_outcomes": calls} | {n: int(c) for n, c in scans}
 
 
 @pytest.mark.parametrize("status", ["succeeded", "retry"])

@@ -11,7 +11,6 @@ ran. Keyed jobs are the control: their batches still lock.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -19,20 +18,9 @@ import pytest
 
 from pgqueue import Queue
 from tests.apps import tasks as apps
-from tests.conftest import count, wait_until, worker_process
+from tests.conftest import count, function_calls, wait_until, worker_process
 
 JOBS = 60
-
-
-def _calls(conn: psycopg.Connection[Any], schema: str, function: str) -> int:
-    """Calls of schema.function counted so far by sessions that have handed theirs over."""
-    conn.execute("SELECT pg_stat_clear_snapshot()")
-    row = conn.execute(
-        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions"
-        " WHERE schemaname = %s AND funcname = %s",
-        [schema, function],
-    ).fetchone()
-    return int(row[0]) if row else 0
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "control-keyed"])
@@ -60,9 +48,11 @@ def test_a_batch_of_jobs_without_keys_looks_for_no_slot_to_lock(
         # Every finish tells waiters (notify_waiters), keyed or not: once those calls are
         # counted, so are the lock's.
         wait_until(
-            lambda: _calls(conn, schema, "notify_waiters") > 0, timeout=10, what="the finishes"
+            lambda: function_calls(conn, schema, "notify_waiters") > 0,
+            timeout=10,
+            what="the finishes",
         )
-        locks = _calls(conn, schema, "concurrency_lock_slots")
+        locks = function_calls(conn, schema, "concurrency_lock_slots")
     if keyed:
         assert locks > 0
     else:
