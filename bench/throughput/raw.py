@@ -3,10 +3,12 @@
 Owns: running the pgbench custom scripts in bench/throughput/pgbench/ against the bench
 schema's `jobs` table (same columns, indexes and claim predicate as pgqueue's), and one COPY
 measured from psycopg with the rows rendered before the clock starts. Figures are rows per second.
-Two more bounds say where a gap to the raw bound comes from: lease_finish.sql is pgqueue's own
-job lifecycle in SQL alone (what the design costs the server), and psycopg_insert sends the
-raw single-row INSERT from Python, in the client shapes pgqueue's enqueue runs in (what
-Python and psycopg cost before pgqueue does anything).
+More bounds say where a gap to the raw bound comes from: lease_finish.sql is pgqueue's own
+job lifecycle in SQL alone (what the design costs the server); psycopg_lifecycle runs the
+same two statements from Python, reading each leased job and calling a no-op coroutine for
+it (what any Python worker pays before its own logic); and psycopg_insert sends the raw
+single-row INSERT from Python, in the client shapes pgqueue's enqueue runs in (what Python
+and psycopg cost before pgqueue does anything).
 pgbench is found on PATH or at /usr/bin/pgbench; if it is missing, RuntimeError says so.
 """
 
@@ -89,6 +91,118 @@ def lease_finish(dsn: str, jobs: int, batch: int, clients: int) -> dict[str, Any
     per_client = max(1, jobs // (batch * clients))
     tps = pgbench(dsn, "lease_finish.sql", clients=clients, transactions=per_client, batch=batch)
     return {"jobs": per_client * clients * batch, "jobs_per_s": tps * batch}
+
+
+# lease_finish.sql's two statements as a Python worker must send them: the lease returns
+# what it takes to run each job, and the finish names the jobs run (with two connections a
+# lease can be taken before the previous batch is finished).
+LEASE = f"""
+UPDATE {SCHEMA}.jobs AS j
+SET status = 'running', attempt = j.attempt + 1, started_at = now(), worker_id = %(worker)s
+WHERE j.id = ANY(ARRAY(
+    SELECT id FROM {SCHEMA}.jobs
+    WHERE queue = 'default' AND status = 'queued' AND NOT atomic
+    ORDER BY priority, id
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING j.id, j.task, j.args"""
+FINISH = f"""
+WITH finished AS (
+    DELETE FROM {SCHEMA}.jobs AS j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.worker_id = %(worker)s AND j.status = 'running'
+    RETURNING j.id, j.queue, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.run_at,
+              j.created_at, j.started_at, j.worker_id, j.errors, j.dedupe_key, j.retry_of,
+              j.atomic, j.concurrency_key
+)
+INSERT INTO {SCHEMA}.job_history
+    (id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
+     started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
+     concurrency_key)
+SELECT id, queue, task, args, 'succeeded', priority, attempt, max_attempts, run_at, created_at,
+       started_at, now(), worker_id, errors, NULL, dedupe_key, retry_of, atomic, concurrency_key
+FROM finished"""
+
+
+SHAPES = {
+    "one": "one connection",
+    "two": "two connections, each leasing and finishing",
+    "apart": "two connections, leases on one, finishes on the other",
+}
+
+
+def lifecycle_psycopg(dsn: str, jobs: int, batch: int, shape: str) -> dict[str, Any]:
+    """lease_finish.sql from one asyncio process: lease `batch` jobs, call a no-op coroutine
+    for each with its decoded arguments, finish them into history. Shapes (SHAPES): `one`, one
+    connection, each batch finished before the next lease; `two`, two such loops, as pgbench's
+    two clients run; `apart`, leases go on while a second connection finishes everything run
+    since its last finish in one statement, as pgqueue's worker does. The least any Python
+    worker does for these statements: no registry, no concurrency limit, no outcomes, no
+    error handling."""
+    fill(dsn, jobs)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {SCHEMA}.job_history")
+    done, seconds = asyncio.run(_lifecycle(dsn, batch, shape))
+    if done != jobs:
+        raise RuntimeError(f"psycopg_lifecycle finished {done} of {jobs} jobs")
+    return {"jobs": jobs, "jobs_per_s": jobs / seconds}
+
+
+async def _noop(seq: int) -> None:
+    return None
+
+
+async def _lifecycle(dsn: str, batch: int, shape: str) -> tuple[int, float]:
+    """Jobs finished, and the seconds from the first lease (connections open) to the last
+    finish."""
+    handlers = {"noop": _noop}
+    worker = 7
+    ran: asyncio.Queue[list[int] | None] = asyncio.Queue()
+    finished = 0
+
+    async def finish(conn: psycopg.AsyncConnection[Any], ids: list[int]) -> None:
+        nonlocal finished
+        await conn.execute(FINISH, {"ids": ids, "worker": worker})
+        finished += len(ids)
+
+    async def lease(conn: psycopg.AsyncConnection[Any], apart: bool) -> None:
+        while True:
+            cur = await conn.execute(LEASE, {"worker": worker, "batch": batch})
+            rows = await cur.fetchall()
+            if not rows:
+                break
+            for _, task, args in rows:
+                await handlers[task](**args)
+            ids = [row[0] for row in rows]
+            if apart:
+                ran.put_nowait(ids)
+            else:
+                await finish(conn, ids)
+        ran.put_nowait(None)
+
+    async def finisher(conn: psycopg.AsyncConnection[Any]) -> None:
+        last = False
+        while not last and (ids := await ran.get()) is not None:
+            while not ran.empty():  # everything run since the last finish, in one statement
+                more = ran.get_nowait()
+                if more is None:
+                    last = True
+                    break
+                ids += more
+            await finish(conn, ids)
+
+    async with (
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as first,
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as second,
+    ):
+        started = time.perf_counter()
+        if shape == "one":
+            await lease(first, apart=False)
+        elif shape == "two":
+            await asyncio.gather(lease(first, apart=False), lease(second, apart=False))
+        else:
+            await asyncio.gather(lease(first, apart=True), finisher(second))
+        seconds = time.perf_counter() - started
+    return finished, seconds
 
 
 INSERT_ONE = f"INSERT INTO {SCHEMA}.jobs (queue, task, args) VALUES ('default', 'noop', %s::jsonb)"

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.throughput.raw import SHAPES
+
 PEERS = ("procrastinate", "pgqueuer", "chancy", "oban")
 # How a section's rows of one system at several settings are ranked: the best is the one a
 # table shows (naming its setting); results.json keeps them all.
@@ -328,8 +330,11 @@ def _raw_table(results: dict[str, Any]) -> list[str]:
             "lease_finish": f"pgqueue's lifecycle in SQL (lease, then finish into history), "
             f"batch {p.get('batch')}",
             "psycopg_insert": "single-row INSERT per transaction, sent from psycopg",
+            "psycopg_lifecycle": f"pgqueue's lifecycle in SQL from psycopg, a no-op coroutine "
+            f"per job, batch {p.get('batch')}, {SHAPES.get(p.get('shape', ''), '')}",
         }[p["workload"]]
-        out.append(f"| {what} | {p.get('clients', 1)} | {cell(row, 'jobs_per_s')} |")
+        clients = 2 if p.get("shape") in ("two", "apart") else p.get("clients", 1)
+        out.append(f"| {what} | {clients} | {cell(row, 'jobs_per_s')} |")
     return out
 
 
@@ -361,6 +366,7 @@ def gaps(results: dict[str, Any]) -> list[tuple[str, float | None]]:
     clients = results["config"]["clients"]
     drain = median(find(results, "drain", "pgqueue", concurrency=100), rate)
     lifecycle = best([median(r, rate) for r in raw_rows(results, "lease_finish", batch=100)])
+    python = best([median(r, rate) for r in raw_rows(results, "psycopg_lifecycle", batch=100)])
     raw_100 = best([median(r, rate) for r in raw_rows(results, "claim_delete", batch=100)])
     floor_one = median(find(results, "raw", workload="psycopg_insert", clients=1), rate)
     floor_many = median(find(results, "raw", workload="psycopg_insert", clients=clients), rate)
@@ -372,6 +378,10 @@ def gaps(results: dict[str, Any]) -> list[tuple[str, float | None]]:
         ("pgqueue's lifecycle in SQL / raw claim-and-delete, batch 100",
          _ratio(lifecycle, raw_100)),
         ("drain at batch 100 / pgqueue's lifecycle in SQL, batch 100", _ratio(drain, lifecycle)),
+        ("pgqueue's lifecycle in SQL from psycopg / from pgbench, batch 100",
+         _ratio(python, lifecycle)),
+        ("drain at batch 100 / pgqueue's lifecycle in SQL from psycopg, batch 100",
+         _ratio(drain, python)),
         ("psycopg single-row INSERT / pgbench, sequential", _ratio(floor_one, bench_one)),
         ("enqueue sequential / psycopg single-row INSERT", _ratio(seq, floor_one)),
         (f"psycopg single-row INSERT / pgbench, {clients} clients",
@@ -540,9 +550,11 @@ def readme_table(results: dict[str, Any]) -> str:
         capped = against(ours, peer("drain", concurrency=n))
         free = against(ours, uncapped)
         bound = ratio(ours, raw("lease_finish", batch=n), "")
+        python = ratio(ours, raw("psycopg_lifecycle", batch=n), "")
         lines.append(
             f"| drain, one worker, at most {n} at once | {capped}; with no cap: {free} | "
-            f"{bound} of its lifecycle as bare SQL (pgbench, batch {n}) |"
+            f"{bound} of its lifecycle as bare SQL (pgbench, batch {n}); {python} of the same "
+            f"SQL sent from psycopg |"
         )
     clients = results["config"]["clients"]
     enqueues: list[tuple[str, dict[str, Any], float | None, str]] = [

@@ -12,8 +12,9 @@ every run; each figure is reported as the median with min and max:
   5. claim cost as the queue grows (pgqueue's claim statement);
 and the raw bound: pgbench scripts (bench/throughput/pgbench/) for claim-and-delete at batch 1,
 10, 100, single-row inserts, multi-row inserts, plus COPY, on pgqueue's own jobs table;
-with two bounds that locate the gaps: pgqueue's lifecycle in SQL alone (lease_finish.sql, batch 10
-and 100), and the raw INSERT sent from psycopg in pgqueue's enqueue client shapes.
+with bounds that locate the gaps: pgqueue's lifecycle in SQL alone (lease_finish.sql, batch 10
+and 100), the same statements sent from psycopg with a no-op coroutine run per job, and the raw
+INSERT sent from psycopg in pgqueue's enqueue client shapes.
 
 Each peer runs at each of the settings its documentation gives (bench/throughput/peers.py):
 every setting's figures are kept, and each table shows a peer's best, naming the setting.
@@ -349,6 +350,14 @@ def run_raw(bench: Bench) -> None:
                 system,
                 {"workload": "lease_finish", "batch": batch, "clients": clients},
                 lambda b=batch, k=clients: raw.lease_finish(dsn, c.drain_jobs, b, k),
+            )
+    for batch in (10, 100):
+        for shape in raw.SHAPES:
+            bench.row(
+                "raw",
+                "psycopg",
+                {"workload": "psycopg_lifecycle", "batch": batch, "shape": shape},
+                lambda b=batch, s=shape: raw.lifecycle_psycopg(dsn, c.drain_jobs, b, s),
             )
     for clients in (1, c.clients):
         bench.row(

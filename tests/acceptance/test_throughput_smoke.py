@@ -25,6 +25,7 @@ CHARTS = ("drain.png", "enqueue.png", "latency.png", "claim_cost.png")
 RAW = {
     "claim_delete",
     "lease_finish",
+    "psycopg_lifecycle",
     "psycopg_insert",
     "insert",
     "insert_notify",
@@ -87,6 +88,14 @@ def test_short_throughput_bench_writes_every_workload_row_and_chart(
         assert {r["params"]["workload"] for r in raw_rows} == RAW
         for row in raw_rows:
             positive_figures(row)
+        # The lifecycle from psycopg at both batches, in every shape; a run that left a job
+        # unfinished fails its row instead.
+        python = {
+            (r["params"]["batch"], r["params"]["shape"])
+            for r in raw_rows
+            if r["params"]["workload"] == "psycopg_lifecycle"
+        }
+        assert python == {(b, s) for b in (10, 100) for s in ("one", "two", "apart")}
 
     assert len(results["targets"]) == 9
     assert "### Where the gaps are" in (out / "results.md").read_text()
