@@ -138,6 +138,8 @@ def lifecycle_psycopg(dsn: str, jobs: int, batch: int, shape: str) -> dict[str, 
     since its last finish in one statement, as pgqueue's worker does. The least any Python
     worker does for these statements: no registry, no concurrency limit, no outcomes, no
     error handling."""
+    if shape not in SHAPES:
+        raise ValueError(f"psycopg_lifecycle: shape {shape!r} is not one of {', '.join(SHAPES)}")
     fill(dsn, jobs)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {SCHEMA}.job_history")
@@ -177,7 +179,8 @@ async def _lifecycle(dsn: str, batch: int, shape: str) -> tuple[int, float]:
                 ran.put_nowait(ids)
             else:
                 await finish(conn, ids)
-        ran.put_nowait(None)
+        if apart:
+            ran.put_nowait(None)  # the finisher's last batch follows
 
     async def finisher(conn: psycopg.AsyncConnection[Any]) -> None:
         last = False
