@@ -1,7 +1,7 @@
 """Steady load: one worker keeping up while 1, 16 and 64 producer connections enqueue one job
 per transaction at rising offered rates, for pgqueue, its peers and the bare-SQL bounds.
 
-    python -m bench steady [--dsn DSN] [--systems pgqueue,...,bound,bound_psycopg]
+    python -m bench steady [--dsn DSN] [--systems pgqueue,...,bound,bound_psycopg,bound_python]
                            [--producers 1,16,64] [--rates 200,500,1000,2000,4000]
                            [--seconds 10] [--settle 5] [--concurrency 100]
                            [--setting SYSTEM=NAME ...] [--out DIR] [--short]
@@ -15,8 +15,9 @@ server's backends (and pg_stat_statements' execution time where the server prelo
 Once a point falls behind, the higher rates for that producer count are skipped. The bounds
 (bench/steady/bound.py) are the same points in bare SQL on pgqueue's tables, the producers
 pgbench (`bound`) or the suite's own Python producers sending the bare INSERT from psycopg
-(`bound_psycopg`). Ratios (pgqueue / best peer, pgqueue / each bound) are computed from this
-run's figures.
+(`bound_psycopg`), the worker a pgbench client; `bound_python` (bench/steady/bare.py) sends
+the same SQL from a bare asyncio worker and is run and measured as the queues are. Ratios
+(pgqueue / best peer, pgqueue / each bound) are computed from this run's figures.
 
 Writes results.json and results.md to its results folder (bench/report.py) and prints the
 table.
@@ -35,15 +36,17 @@ from typing import Any
 from bench import options
 from bench.report import Run, guarded
 from bench.server import Server, database, scratch_database
-from bench.steady import bound, cpu, tables
+from bench.steady import bare, bound, cpu, tables
 from bench.steady.point import Point, Worker, run_point
 from bench.throughput import raw
 from bench.throughput import workloads as work
 from bench.throughput.suite import DISTRIBUTIONS, availability
 
 PEERS = ("procrastinate", "pgqueuer", "chancy", "oban")
-BOUNDS = ("bound", "bound_psycopg")
-SYSTEMS = ("pgqueue", *PEERS, *BOUNDS)
+BOUNDS = ("bound", "bound_psycopg")  # a pgbench worker: bench/steady/bound.py
+# A Python worker on the bare SQL, run and measured as the queues are: bench/steady/bare.py.
+BOUND_PYTHON = "bound_python"
+SYSTEMS = ("pgqueue", *PEERS, *BOUNDS, BOUND_PYTHON)
 # The setting each system runs at unless --setting says otherwise: the one that did
 # best in the throughput suite's short runs. {n} is the --concurrency, {n1} one more.
 SETTINGS = {
@@ -52,6 +55,7 @@ SETTINGS = {
     "pgqueuer": "batch_size=100, no cap",
     "chancy": "AsyncExecutor, concurrency={n}, eager_polling",
     "oban": "limit={n}, pool 2-20",
+    BOUND_PYTHON: bare.SETTING,
 }
 
 
@@ -196,7 +200,7 @@ def run_bound(config: Config, dsn: str, name: str, statements: bool) -> dict[str
 
 def bench(config: Config) -> int:
     wanted = tuple(s for s in config.systems if s not in BOUNDS)
-    available = availability(wanted)
+    available = availability([s for s in wanted if s != BOUND_PYTHON]) | {BOUND_PYTHON: None}
     unavailable = {k: v for k, v in available.items() if v}
     systems: dict[str, Any] = {}
     with database(config.dsn) as server:
@@ -234,7 +238,7 @@ def _results(
     unavailable: dict[str, str],
     statements: str | None,
 ) -> dict[str, Any]:
-    ran = [s for s in systems if s not in BOUNDS]
+    ran = [s for s in systems if s not in (*BOUNDS, BOUND_PYTHON)]
     return {
         "versions": {s: importlib.metadata.version(DISTRIBUTIONS[s]) for s in ran},
         "config": {
@@ -244,8 +248,8 @@ def _results(
             "settle": config.settle,
             "concurrency": config.concurrency,
         },
-        "latency": "enqueue commit to handler start (bounds: the row's created_at to the "
-        "lease's started_at, from job_history)",
+        "latency": "enqueue commit to handler start (bound and bound_psycopg: the row's "
+        "created_at to the lease's started_at, from job_history)",
         "cpu": "utime + stime from /proc: producer processes, the worker process, and the "
         "server's backends connected to the bench's database (WAL writer, checkpointer and "
         "autovacuum not counted)",

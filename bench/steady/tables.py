@@ -23,10 +23,11 @@ COLUMNS = (
     ("WAL B/job", "wal_bytes_per_job", 0),
 )
 
-# The ratio columns, in order (results from before bound_psycopg lack its two).
+# The ratio columns, in order (results from before bound_psycopg or bound_python lack theirs).
 RATIOS = (
     "finished_vs_best_peer", "p99_vs_best_peer", "cpu_vs_best_peer", "finished_vs_bound",
     "p99_vs_bound", "cpu_vs_bound", "finished_vs_bound_psycopg", "p99_vs_bound_psycopg",
+    "finished_vs_bound_python", "p99_vs_bound_python", "cpu_vs_bound_python",
 )  # fmt: skip
 
 
@@ -68,7 +69,9 @@ def ratios(systems: dict[str, Any], peers: Sequence[str]) -> list[dict[str, Any]
             continue
         at = (mine["producers"], mine["rate"])
         others = [p for p in (_measured(systems, name, at) for name in peers) if p is not None]
-        limit, python = (_measured(systems, name, at) for name in ("bound", "bound_psycopg"))
+        limit, python, bare = (
+            _measured(systems, name, at) for name in ("bound", "bound_psycopg", "bound_python")
+        )
         rows.append(
             {
                 "producers": at[0],
@@ -81,6 +84,9 @@ def ratios(systems: dict[str, Any], peers: Sequence[str]) -> list[dict[str, Any]
                 "cpu_vs_bound": _vs(cpu_total, mine, limit),
                 "finished_vs_bound_psycopg": _vs(rate, mine, python),
                 "p99_vs_bound_psycopg": _vs(p99, mine, python),
+                "finished_vs_bound_python": _vs(rate, mine, bare),
+                "p99_vs_bound_python": _vs(p99, mine, bare),
+                "cpu_vs_bound_python": _vs(cpu_total, mine, bare),
             }
         )
     return rows
@@ -150,7 +156,8 @@ def markdown(results: dict[str, Any]) -> str:
                     if point["fell_behind"]:
                         cells[1] += f" (fell behind: {point['started']:,} of {point['jobs']:,})"
                 lines.append(f"| {rate:,.0f} | {name} | " + " | ".join(cells) + " |")
-    lines += ["", "### Ratios, this run", "", _ratio_header(), "|---:|---:|" + "---:|" * 8]
+    rule = "|---:|---:|" + "---:|" * len(RATIOS)
+    lines += ["", "### Ratios, this run", "", _ratio_header(), rule]
     for r in results["ratios"]:
         cells = [r.get(k) for k in RATIOS]
         shown = ["-" if v is None else f"{v:.2f}" for v in cells]
@@ -162,5 +169,6 @@ def _ratio_header() -> str:
     return (
         "| producers | offered/s | finished/s vs best peer | p99 vs best peer | CPU/job vs "
         "best peer | finished/s vs bound | p99 vs bound | CPU/job vs bound | finished/s vs "
-        "bound_psycopg | p99 vs bound_psycopg |"
+        "bound_psycopg | p99 vs bound_psycopg | finished/s vs bound_python | p99 vs "
+        "bound_python | CPU/job vs bound_python |"
     )

@@ -36,6 +36,7 @@ WARMUP_FIRST_SEQ = 1_000_000_000
 
 
 def system(name: str) -> System:
+    from bench.steady.bare import BarePython
     from bench.throughput import peers as throughput_peers
 
     found: dict[str, System] = {
@@ -44,6 +45,7 @@ def system(name: str) -> System:
         "pgqueuer": throughput_peers.PgQueuer(),
         "chancy": throughput_peers.Chancy(),
         "oban": throughput_peers.ObanPy(),
+        "bound_python": BarePython(),  # the steady suite's Python-worker bound
     }
     return found[name]
 
