@@ -45,7 +45,9 @@ from bench.throughput.suite import DISTRIBUTIONS, availability
 PEERS = ("procrastinate", "pgqueuer", "chancy", "oban")
 BOUNDS = ("bound", "bound_psycopg")  # a pgbench worker: bench/steady/bound.py
 # A Python worker on the bare SQL, run and measured as the queues are: bench/steady/bare.py.
+# bound_python_enqueue is the same worker fed by pgqueue's enqueue, run only when named.
 BOUND_PYTHON = "bound_python"
+PYTHON_BOUNDS = (BOUND_PYTHON, "bound_python_enqueue")
 SYSTEMS = ("pgqueue", *PEERS, *BOUNDS, BOUND_PYTHON)
 # The setting each system runs at unless --setting says otherwise: the one that did
 # best in the throughput suite's short runs. {n} is the --concurrency, {n1} one more.
@@ -56,6 +58,7 @@ SETTINGS = {
     "chancy": "AsyncExecutor, concurrency={n}, eager_polling",
     "oban": "limit={n}, pool 2-20",
     BOUND_PYTHON: bare.SETTING,
+    "bound_python_enqueue": bare.SETTING,
 }
 
 
@@ -89,7 +92,8 @@ def parse_args(argv: Sequence[str]) -> Config:
         short="the CI smoke run: 4 producers at 200 jobs/s, 1 s a point",
     )
     add = parser.add_argument
-    add("--systems", default=",".join(SYSTEMS), help=",".join(SYSTEMS))
+    add("--systems", default=",".join(SYSTEMS),
+        help=",".join(SYSTEMS) + "; also bound_python_enqueue")  # fmt: skip
     add("--producers", help="producer connections per point (default 1,16,64; short 4)")
     add("--rates", help="offered jobs/s, in total (default 200,500,1000,2000,4000; short 200)")
     add("--seconds", type=float, help="seconds of producing per point (default 10; short 1)")
@@ -118,7 +122,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     return Config(
         dsn=options.dsn(args.dsn),
         run=Run("steady", argv, args.out, args.short),
-        systems=options.choices(parser, "--systems", args.systems, SYSTEMS),
+        systems=options.choices(parser, "--systems", args.systems, (*SYSTEMS, *PYTHON_BOUNDS[1:])),
         producers=tuple(int(n) for n in _numbers(parser, "--producers", args.producers)),
         rates=tuple(sorted(_numbers(parser, "--rates", args.rates))),
         seconds=args.seconds,
@@ -200,7 +204,8 @@ def run_bound(config: Config, dsn: str, name: str, statements: bool) -> dict[str
 
 def bench(config: Config) -> int:
     wanted = tuple(s for s in config.systems if s not in BOUNDS)
-    available = availability([s for s in wanted if s != BOUND_PYTHON]) | {BOUND_PYTHON: None}
+    available = availability([s for s in wanted if s not in PYTHON_BOUNDS])
+    available |= {name: None for name in PYTHON_BOUNDS}
     unavailable = {k: v for k, v in available.items() if v}
     systems: dict[str, Any] = {}
     with database(config.dsn) as server:
@@ -238,7 +243,7 @@ def _results(
     unavailable: dict[str, str],
     statements: str | None,
 ) -> dict[str, Any]:
-    ran = [s for s in systems if s not in (*BOUNDS, BOUND_PYTHON)]
+    ran = [s for s in systems if s not in (*BOUNDS, *PYTHON_BOUNDS)]
     return {
         "versions": {s: importlib.metadata.version(DISTRIBUTIONS[s]) for s in ran},
         "config": {

@@ -36,7 +36,7 @@ WARMUP_FIRST_SEQ = 1_000_000_000
 
 
 def system(name: str) -> System:
-    from bench.steady.bare import BarePython
+    from bench.steady.bare import BarePython, BarePythonPgQueueEnqueue
     from bench.throughput import peers as throughput_peers
 
     found: dict[str, System] = {
@@ -45,7 +45,8 @@ def system(name: str) -> System:
         "pgqueuer": throughput_peers.PgQueuer(),
         "chancy": throughput_peers.Chancy(),
         "oban": throughput_peers.ObanPy(),
-        "bound_python": BarePython(),  # the steady suite's Python-worker bound
+        "bound_python": BarePython(),  # the steady suite's Python-worker bounds
+        "bound_python_enqueue": BarePythonPgQueueEnqueue(),
     }
     return found[name]
 

@@ -66,3 +66,22 @@ def test_a_pgqueue_setting_run_only_when_named_is_accepted_and_others_are_refuse
     wrong = suite.parse_args(["--setting", "pgqueue=claim_cooldown=5"])
     with pytest.raises(RuntimeError, match="claim_cooldown=0"):
         suite.setting_of(wrong, "pgqueue")
+
+
+def test_the_bare_worker_fed_by_pgqueues_enqueue_runs_only_when_named(
+    dsn: str, tmp_path: Path
+) -> None:
+    from bench.steady import suite
+
+    assert "bound_python_enqueue" not in suite.parse_args([]).systems
+    out = tmp_path / "steady"
+    result = run_python(
+        "-m", "bench", "steady", "--short", "--dsn", dsn, "--out", str(out),
+        "--systems", "bound_python_enqueue", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    [point] = report["systems"]["bound_python_enqueue"]["points"]
+    # Its producers are pgqueue's: every job they enqueued was started by the bare worker.
+    assert point["started"] == point["jobs"] > 0 and not point["fell_behind"]
+    assert 0 < point["p50_ms"] <= point["p99_ms"]
