@@ -28,7 +28,7 @@ import psycopg
 
 from bench.steady.bound import BareProducer
 from bench.throughput import raw
-from bench.throughput.systems import RECORDER, SCHEMA, PgQueue, Producer, _pgqueue_app
+from bench.throughput.systems import RECORDER, SCHEMA, PgQueue, Producer
 
 BATCH = 100  # as pgqueue's default batch and concurrency
 POLL_SECONDS = 0.001  # worker.sql's sleep when the lease finds nothing
@@ -118,20 +118,6 @@ class BarePython:
             await asyncio.gather(lease(first), finisher(second))
 
 
-class PgQueueProducer:
-    """pgqueue's own enqueue, one job per transaction, as the pgqueue system's producers send."""
-
-    def __init__(self, dsn: str) -> None:
-        self.conn = psycopg.connect(dsn, autocommit=True)
-        self.queue, self.noop = _pgqueue_app(None)
-
-    def enqueue(self, seq: int) -> None:
-        self.queue.enqueue(self.noop.job(seq), conn=self.conn)
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 class BarePythonPgQueueEnqueue(BarePython):
     """`bound_python_enqueue`: the bare worker fed by pgqueue's producers. Set beside pgqueue
     and bound_python at a point, it parts what pgqueue's enqueue costs the point from what its
@@ -140,4 +126,4 @@ class BarePythonPgQueueEnqueue(BarePython):
     name = "bound_python_enqueue"
 
     def producer(self, dsn: str) -> Producer:
-        return PgQueueProducer(dsn)
+        return PgQueue().producer(dsn)
