@@ -100,22 +100,11 @@ class BarePython:
                 ran.put_nowait([row[0] for row in rows])
             ran.put_nowait(None)
 
-        async def finisher(conn: psycopg.AsyncConnection[Any]) -> None:
-            last = False
-            while not last and (ids := await ran.get()) is not None:
-                while not ran.empty():  # everything run since the last finish
-                    more = ran.get_nowait()
-                    if more is None:
-                        last = True
-                        break
-                    ids += more
-                await conn.execute(raw.FINISH, {"ids": ids, "worker": worker})
-
         async with (
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as first,
             await psycopg.AsyncConnection.connect(dsn, autocommit=True) as second,
         ):
-            await asyncio.gather(lease(first), finisher(second))
+            await asyncio.gather(lease(first), raw.finish_apart(second, ran, worker))
 
 
 class BarePythonPgQueueEnqueue(BarePython):

@@ -47,7 +47,8 @@ BOUNDS = ("bound", "bound_psycopg")  # a pgbench worker: bench/steady/bound.py
 # A Python worker on the bare SQL, run and measured as the queues are: bench/steady/bare.py.
 # bound_python_enqueue is the same worker fed by pgqueue's enqueue, run only when named.
 BOUND_PYTHON = "bound_python"
-PYTHON_BOUNDS = (BOUND_PYTHON, "bound_python_enqueue")
+NAMED_ONLY = ("bound_python_enqueue",)
+PYTHON_BOUNDS = (BOUND_PYTHON, *NAMED_ONLY)
 SYSTEMS = ("pgqueue", *PEERS, *BOUNDS, BOUND_PYTHON)
 # The setting each system runs at unless --setting says otherwise: the one that did
 # best in the throughput suite's short runs. {n} is the --concurrency, {n1} one more.
@@ -93,7 +94,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     )
     add = parser.add_argument
     add("--systems", default=",".join(SYSTEMS),
-        help=",".join(SYSTEMS) + "; also bound_python_enqueue")  # fmt: skip
+        help=",".join(SYSTEMS) + "; also " + ",".join(NAMED_ONLY))  # fmt: skip
     add("--producers", help="producer connections per point (default 1,16,64; short 4)")
     add("--rates", help="offered jobs/s, in total (default 200,500,1000,2000,4000; short 200)")
     add("--seconds", type=float, help="seconds of producing per point (default 10; short 1)")
@@ -122,7 +123,7 @@ def parse_args(argv: Sequence[str]) -> Config:
     return Config(
         dsn=options.dsn(args.dsn),
         run=Run("steady", argv, args.out, args.short),
-        systems=options.choices(parser, "--systems", args.systems, (*SYSTEMS, *PYTHON_BOUNDS[1:])),
+        systems=options.choices(parser, "--systems", args.systems, (*SYSTEMS, *NAMED_ONLY)),
         producers=tuple(int(n) for n in _numbers(parser, "--producers", args.producers)),
         rates=tuple(sorted(_numbers(parser, "--rates", args.rates))),
         seconds=args.seconds,

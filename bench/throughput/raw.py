@@ -153,6 +153,26 @@ async def _noop(seq: int) -> None:
     return None
 
 
+async def finish_apart(
+    conn: psycopg.AsyncConnection[Any], ran: asyncio.Queue[list[int] | None], worker: int
+) -> int:
+    """Finish the ids `ran` hands over, everything run since the last finish in one
+    statement, until it hands None; how many were finished. The `apart` shape's finisher, and
+    the steady suite's bare worker's (bench/steady/bare.py)."""
+    finished = 0
+    last = False
+    while not last and (ids := await ran.get()) is not None:
+        while not ran.empty():
+            more = ran.get_nowait()
+            if more is None:
+                last = True
+                break
+            ids += more
+        await conn.execute(FINISH, {"ids": ids, "worker": worker})
+        finished += len(ids)
+    return finished
+
+
 async def _lifecycle(dsn: str, batch: int, shape: str) -> tuple[int, float]:
     """Jobs finished, and the seconds from the first lease (connections open) to the last
     finish."""
@@ -182,17 +202,6 @@ async def _lifecycle(dsn: str, batch: int, shape: str) -> tuple[int, float]:
         if apart:
             ran.put_nowait(None)  # the finisher's last batch follows
 
-    async def finisher(conn: psycopg.AsyncConnection[Any]) -> None:
-        last = False
-        while not last and (ids := await ran.get()) is not None:
-            while not ran.empty():  # everything run since the last finish, in one statement
-                more = ran.get_nowait()
-                if more is None:
-                    last = True
-                    break
-                ids += more
-            await finish(conn, ids)
-
     async with (
         await psycopg.AsyncConnection.connect(dsn, autocommit=True) as first,
         await psycopg.AsyncConnection.connect(dsn, autocommit=True) as second,
@@ -203,7 +212,9 @@ async def _lifecycle(dsn: str, batch: int, shape: str) -> tuple[int, float]:
         elif shape == "two":
             await asyncio.gather(lease(first, apart=False), lease(second, apart=False))
         else:
-            await asyncio.gather(lease(first, apart=True), finisher(second))
+            _, finished = await asyncio.gather(
+                lease(first, apart=True), finish_apart(second, ran, worker)
+            )
         seconds = time.perf_counter() - started
     return finished, seconds
 
