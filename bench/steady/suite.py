@@ -4,7 +4,7 @@ per transaction at rising offered rates, for pgqueue, its peers and the bare-SQL
     python -m bench steady [--dsn DSN] [--systems pgqueue,...,bound,bound_psycopg,bound_python]
                            [--producers 1,16,64] [--rates 200,500,1000,2000,4000]
                            [--seconds 10] [--settle 5] [--concurrency 100]
-                           [--setting SYSTEM=NAME ...] [--out DIR] [--short]
+                           [--setting SYSTEM=NAME ...] [--rounds 3] [--out DIR] [--short]
 
 Each system runs one worker process at one setting (the throughput suite's names, bench/
 throughput/peers.py; `--setting` picks another) and is offered each rate, lowest first, by
@@ -17,7 +17,10 @@ Once a point falls behind, the higher rates for that producer count are skipped.
 pgbench (`bound`) or the suite's own Python producers sending the bare INSERT from psycopg
 (`bound_psycopg`), the worker a pgbench client; `bound_python` (bench/steady/bare.py) sends
 the same SQL from a bare asyncio worker and is run and measured as the queues are. Ratios
-(pgqueue / best peer, pgqueue / each bound) are computed from this run's figures.
+(pgqueue / best peer, pgqueue / each bound) are computed from this run's figures. With
+several rounds (three in a full run), every system runs once a round, in a rotated order, and
+each figure is the point's median of the rounds, every round's p99 shown beside it
+(bench/steady/rounds.py).
 
 Writes results.json and results.md to its results folder (bench/report.py) and prints the
 table.
@@ -36,7 +39,7 @@ from typing import Any
 from bench import options
 from bench.report import Run, guarded
 from bench.server import Server, database, scratch_database
-from bench.steady import bare, bound, cpu, tables
+from bench.steady import bare, bound, cpu, rounds, tables
 from bench.steady.point import Point, Worker, run_point
 from bench.throughput import raw
 from bench.throughput import workloads as work
@@ -74,6 +77,7 @@ class Config:
     settle: float
     concurrency: int
     settings: dict[str, str]
+    rounds: int = 1
 
 
 def _numbers(parser: argparse.ArgumentParser, flag: str, text: str) -> tuple[float, ...]:
@@ -103,17 +107,20 @@ def parse_args(argv: Sequence[str]) -> Config:
     add("--concurrency", type=int, default=100, help="jobs at once, for capped settings (100)")
     add("--setting", action="append", default=[], metavar="SYSTEM=NAME",
         help="run SYSTEM at the setting NAME (as the throughput suite names them)")  # fmt: skip
+    add("--rounds", type=int, help="runs of every system; figures are each point's median "
+        "(default 3; short 1)")  # fmt: skip
     args = parser.parse_args(argv)
     options.sized(
         args,
-        {"producers": "4", "rates": "200", "seconds": 1.0, "settle": 3.0},
+        {"producers": "4", "rates": "200", "seconds": 1.0, "settle": 3.0, "rounds": 1},
         {"producers": "1,16,64", "rates": "200,500,1000,2000,4000", "seconds": 10.0,
-         "settle": 5.0},
+         "settle": 5.0, "rounds": 3},
     )  # fmt: skip
     options.positive(
         parser,
-        {"--seconds": args.seconds, "--settle": args.settle, "--concurrency": args.concurrency},
-    )
+        {"--seconds": args.seconds, "--settle": args.settle, "--concurrency": args.concurrency,
+         "--rounds": args.rounds},
+    )  # fmt: skip
     chosen: dict[str, str] = {}
     for given in args.setting:
         system, _, name = given.partition("=")
@@ -130,6 +137,7 @@ def parse_args(argv: Sequence[str]) -> Config:
         settle=args.settle,
         concurrency=args.concurrency,
         settings=chosen,
+        rounds=args.rounds,
     )
 
 
@@ -216,9 +224,7 @@ def bench(config: Config) -> int:
             for name in ("pgqueue", *[s for s in wanted if s != "pgqueue"]):
                 if available.get(name) is None:
                     work.system(name).install(dsn)
-            for name in wanted:
-                if available[name] is None:
-                    systems[name] = run_system(config, dsn, name, statements is None)
+            runnable = [name for name in wanted if available[name] is None]
             for name in BOUNDS:
                 if name not in config.systems:
                     continue
@@ -227,7 +233,15 @@ def bench(config: Config) -> int:
                 except RuntimeError as exc:
                     unavailable[name] = str(exc)
                     continue
-                systems[name] = run_bound(config, dsn, name, statements is None)
+                runnable.append(name)
+            ran: dict[str, list[dict[str, Any]]] = {name: [] for name in runnable}
+            for index in range(config.rounds):
+                if config.rounds > 1:
+                    print(f"bench: steady round {index + 1} of {config.rounds}", file=sys.stderr)
+                for name in rounds.order(runnable, index):
+                    run = run_bound if name in BOUNDS else run_system
+                    ran[name].append(run(config, dsn, name, statements is None))
+            systems = {name: rounds.combine(ran[name]) for name in runnable}
         results = _results(config, server, systems, unavailable, statements)
     config.run.write(out, "results.json", server, results)
     table = tables.markdown(config.run.header(server) | results)
@@ -253,6 +267,7 @@ def _results(
             "seconds": config.seconds,
             "settle": config.settle,
             "concurrency": config.concurrency,
+            "rounds": config.rounds,
         },
         "latency": "enqueue commit to handler start (bound and bound_psycopg: the row's "
         "created_at to the lease's started_at, from job_history)",

@@ -114,7 +114,17 @@ def _cell(point: dict[str, Any] | None, key: str, digits: int) -> str:
     value = point.get(key)
     if value is None:
         return "n/a"
+    if isinstance(value, list):  # one figure a round
+        return " / ".join("n/a" if v is None else f"{v:,.{digits}f}" for v in value)
     return f"{value:,.{digits}f}"
+
+
+def _columns(rounds: int) -> tuple[tuple[str, str, int], ...]:
+    """The table's columns: with several rounds, each round's p99 follows their median."""
+    if rounds <= 1:
+        return COLUMNS
+    at = [key for _, key, _ in COLUMNS].index("p99_ms") + 1
+    return (*COLUMNS[:at], ("p99 ms, each round", "rounds_p99_ms", 1), *COLUMNS[at:])
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -131,6 +141,15 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['cpu']}. Writes: {results.get('writes', 'not measured')}. "
         f"pg_stat_statements: {results['pg_stat_statements']}.",
         "",
+    ]
+    rounds = c.get("rounds", 1)
+    if rounds > 1:
+        lines += [
+            f"{rounds} rounds, every system once a round in a rotated order; each figure is "
+            "the point's median of the rounds, and the ratios are of those medians.",
+            "",
+        ]
+    lines += [
         "Settings: "
         + "; ".join(f"{name}: {found['setting']}" for name, found in systems.items())
         + ". Versions: "
@@ -142,17 +161,18 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"- {name}: {why}")
     for producers in c["producers"]:
         lines += ["", f"### {producers} producer connection(s)", ""]
-        lines.append("| offered/s | system | " + " | ".join(h for h, _, _ in COLUMNS) + " |")
-        lines.append("|---:|---|" + "---:|" * len(COLUMNS))
+        columns = _columns(rounds)
+        lines.append("| offered/s | system | " + " | ".join(h for h, _, _ in columns) + " |")
+        lines.append("|---:|---|" + "---:|" * len(columns))
         for rate in c["rates"]:
             for name, found in systems.items():
                 point = _point(found, producers, rate)
                 if point is None:
                     continue
                 if "skipped" in point:
-                    cells = [point["skipped"]] + ["-"] * (len(COLUMNS) - 1)
+                    cells = [point["skipped"]] + ["-"] * (len(columns) - 1)
                 else:
-                    cells = [_cell(point, key, digits) for _, key, digits in COLUMNS]
+                    cells = [_cell(point, key, digits) for _, key, digits in columns]
                     if point["fell_behind"]:
                         cells[1] += f" (fell behind: {point['started']:,} of {point['jobs']:,})"
                 lines.append(f"| {rate:,.0f} | {name} | " + " | ".join(cells) + " |")

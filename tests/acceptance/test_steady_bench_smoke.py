@@ -85,3 +85,38 @@ def test_the_bare_worker_fed_by_pgqueues_enqueue_runs_only_when_named(
     # Its producers are pgqueue's: every job they enqueued was started by the bare worker.
     assert point["started"] == point["jobs"] > 0 and not point["fell_behind"]
     assert 0 < point["p50_ms"] <= point["p99_ms"]
+
+
+def test_rounds_run_every_system_again_and_report_each_points_median(
+    dsn: str, tmp_path: Path
+) -> None:
+    import statistics
+
+    out = tmp_path / "steady"
+    result = run_python(
+        "-m", "bench", "steady", "--short", "--dsn", dsn, "--out", str(out),
+        "--systems", "pgqueue,bound_python", "--rounds", "3", timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert result.stderr.count("bench: steady round ") == 3
+    report = json.loads((out / "results.json").read_text())
+    assert report["config"]["rounds"] == 3
+    for name in ("pgqueue", "bound_python"):
+        found = report["systems"][name]
+        [point] = found["points"]
+        each = [r[0] for r in found["rounds"]]
+        assert len(each) == 3 and all(p["started"] > 0 for p in each), name
+        # The reported figures are the medians of the rounds' own, each round's p99 kept.
+        assert point["rounds_measured"] == 3
+        assert point["rounds_p99_ms"] == [p["p99_ms"] for p in each]
+        for key in ("p50_ms", "p99_ms", "finished_per_s", "cpu_s_per_1000_worker"):
+            assert point[key] == statistics.median(p[key] for p in each), (name, key)
+        worker_cpu = statistics.median(p["cpu_s"]["worker"] for p in each)
+        assert point["cpu_s"]["worker"] == worker_cpu
+        assert point["fell_behind"] is False
+    [ratios] = report["ratios"]
+    mine, bare = (report["systems"][n]["points"][0] for n in ("pgqueue", "bound_python"))
+    assert ratios["p99_vs_bound_python"] == mine["p99_ms"] / bare["p99_ms"]
+    table = (out / "results.md").read_text()
+    assert "3 rounds, every system once a round in a rotated order" in table
+    assert "p99 ms, each round" in table
