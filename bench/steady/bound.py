@@ -9,7 +9,9 @@ row per transaction) from as many connections, at the total rate, in one of two 
   what the server can take with producers that cost next to nothing;
 - `bound_psycopg`: the suite's own producer processes (bench/steady/point.py), paced as every
   system's are, each connection sending the bare INSERT from psycopg: what the same point
-  leaves for a worker once Python producers have taken their share of the machine.
+  leaves for a worker once Python producers have taken their share of the machine. They are
+  warmed as every system's are; pgbench's connections are its own and start cold, which
+  costs its bare INSERT little (no function, trigger or RETURNING to set up).
 
 Latency is the row's created_at (the enqueue's transaction) to its started_at (the lease's),
 read back from job_history. CPU: the producer processes (pgbench's rusage once it has
@@ -78,6 +80,11 @@ def run_point(
     env = os.environ | {"PGOPTIONS": f"-c search_path={SCHEMA}"}
     # Connected before the worker's clock starts: spawning them takes a second or more.
     python = None if ctx is None else Producers(ctx, bare_producer, dsn, point)
+    if python is not None:
+        # Their warm-up jobs: no worker has run yet, so none is in history. A DELETE, not a
+        # TRUNCATE, leaves the producers' prepared statements planned.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {SCHEMA}.jobs")
     try:
         sampler = cpu.BackendSampler(dsn).start()
         ms_before = cpu.statements_ms(dsn) if statements else None
