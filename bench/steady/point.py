@@ -36,11 +36,11 @@ FINISH_SECONDS = 0.5  # after the last start, before the write counters are read
 # Enqueues each producer connection makes before the point's clock starts, as an
 # application's pooled connections have long since made theirs. A new server backend plans
 # its first statements, compiles the functions and triggers they call and fills its catalog
-# caches, and psycopg prepares a statement on its fifth execution: paid by all sixteen
-# connections in the same tens of milliseconds, this put a cold start of a few hundred jobs
-# of 10 to 40 ms into every point's p99, which an application with a pool pays once per
-# connection, not once every ten seconds. Their jobs are numbered apart from the measured
-# ones and run (or, for the bounds, are removed) before the clock starts.
+# caches, and psycopg prepares a statement only after a few executions: paid by every
+# connection at once, that start put a burst of slow jobs into every point's p99, which an
+# application with a pool pays once per connection, not once per point. Their jobs are
+# numbered apart from the measured ones and run (or, for the bounds, are removed) before
+# the clock starts.
 WARMUP_ENQUEUES = 10
 WARMUP_FIRST_SEQ = 1_500_000_000
 
