@@ -868,12 +868,17 @@ RETURNING j.id;
 -- After the claim connection broke, puts back running jobs this worker holds but never
 -- received (the claim committed, its reply was lost). Claims only run on that connection, one
 -- at a time, so every job of ours not in `known` is such an orphan; its attempt is returned.
--- Wakes the workers with the lowest (priority, id) put back per queue.
+-- Wakes the workers with the lowest (priority, id) put back per queue. Like a batch of
+-- outcomes, it locks those jobs' rows and then their slots in key order before any job moves.
 WITH released AS (
     UPDATE {schema}.jobs
     SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
     WHERE worker_id = %(worker_id)s AND status = 'running'
       AND NOT (id = ANY(%(known)s::bigint[]))
+      AND (SELECT {schema}.concurrency_lock_slots(ARRAY(
+               SELECT o.id FROM {schema}.jobs AS o
+               WHERE o.worker_id = %(worker_id)s AND o.status = 'running'
+                 AND NOT (o.id = ANY(%(known)s::bigint[]))))) IS NOT NULL
     RETURNING id, queue, priority
 ), woken AS (
     SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n
