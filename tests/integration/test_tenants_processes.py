@@ -104,9 +104,11 @@ def _peak(marks: list[tuple[int, int]]) -> int:
 def test_claims_and_finishes_of_the_same_keys_never_deadlock(dsn: str) -> None:
     """Four processes claim and finish jobs of 10 keys at a limit of 2, batches of 10. Claims
     take slot rows in key order; finishes once gave slots back in job-id order, and each
-    deadlock between the two cost deadlock_timeout (1 s) before the retry (migration 0007).
-    The run counts every deadlock its statements hit and the most jobs of a key it saw
-    running (bench/tenants/overadmit.py)."""
+    deadlock between the two cost deadlock_timeout (1 s) before the retry (migration 0007);
+    and a finish that held its slots could wait for a job row a claim had locked and skipped
+    (migration 0038, test_finish_slots.py builds that case on demand). The run counts every
+    deadlock its statements hit and the most jobs of a key it saw running
+    (bench/tenants/overadmit.py)."""
     args = argparse.Namespace(
         processes=4,
         keys=10,
