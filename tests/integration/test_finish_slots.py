@@ -3,9 +3,13 @@
 takes only jobs without keys (job_claim_unkeyed), which has no slot to lock, and where
 reading the batch's rows again to find no key was a visible part of the finish.
 
-Counted by PostgreSQL itself: a real worker process drains the queue with function
-statistics on for its sessions, and pg_stat_user_functions says whether the lock function
-ran. Keyed jobs are the control: their batches still lock.
+A batch also takes its jobs' rows before their slots (migration 0038), so a claim holding
+one of those rows never waits for a slot the batch holds; the orphan release locks the same
+way.
+
+The first test is counted by PostgreSQL itself: a real worker process drains the queue with
+function statistics on for its sessions, and pg_stat_user_functions says whether the lock
+function ran. Keyed jobs are the control: their batches still lock.
 """
 
 from __future__ import annotations
@@ -135,9 +139,9 @@ def test_a_finish_waiting_on_a_job_a_claim_holds_takes_no_slot_first(dsn: str, s
 
 
 def test_orphans_put_back_give_their_slots_back(dsn: str, schema: str) -> None:
-    """The orphan release (a claim's reply lost with its connection) locks its jobs' rows and
-    slots as a batch of outcomes does, then puts back every job of the worker it was not told
-    about, and each gives its slot back."""
+    """The orphan release (a claim's reply lost with its connection), which now locks its
+    jobs' rows and slots first as a batch of outcomes does, still puts back every job of the
+    worker it was not told about, and each gives its slot back."""
     queue = Queue(dsn, schema=schema)
     try:
         queue.enqueue_many(
