@@ -10,8 +10,11 @@ This is the only module that knows which wheel provides the server.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +76,7 @@ def start(data_dir: Path) -> EmbeddedServer:
     data_dir = Path(data_dir).resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _one_start_at_a_time():
             warnings.simplefilter("ignore")
             handle = get_server(data_dir, cleanup_mode="stop")
     except Exception as exc:
@@ -83,3 +86,21 @@ def start(data_dir: Path) -> EmbeddedServer:
     server = EmbeddedServer(handle, data_dir)
     log.debug("embedded PostgreSQL running in %s", data_dir)
     return server
+
+
+@contextlib.contextmanager
+def _one_start_at_a_time() -> Iterator[None]:
+    """Hold a machine-wide lock while a server starts. Run as root, the wheel creates a system
+    user for the server on first use; a second process's initdb started meanwhile failed to
+    look that user up (parallel test workers on a fresh machine)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no system user is created there
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "pgqueue-embedded-start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
