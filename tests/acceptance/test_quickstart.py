@@ -93,6 +93,13 @@ def test_the_image_the_compose_file_builds_copies_what_exists() -> None:
     assert (Path(QUICKSTART) / "shop.py").exists()
 
 
+def test_the_slim_image_gets_a_libpq_for_psycopg() -> None:
+    """python:*-slim has no libpq, and plain psycopg cannot import without one."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    install = next(line for line in dockerfile.splitlines() if line.startswith("RUN pip install"))
+    assert "psycopg[binary]" in install or "libpq" in dockerfile, install
+
+
 def test_the_image_copies_every_file_the_build_reads_before_it_installs() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     before_install = dockerfile.split("RUN pip install")[0]
