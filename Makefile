@@ -4,7 +4,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-django lint check clean
+.PHONY: demo test pytest test-django lint check clean
+
+# Tests run side by side (pytest-xdist): most wait on the server and on worker processes, so
+# more test processes than cores pays. PYTEST_WORKERS=0 runs them in this process, one by one.
+PYTEST_WORKERS ?= 4
+PYTEST_ARGS ?=
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +61,7 @@ DJANGO_TESTS := tests/integration/test_django.py tests/integration/test_django_t
 DJANGO_SDIST_CACHE ?= .pgqueue/django-sdist
 
 test-django: $(DJANGO_VENV)/.installed
-	$(DJANGO_VENV)/bin/pytest -q $(DJANGO_TESTS)
+	$(DJANGO_VENV)/bin/pytest -q -n $(PYTEST_WORKERS) $(DJANGO_TESTS)
 	DJANGO_SDIST_CACHE=$(DJANGO_SDIST_CACHE) $(DJANGO_VENV)/bin/python -m tests.django_suite -q
 
 # From Python 3.12 a job's task starts eagerly (its first step runs as it is started), so
@@ -73,7 +78,7 @@ WORKER_TESTS := tests/unit tests/integration/test_worker.py tests/integration/te
 
 .PHONY: test-worker-312
 test-worker-312: $(DJANGO_VENV)/.installed
-	$(DJANGO_VENV)/bin/pytest -q $(WORKER_TESTS)
+	$(DJANGO_VENV)/bin/pytest -q -n $(PYTEST_WORKERS) $(WORKER_TESTS)
 
 demo: $(VENV)/.installed
 	$(BIN)/pgqueue demo
@@ -83,8 +88,10 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff format --check pgqueue tests bench examples
 	$(BIN)/mypy
 
-test: lint
-	$(BIN)/pytest -q
+test: lint pytest
+
+pytest: $(VENV)/.installed
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 check: test
 

@@ -51,6 +51,12 @@ def dsn() -> Iterator[str]:
     under pytest's temporary root: pytest keeps only the last three sessions' folders there,
     so a second pytest run started meanwhile deleted a running server's data."""
     given = os.environ.get("PGQUEUE_TEST_DSN")
+    if given and os.environ.get("PYTEST_XDIST_WORKER"):
+        # Parallel workers on one server each get a database: a test's held snapshot or
+        # terminated session then reaches only its own worker's tests, as on a server alone.
+        with database_of_its_own(given) as made:
+            yield made
+        return
     if given:
         yield given
         return

@@ -13,7 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+
+# Run on each server CI tests against: exactly-once with killed workers, on each server.
+pytestmark = pytest.mark.each_server
 
 SCENARIOS = ("kill9", "terminate", "rollback")
 MODES = ("lease", "atomic")

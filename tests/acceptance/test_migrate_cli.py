@@ -17,6 +17,9 @@ from psycopg import sql
 
 from tests.conftest import ROOT, drop_schema
 
+# Run on each server CI tests against: every migration runs on each server.
+pytestmark = pytest.mark.each_server
+
 TABLES = {"jobs", "job_history", "workers", "migrations"}
 MIGRATION_FILES = sorted((ROOT / "sql" / "migrations").glob("*.sql"))
 

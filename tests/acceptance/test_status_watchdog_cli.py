@@ -22,6 +22,9 @@ from pgqueue.queries import query
 from tests.acceptance.test_cli import UNREACHABLE_DSN, assert_usage_error, run_pgqueue
 from tests.conftest import claim_params, session, wait_until
 
+# Run on each server CI tests against: the watchdog reads the server's statistics views.
+pytestmark = pytest.mark.each_server
+
 
 def idle_app() -> str:
     return f"pgq-test-idle-{uuid.uuid4().hex}"

@@ -20,6 +20,9 @@ from pgqueue.worker.rescuer import Rescuer
 from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until
 
+# Run on each server CI tests against: exactly-once rests on the server's transactions.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def effects(dsn: str) -> Iterator[str]:

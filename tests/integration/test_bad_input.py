@@ -14,6 +14,9 @@ from psycopg import sql
 from pgqueue import InvalidArgumentsError, Queue, UnknownTaskError
 from pgqueue.testing import drain, enqueued_jobs
 
+# Run on each server CI tests against: what the server refuses, and how it says so.
+pytestmark = pytest.mark.each_server
+
 
 class BrokenStr(Exception):
     def __str__(self) -> str:

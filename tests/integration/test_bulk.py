@@ -16,6 +16,9 @@ from pgqueue.models import JobOptions, NewJob
 from pgqueue.testing import drain
 from tests.conftest import count, listen_for_wakes
 
+# Run on each server CI tests against: bulk enqueue takes the server's COPY.
+pytestmark = pytest.mark.each_server
+
 # Characters COPY's text format escapes, its NULL marker as a string, quotes and non-ASCII.
 AWKWARD = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "\\N", 'quote"d', "é ü 漢 🎉", ""]
 

@@ -18,6 +18,9 @@ from bench.plans import custom_plan, generic_plan, plan_nodes
 from pgqueue.queries import query
 from tests.conftest import CEILING, FLOOR, claim_params
 
+# Run on each server CI tests against: the claim's plan is the server's planner's.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def filled(dsn: str, schema: str) -> str:

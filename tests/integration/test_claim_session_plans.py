@@ -21,6 +21,9 @@ from psycopg import sql
 from bench.plans import custom_plan, generic_plan, plan_nodes
 from pgqueue.queries import query
 
+# Run on each server CI tests against: the claim's plan is the server's planner's.
+pytestmark = pytest.mark.each_server
+
 # The statements the claim connection prepares that read jobs (Claimer, FetchLoop, Rescuer).
 STATEMENTS = [
     "job_claim",

@@ -18,6 +18,9 @@ from pgqueue.queries import query
 from pgqueue.testing import drain
 from tests.conftest import ROOT, count, listen_for_wakes, worker_process
 
+# Run on each server CI tests against: dedupe rests on the server's unique indexes.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def noop(queue: Queue) -> Any:

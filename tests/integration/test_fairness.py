@@ -20,6 +20,9 @@ from pgqueue import ConfigurationError, InvalidArgumentsError, Queue
 from pgqueue.queries import query
 from pgqueue.testing import drain
 
+# Run on each server CI tests against: fair claims are the server's plans and locks.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def db(dsn: str) -> Any:

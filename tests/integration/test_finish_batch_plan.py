@@ -20,6 +20,9 @@ from pgqueue.queries import query
 from pgqueue.store.jobs import finish_rows_params
 from tests.conftest import function_calls, wait_until
 
+# Run on each server CI tests against: the finish's plan is the server's planner's.
+pytestmark = pytest.mark.each_server
+
 JOINS = {"Nested Loop", "Hash Join", "Merge Join"}
 
 

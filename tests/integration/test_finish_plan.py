@@ -24,6 +24,9 @@ from bench.plans import custom_plan, generic_plan, plan_nodes, succeeded
 from pgqueue.queries import query
 from tests.conftest import claim_params
 
+# Run on each server CI tests against: the finish's plan is the server's planner's.
+pytestmark = pytest.mark.each_server
+
 RUNNING = 5000
 QUEUED = 45000  # a table of some size: on a handful of pages a sequential scan is cheapest
 

@@ -29,6 +29,9 @@ from pgqueue.queries import query
 from tests.apps import tasks as apps
 from tests.conftest import claim_params, count, function_calls, wait_until, worker_process
 
+# Run on each server CI tests against: row and slot locks as the server takes them.
+pytestmark = pytest.mark.each_server
+
 JOBS = 60
 
 

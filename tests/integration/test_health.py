@@ -32,6 +32,9 @@ from pgqueue.store.health import queue_activity
 from pgqueue.testing import enqueued_jobs
 from tests.conftest import claim_params, session, wait_until
 
+# Run on each server CI tests against: health reads the server's statistics views.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def observer(dsn: str) -> Iterator[psycopg.Connection[Any]]:

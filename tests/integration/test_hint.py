@@ -36,6 +36,9 @@ from pgqueue.queries import query
 from pgqueue.testing import drain
 from tests.conftest import listen_for_wakes, wait_until, worker_in_thread
 
+# Run on each server CI tests against: what the hinted claim sees is the server's visibility.
+pytestmark = pytest.mark.each_server
+
 BACKLOG = 400
 NO_RESET = 3600.0  # the periodic reset never fires within a test
 

@@ -22,6 +22,9 @@ from pgqueue.migrate import apply, grant_role
 from pgqueue.queries import migrations, query
 from pgqueue.testing import drain
 
+# Run on each server CI tests against: partitions are the server's DDL.
+pytestmark = pytest.mark.each_server
+
 
 def _today() -> datetime:
     return datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)

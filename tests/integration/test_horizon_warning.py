@@ -15,6 +15,9 @@ from pgqueue import Queue, Worker
 from pgqueue.migrate import apply
 from tests.conftest import wait_until
 
+# Run on each server CI tests against: the horizon is read from the server's statistics views.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def own_queue(own_database: str) -> Iterator[Queue]:

@@ -36,6 +36,9 @@ from tests.integration.test_rate_limits import (
     handler_starts_of_a_limited_backlog,
 )
 
+# Run on each server CI tests against: rates are counted by the server's clock.
+pytestmark = pytest.mark.each_server
+
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # A limit counts the starts of its period and this margin back, and puts jobs back for a
 # start's time plus both: the reach of its window.

@@ -23,6 +23,9 @@ from tests.apps import tasks as apps
 from tests.integration.test_job_rate_limits import T0, M, _claim
 from tests.integration.test_tenants import claim, finish, slots, statuses
 
+# Run on each server CI tests against: limit keys are the server's row locks.
+pytestmark = pytest.mark.each_server
+
 
 @pytest.fixture
 def app(queue: Queue) -> Any:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from pgqueue import Queue, Worker
@@ -19,6 +20,9 @@ from pgqueue.store.periodic import PeriodicStore
 from pgqueue.worker.scheduler import Scheduler
 from tests.apps.tasks import read_runs
 from tests.conftest import ROOT, count, wait_until, worker_in_thread
+
+# Run on each server CI tests against: one tick at a time through the server's locks.
+pytestmark = pytest.mark.each_server
 
 UTC = timezone.utc
 T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)  # a whole hour, so every 5-minute tick

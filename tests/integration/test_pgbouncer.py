@@ -27,6 +27,9 @@ from tests.conftest import (
     worker_process,
 )
 
+# Run on each server CI tests against: PgBouncer in front of each server.
+pytestmark = pytest.mark.each_server
+
 POOL_SIZE = 20  # server connections PgBouncer keeps per database and user
 
 

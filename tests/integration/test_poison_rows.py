@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from pgqueue import JobStatus, Queue
 from pgqueue.values import LATEST
 from tests.apps import tasks as apps
 from tests.conftest import ROOT, settings_worker_process, wait_until
+
+# Run on each server CI tests against: rows the server accepts and Python cannot read.
+pytestmark = pytest.mark.each_server
 
 HUGE_INT = "9" * 5000  # valid JSON and jsonb; Python's int() refuses over 4,300 digits
 

@@ -29,6 +29,9 @@ from tests.conftest import (
     worker_process,
 )
 
+# Run on each server CI tests against: pauses are read in the claim's statement.
+pytestmark = pytest.mark.each_server
+
 JOBS = 200
 
 

@@ -27,6 +27,9 @@ from tests.conftest import (
     worker_process,
 )
 
+# Run on each server CI tests against: rates are counted by the server's clock.
+pytestmark = pytest.mark.each_server
+
 
 def test_set_list_and_remove_a_rate_limit(queue: Queue) -> None:
     queue.set_rate_limit("sms", 10, per=1)

@@ -13,6 +13,9 @@ from pgqueue import ConfigurationError, JobStatus, Queue, RetryPolicy
 from pgqueue.queries import query
 from pgqueue.testing import drain
 
+# Run on each server CI tests against: job records are read through the server's plans.
+pytestmark = pytest.mark.each_server
+
 
 def test_a_job_record_follows_the_job_from_queued_to_succeeded(queue: Queue) -> None:
     t = queue.task(name="t", queue="reports")(lambda n: {"rows": n})

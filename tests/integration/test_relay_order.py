@@ -35,6 +35,9 @@ import pytest
 from pgqueue import Message, Queue
 from tests.conftest import ROOT, count, env_without_dsn, wait_until
 
+# Run on each server CI tests against: per-key order under the server's locks.
+pytestmark = pytest.mark.each_server
+
 REDIS_URL = os.environ.get("PGQUEUE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 RABBIT_URL = os.environ.get("PGQUEUE_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672/")
 NATS_URL = os.environ.get("PGQUEUE_TEST_NATS", "nats://127.0.0.1:4222")

@@ -26,6 +26,9 @@ from pgqueue.worker.rescuer import ORPHAN_PASSES, Rescuer
 from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
 
+# Run on each server CI tests against: rescue reads the server's sessions.
+pytestmark = pytest.mark.each_server
+
 FAST: dict[str, Any] = {"heartbeat_interval": 0.2, "lease_timeout": 1.0, "rescue_interval": 0.2}
 
 

@@ -16,6 +16,9 @@ from pgqueue.history.retention import Cutoff, Pruner, prune
 from pgqueue.runtime.link import Link
 from tests.conftest import count, wait_until, worker_in_thread
 
+# Run on each server CI tests against: retention detaches the server's partitions.
+pytestmark = pytest.mark.each_server
+
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 
 

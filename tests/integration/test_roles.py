@@ -20,6 +20,9 @@ from pgqueue.testing import drain
 from pgqueue.worker.rescuer import Rescuer
 from tests.conftest import count, wait_until
 
+# Run on each server CI tests against: grants are the server's.
+pytestmark = pytest.mark.each_server
+
 
 def _role_dsn(dsn: str, role: str) -> str:
     info = psycopg.conninfo.conninfo_to_dict(dsn)

@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from pgqueue import Queue, Worker
 from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
+
+# Run on each server CI tests against: rescue reads the server's sessions.
+pytestmark = pytest.mark.each_server
 
 # The rescue pass every 10 s, the lease a minute: within seconds only the session path rescues.
 SETTINGS: dict[str, Any] = {"heartbeat_interval": 1.0, "lease_timeout": 60.0}

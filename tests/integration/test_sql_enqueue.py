@@ -14,6 +14,9 @@ from pgqueue.testing import drain
 from tests.apps import tasks as apps
 from tests.conftest import count, listen_for_wakes
 
+# Run on each server CI tests against: enqueue from SQL runs the server's functions.
+pytestmark = pytest.mark.each_server
+
 
 def _enqueue(conn: psycopg.Connection[Any], schema: str, call: str, *params: object) -> int:
     row = conn.execute(

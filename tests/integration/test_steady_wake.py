@@ -35,6 +35,9 @@ from tests.conftest import (
     worker_in_thread,
 )
 
+# Run on each server CI tests against: wake-ups are the server's notifications.
+pytestmark = pytest.mark.each_server
+
 PRODUCERS = 8
 
 

@@ -21,6 +21,9 @@ from pgqueue.store.jobs import finish_rows_params
 from pgqueue.testing import drain
 from tests.conftest import claim_params, listen_for_wakes, wait_until
 
+# Run on each server CI tests against: tenant slots are the server's row locks.
+pytestmark = pytest.mark.each_server
+
 
 def claim(
     conn: psycopg.Connection[Any], schema: str, limit: int = 100, worker_id: int = 1

@@ -32,6 +32,9 @@ from pgqueue.queries import query
 from pgqueue.testing import adrain, drain
 from tests.conftest import wait_until, worker_in_thread
 
+# Run on each server CI tests against: waits LISTEN on the server.
+pytestmark = pytest.mark.each_server
+
 HOUR = 3600.0
 
 

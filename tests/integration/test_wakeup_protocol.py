@@ -6,11 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from pgqueue.queries import channel
 from pgqueue.wakeup import CancelRequest, Wake, parse
 from tests.conftest import listen_for_wakes
+
+# Run on each server CI tests against: wake-ups are the server's notifications.
+pytestmark = pytest.mark.each_server
 
 
 def test_what_wake_and_wake_cancel_send_parses_back(dsn: str, schema: str) -> None:
