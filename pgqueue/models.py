@@ -381,7 +381,8 @@ ALL_QUEUES = "*"  # as WorkerSettings.queues: every queue the worker's applicati
 
 class WorkerSettings(Settings):
     """How a worker claims, runs and stops. Durations accept seconds or timedeltas.
-    queues=("*",) serves every queue the application's tasks name, and "default"."""
+    queues=("*",) serves every queue the application's tasks name, and "default"
+    (Registry.queues: those of an integration's tasks too, such as django.tasks')."""
 
     queues: tuple[str, ...] = ("default",)
     concurrency: int = Field(default=10, ge=1, le=10_000)

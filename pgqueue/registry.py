@@ -13,8 +13,8 @@ import json
 import json.scanner
 import math
 import typing
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
 
@@ -495,15 +495,29 @@ def _enqueuer(task: Task[..., Any]) -> Callable[[NewJob], Any]:
     return task.enqueuer
 
 
+@dataclass(frozen=True)
+class Discovered:
+    """What a registry's fallback can run, found ahead of any job naming it."""
+
+    tasks: Mapping[str, str] = field(default_factory=dict)
+    """Task name: the queue its jobs go on unless their enqueue names another."""
+    queues: frozenset[str] = frozenset()
+    """Other queues the integration lets jobs go on, whether or not a task names them."""
+
+
 class Registry:
     """The tasks a process knows. A worker runs only these."""
 
     def __init__(self) -> None:
         self._tasks: dict[str, Task[..., Any]] = {}
+        self._found_by_fallback: set[str] = set()
         self.fallback: Callable[[str], Task[..., Any] | None] | None = None
         """Asked for a name no task is registered under: how an integration whose tasks are
         registered elsewhere (pgqueue.contrib.django's django.tasks backend) hands the worker
         the task, or None. What it returns is kept, so it is asked once per name."""
+        self.discover: Callable[[], Discovered] | None = None
+        """Says ahead of any job what `fallback` would find, so that `--queues all` serves
+        those tasks' queues and a worker warns of those it does not serve."""
 
     def add(self, task: Task[..., Any]) -> None:
         if task.name in self._tasks:
@@ -519,6 +533,7 @@ class Registry:
             found = self.fallback(name) if self.fallback is not None else None
             if found is not None:
                 self._tasks.setdefault(name, found)
+                self._found_by_fallback.add(name)
                 return self._tasks[name]
             known = ", ".join(sorted(self._tasks)) or "none"
             raise UnknownTaskError(
@@ -527,6 +542,28 @@ class Registry:
 
     def __iter__(self) -> Iterator[Task[..., Any]]:
         return iter(self._tasks.values())
+
+    def discovered(self) -> Discovered:
+        """What the fallback can run, as `discover` finds it now (nothing without one)."""
+        return self.discover() if self.discover is not None else Discovered()
+
+    def queues(self) -> list[str]:
+        """Every queue the application names, sorted: "default", its tasks' and the
+        fallback's. What a worker given `--queues all` serves."""
+        found = self.discovered()
+        named = (task.options.queue for task in self)
+        return sorted({"default", *named, *found.tasks.values(), *found.queues})
+
+    def queue_of_each_task(self) -> dict[str, str]:
+        """Task name: its jobs' queue, for the tasks registered with a handler and those
+        the fallback can run. A handler the fallback gave is left to `discover`: its
+        options hold no queue, since the integration names one at each enqueue."""
+        own = {
+            task.name: task.options.queue
+            for task in self
+            if task.fn is not None and task.name not in self._found_by_fallback
+        }
+        return own | dict(self.discovered().tasks)
 
     def __len__(self) -> int:
         return len(self._tasks)

@@ -2,8 +2,9 @@
 
 Sets the database up (`manage.py migrate`), signs up three users in transaction.atomic()
 blocks (one rolls back, one is in a savepoint that rolls back) with a django.tasks task
-enqueued for each, runs a worker process (`manage.py pgqueue_worker --burst`), and prints
-what each TaskResult says. Only the committed signups get their mail.
+enqueued for each, runs a worker process (`manage.py pgqueue_worker --queues all --burst`,
+which serves the `mail` queue of shop.tasks), and prints what each TaskResult says. Only the
+committed signups get their mail.
 """
 
 import os
@@ -54,7 +55,7 @@ for email, result in results.items():
     except TaskResultDoesNotExist:
         print(f"  {email}: no job (rolled back with the signup)")
 
-worker = [sys.executable, "manage.py", "pgqueue_worker", "--burst", "--queues", "default,mail"]
+worker = [sys.executable, "manage.py", "pgqueue_worker", "--queues", "all", "--burst"]
 worked = subprocess.run(worker, cwd=os.path.dirname(os.path.abspath(__file__)))
 
 print("after the worker:")

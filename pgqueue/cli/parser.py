@@ -21,6 +21,8 @@ when nothing names one does a command start a throwaway embedded PostgreSQL in .
 (with pgqueue-py[embedded] installed), and say so.
 """
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 DSN_HELP = (
     "PostgreSQL DSN (default: PGQUEUE_DSN, else DATABASE_URL, else the DSN of the app's "
     "Queue, else a throwaway embedded PostgreSQL)"
@@ -110,7 +112,7 @@ def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
     p.add_argument(
         "--log-level",
         default="info" if default else unset,
-        choices=["debug", "info", "warning", "error"],
+        choices=LOG_LEVELS,
         help="how much to log on stderr" + (" (default: info)" if not default else ""),
     )
     p.add_argument("--dsn", default=unset, help=DSN_HELP)
@@ -155,13 +157,20 @@ def _seconds(name: str) -> float:
 
 
 def _worker(p: argparse.ArgumentParser) -> None:
-    d = WorkerSettings.model_fields
     p.add_argument(
         "target",
         nargs="?",
         metavar="MODULE:ATTR",
         help="your pgqueue Queue or AsyncQueue (default: --app, else PGQUEUE_APP)",
     )
+    worker_options(p)
+    p.set_defaults(handler=commands.worker)
+
+
+def worker_options(p: argparse.ArgumentParser) -> None:
+    """The worker's own options: `pgqueue worker`'s, and those of a framework's command
+    that knows the app and the database itself (`manage.py pgqueue_worker`)."""
+    d = WorkerSettings.model_fields
     p.add_argument(
         "--queues",
         type=argtypes.queues,
@@ -258,7 +267,6 @@ def _worker(p: argparse.ArgumentParser) -> None:
         default="text",
         help="json: one JSON line per job outcome and per log record, for a log pipeline",
     )
-    p.set_defaults(handler=commands.worker)
 
 
 def _dashboard(p: argparse.ArgumentParser) -> None:

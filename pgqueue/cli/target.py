@@ -147,10 +147,9 @@ def warn_unknown(
     app: Queue | AsyncQueue | None = args.app_loaded
     if app is None:
         return
-    known_queues = {"default", *(task.options.queue for task in app.registry)}
     for kind, names, known in (
         ("task", tasks, sorted(task.name for task in app.registry)),
-        ("queue", queues, sorted(known_queues)),
+        ("queue", queues, app.registry.queues()),
     ):
         for name in names:
             if name is None or name in known or (kind == "task" and _resolves(app, name)):

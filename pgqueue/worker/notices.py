@@ -16,17 +16,17 @@ log = logging.getLogger("pgqueue.worker")
 
 
 def warn_unserved(registry: Registry, queues: Sequence[str]) -> None:
-    """Say which of the application's tasks run on none of `queues`: a task on a queue no
-    worker serves waits forever otherwise."""
+    """Say which of the application's tasks (those its fallback finds too) run on none of
+    `queues`: a task on a queue no worker serves waits forever otherwise."""
     served = set(queues)
-    for task in registry:
-        if task.fn is not None and task.options.queue not in served:
+    for name, queue in sorted(registry.queue_of_each_task().items()):
+        if queue not in served:
             log.warning(
                 "task %r runs on queue %r, which this worker does not serve: its jobs wait "
                 "for a worker started with --queues %s (or --queues all)",
-                task.name,
-                task.options.queue,
-                task.options.queue,
+                name,
+                queue,
+                queue,
             )
 
 

@@ -116,8 +116,8 @@ class Worker:
         self.listen_dsn = listen_dsn or dsn
         self.listening = not self.settings.poll_only or listen_dsn is not None
         if self.settings.queues == (ALL_QUEUES,):
-            known = sorted({"default", *(task.options.queue for task in self.registry)})
-            self.settings = self.settings.model_copy(update={"queues": tuple(known)})
+            known = tuple(self.registry.queues())
+            self.settings = self.settings.model_copy(update={"queues": known})
         self.tally = WorkerTally()
         # Others may join later (metrics.registry_for_worker), and stay for every run.
         self.observers = Observers([self.tally, *observers])

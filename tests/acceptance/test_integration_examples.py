@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,10 +24,13 @@ def _copy(name: str, tmp_path: Path) -> Path:
 
 
 def _run(folder: Path, script: str) -> str:
+    return str(_ran(folder, script).stdout)
+
+
+def _ran(folder: Path, script: str) -> Any:
     ran = run_python(script, cwd=folder, env={"PYTHONPATH": f"{ROOT}:{folder}"}, timeout=240)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    out: str = ran.stdout
-    return out
+    return ran
 
 
 def test_sqlalchemy_orders_ship_what_committed(tmp_path: Path) -> None:
@@ -58,8 +62,11 @@ def test_django_signups_get_their_welcome_through_django_tasks(tmp_path: Path) -
         reason="django.tasks needs Django 6, which needs Python 3.12: .ci/run runs this "
         "file in .venv-django (make test-django)",
     )
-    out = _run(_copy("django_shop", tmp_path), "run.py")
-    assert out.splitlines() == [
+    ran = _ran(_copy("django_shop", tmp_path), "run.py")
+    # `--queues all` served the task's queue, `mail`, and nothing warned of a queue.
+    assert "queues=default,mail " in ran.stderr
+    assert "warning" not in ran.stderr.lower(), ran.stderr
+    assert ran.stdout.splitlines() == [
         "before the worker:",
         "  ada@example.com: READY",
         "  bob@example.com: no job (rolled back with the signup)",

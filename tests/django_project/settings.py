@@ -24,10 +24,15 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PGQUEUE = {"QUEUE": "shop.jobs:queue"}
-# django.tasks (Django 6): two backends, the second retrying once.
+# django.tasks (Django 6): two backends, the second retrying once. No task is on "retries":
+# `pgqueue_worker --queues all` serves it because TASKS lists it.
 TASKS = {
     "default": {"BACKEND": "pgqueue.contrib.django.Backend", "QUEUES": ["default", "mail"]},
-    "retrying": {"BACKEND": "pgqueue.contrib.django.Backend", "OPTIONS": {"MAX_ATTEMPTS": 2}},
+    "retrying": {
+        "BACKEND": "pgqueue.contrib.django.Backend",
+        "QUEUES": ["default", "retries"],
+        "OPTIONS": {"MAX_ATTEMPTS": 2},
+    },
 }
 if os.environ.get("DJANGO_TASKS_BROKEN_ALIAS") == "1":
     # An alias of no use whose backend does not exist, as in Django's own tests: Django

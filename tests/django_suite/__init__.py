@@ -2,7 +2,8 @@
 
 `python -m tests.django_suite` (make test-django) takes tests/tasks from the sdist of the
 installed Django (downloaded once by pip into a cache folder, extracted for each run; never
-kept in this repository) and runs test_tasks.py and test_immediate_backend.py with pytest:
+kept in this repository) and runs test_tasks.py, test_immediate_backend.py and
+test_dummy_backend.py with pytest:
 
 - settings.py: a Django project on a test database of its own, with pgqueue installed and
   Django's tests' module `tasks` as an app, so pgqueue's workers may run its tasks.

@@ -8,6 +8,12 @@ _SYNC_READ_IN_ASYNC = (
     "code; DummyBackend keeps its results in memory, so only it can answer"
 )
 
+_SET_IN_MEMORY = (
+    "sets a status on the result object DummyBackend keeps in memory and expects refresh() "
+    "to read it back; pgqueue's backend reads results from the database, where the job is "
+    "still READY"
+)
+
 EXCLUDED: dict[str, str] = {
     "test_tasks.py::TaskTestCase::test_get_missing_result": _SYNC_READ_IN_ASYNC.format(
         call="Task.get_result()", twin="aget_result()"
@@ -20,6 +26,21 @@ EXCLUDED: dict[str, str] = {
     ),
     "test_tasks.py::TaskTestCase::test_get_backend": (
         "asserts the backends are instances of Django's DummyBackend and ImmediateBackend classes"
+    ),
+    "test_dummy_backend.py::DummyBackendTestCase::test_using_correct_backend": (
+        "asserts the backend is an instance of Django's DummyBackend class, with no OPTIONS"
+    ),
+    "test_dummy_backend.py::DummyBackendTestCase::test_get_missing_result": (
+        _SYNC_READ_IN_ASYNC.format(call="the backend's get_result()", twin="aget_result()")
+    ),
+    "test_dummy_backend.py::DummyBackendTestCase::test_refresh_result": _SET_IN_MEMORY,
+    "test_dummy_backend.py::DummyBackendTestCase::test_refresh_result_async": _SET_IN_MEMORY,
+    "test_dummy_backend.py::DummyBackendTransactionTestCase"
+    "::test_doesnt_wait_until_transaction_commit_by_default": (
+        "enqueues with no installed app (available_apps = []), where pgqueue refuses a task "
+        "no worker would run, and counts the job in `results` inside the enqueuing "
+        "transaction, which pgqueue's `results`, read on a connection of its own, sees only "
+        "once that transaction commits (the point of a transactional queue)"
     ),
     "test_immediate_backend.py::ImmediateBackendTestCase::test_using_correct_backend": (
         "asserts the backend is an instance of Django's ImmediateBackend class, with no OPTIONS"

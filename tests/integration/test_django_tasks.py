@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pgqueue import Queue
 from tests.conftest import ROOT, database_of_its_own, run_python
 
 pytest.importorskip(
@@ -254,3 +255,98 @@ def test_the_worker_command_prints_each_django_tasks_line_once(
     assert count(rf"Task id={failing} path=\S+ state=FAILED$") == 1, lines
     assert count(r"^Traceback \(most recent call last\)") == 1, lines  # django.tasks' ERROR
     assert count(r"INFO pgqueue\.worker: worker \d+ started") == 1, lines  # the worker's own
+
+
+@pytest.fixture
+def project(own_database: str) -> dict[str, str]:
+    """The Django project, migrated, on a database of the test's own: its environment."""
+    env = {"DJANGO_TEST_DSN": own_database, "PYTHONPATH": f"{ROOT}:{PROJECT}"}
+    migrated = run_python("manage.py", "migrate", "--noinput", cwd=PROJECT, env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    return env
+
+
+def _enqueue_on_mail(env: dict[str, str]) -> int:
+    """A django.tasks job on the `mail` queue (calculate_meaning_of_life's): its id."""
+    enqueue = "from shop import tasks; print(tasks.calculate_meaning_of_life.enqueue().id)"
+    enqueued = run_python("manage.py", "shell", "-v", "0", "-c", enqueue, cwd=PROJECT, env=env)
+    assert enqueued.returncode == 0, enqueued.stderr
+    return int(enqueued.stdout)
+
+
+def _job(dsn: str, job_id: int) -> tuple[str, Any]:
+    """The job's status and result, wherever it is now."""
+    queue = Queue(dsn)
+    try:
+        job = queue.get_job(job_id)
+    finally:
+        queue.close()
+    assert job is not None, job_id
+    return job.status.value, job.result
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "warning" in line.lower()]
+
+
+def test_the_worker_command_with_queues_all_runs_a_task_on_another_queue(
+    own_database: str, project: dict[str, str]
+) -> None:
+    job_id = _enqueue_on_mail(project)
+    worked = run_python(
+        *("manage.py", "pgqueue_worker", "--queues", "all", "--burst"),
+        *("--settings", "settings", "--pythonpath", ".", "--verbosity", "1"),
+        cwd=PROJECT,
+        env=project,
+    )
+    assert worked.returncode == 0, worked.stderr
+    # The tasks' queues (default, mail) and the one only TASKS lists (retries).
+    assert "queues=default,mail,retries " in worked.stderr
+    assert _warnings(worked.stderr) == []
+    assert _job(own_database, job_id) == ("succeeded", 42)
+
+
+def test_the_worker_command_warns_only_of_the_queues_it_does_not_serve(
+    own_database: str, project: dict[str, str]
+) -> None:
+    job_id = _enqueue_on_mail(project)
+    default_only = run_python(
+        *("manage.py", "pgqueue_worker", "--queues", "default", "--burst", "--verbosity", "0"),
+        cwd=PROJECT,
+        env=project,
+    )
+    assert default_only.returncode == 0, default_only.stderr
+    assert "worker 1 started" not in default_only.stderr  # verbosity 0: warnings only
+    assert _warnings(default_only.stderr) == [
+        line for line in default_only.stderr.splitlines() if "queue 'mail'" in line
+    ]
+    assert (
+        "task 'shop.tasks.calculate_meaning_of_life' runs on queue 'mail', which this worker "
+        "does not serve: its jobs wait for a worker started with --queues mail"
+    ) in default_only.stderr
+    assert _job(own_database, job_id) == ("queued", None)
+
+    # Both queues named: no word of an unknown queue, nor of an unserved one.
+    both = run_python(
+        *("manage.py", "pgqueue_worker", "--queues", "default,mail", "--burst"),
+        cwd=PROJECT,
+        env=project,
+    )
+    assert both.returncode == 0, both.stderr
+    assert "queues=default,mail " in both.stderr
+    assert _warnings(both.stderr) == []
+    assert _job(own_database, job_id) == ("succeeded", 42)
+
+
+def test_the_worker_command_reports_errors_as_management_commands_do(
+    project: dict[str, str],
+) -> None:
+    bad = ("manage.py", "pgqueue_worker", "--burst", "--dsn", "not a dsn")
+    plain = run_python(*bad, cwd=PROJECT, env=project)
+    assert plain.returncode == 2
+    assert "CommandError: invalid DSN" in plain.stderr
+    assert "Traceback" not in plain.stderr
+    traced = run_python(*bad, "--traceback", cwd=PROJECT, env=project)
+    assert traced.returncode != 0
+    assert "Traceback (most recent call last)" in traced.stderr
+    assert "CommandError: invalid DSN" in traced.stderr

@@ -176,3 +176,31 @@ def test_the_claim_decoder_answers_as_json_loads_on_any_bytes(data: bytes) -> No
     except ValueError as exc:
         got = ("error", type(exc), str(exc))
     assert got == expected
+
+
+def test_queues_of_all_include_what_the_fallbacks_integration_discovers() -> None:
+    from pgqueue.registry import Discovered
+    from pgqueue.worker.worker import Worker
+
+    queue = Queue()
+    queue.task(name="shop.add", queue="math")(lambda: None)
+    queue.registry.discover = lambda: Discovered(
+        tasks={"shop.tasks.send": "mail"}, queues=frozenset({"reports"})
+    )
+    assert queue.registry.queues() == ["default", "mail", "math", "reports"]
+    assert queue.registry.queue_of_each_task() == {"shop.add": "math", "shop.tasks.send": "mail"}
+    worker = Worker(queue, dsn="postgresql://", queues=("*",))
+    assert worker.settings.queues == ("default", "mail", "math", "reports")
+
+
+def test_a_handler_the_fallback_gave_leaves_its_queue_to_discover() -> None:
+    from pgqueue.models import JobOptions, TaskPolicy
+    from pgqueue.registry import Discovered, Task
+
+    queue = Queue()
+    found = Task(lambda: None, name="shop.tasks.send", options=JobOptions(), policy=TaskPolicy())
+    queue.registry.fallback = lambda name: found if name == "shop.tasks.send" else None
+    queue.registry.get("shop.tasks.send")  # a job named it: now kept, with no queue of its own
+    assert queue.registry.queue_of_each_task() == {}
+    queue.registry.discover = lambda: Discovered(tasks={"shop.tasks.send": "mail"})
+    assert queue.registry.queue_of_each_task() == {"shop.tasks.send": "mail"}

@@ -11,6 +11,7 @@ What the worker runs: only functions decorated with `@task` for a pgqueue backen
 modules of installed apps (and of OPTIONS["MODULES"]), looked up the first time a job names
 them. A job naming anything else fails with the reason. Only pgqueue's own TASKS entries are
 read for that, from the setting: as in Django, another alias is resolved only when used.
+What `--queues all` serves is found ahead of any job (task_discovery.py).
 
 `wait_result(result)` (and `await_result`) block until a task has finished and refresh its
 result, hearing of the finish through pgqueue's waits rather than by polling.
@@ -46,7 +47,7 @@ from django.utils.module_loading import import_string
 from pydantic import ValidationError
 
 from pgqueue.contrib import django as integration
-from pgqueue.contrib.django import task_args, task_runs
+from pgqueue.contrib.django import task_args, task_discovery, task_runs
 from pgqueue.errors import (
     ConfigurationError,
     JobCancelledError,
@@ -55,7 +56,7 @@ from pgqueue.errors import (
 )
 from pgqueue.models import MAX_ATTEMPTS_LIMIT, Job, JobOptions, JobStatus, TaskPolicy
 from pgqueue.queue import Queue
-from pgqueue.registry import Task
+from pgqueue.registry import Discovered, Task
 
 _STATUS = {
     JobStatus.QUEUED: TaskResultStatus.READY,
@@ -248,7 +249,15 @@ _queue_names: set[str] = set()  # those pgqueue accepts, checked once each
 
 def install() -> None:
     """Let the project's Queue find django.tasks tasks for its workers (idempotent)."""
-    integration.queue().registry.fallback = resolve
+    registry = integration.queue().registry
+    registry.fallback = resolve
+    registry.discover = discover
+
+
+def discover() -> Discovered:
+    """The django.tasks tasks workers can run, and their queues, as the settings are now
+    (task_discovery.py)."""
+    return task_discovery.discover(_pgqueue_aliases(), _allowed)
 
 
 def resolve(name: str) -> Task[..., Any] | None:

@@ -1,48 +1,85 @@
 """`manage.py pgqueue_worker [options]`: `pgqueue worker` for the project's Queue on the
 project's database, with Django set up, so tasks use the ORM. Takes the worker's options
-(`pgqueue worker --help`).
+(`pgqueue worker --help`) beside every management command's own (--settings, --verbosity,
+--pythonpath, --traceback, ...), on Django's parser. pgqueue's errors are CommandErrors with
+the exit codes of `pgqueue worker`: 2 for a bad option or setting, 1 for a failure.
 
 Logging: Django has configured it from LOGGING. The worker adds its stderr handler to the
 root logger, as `pgqueue worker` does, unless LOGGING gave the root one; that handler skips
 a record a console handler on its way already printed (Django's "console" handler of the
 "django" logger prints django.tasks records when DEBUG is on), so each line shows once.
+--log-level sets its level; without it, --verbosity does (0 warning, 1 info, 2 and 3 debug).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+import psycopg
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from pgqueue.cli import argtypes, commands
+from pgqueue.cli import parser as cli_parser
+from pgqueue.cli.target import UsageError
+from pgqueue.contrib import django as integration
+from pgqueue.errors import ConfigurationError, PgQueueError
 
 # As `pgqueue worker` prints its lines (pgqueue.cli.main).
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LEVEL_OF_VERBOSITY = {0: "warning", 1: "info", 2: "debug", 3: "debug"}
 
 
 class Command(BaseCommand):
     help = "Run a pgqueue worker for the project's Queue (takes `pgqueue worker` options)."
+    # A worker starts whatever `manage.py check` would say: as in Django, a TASKS alias of
+    # no use is reported only when it is used (tests/integration/test_django_tasks.py).
+    requires_system_checks: tuple[str, ...] = ()
 
-    def run_from_argv(self, argv: list[str]) -> None:
-        # The worker's own parser reads its options: Django's would refuse them.
-        from pgqueue import cli
-        from pgqueue.cli import parser
-        from pgqueue.contrib import django as integration
-
-        spec = integration.settings()["QUEUE"]
-        rest = argv[2:]
-        if "--dsn" not in rest:
-            rest = ["--dsn", integration.dsn(), *rest]
-        if "--schema" not in rest:
-            rest = ["--schema", integration.queue().schema, *rest]
-        worker_args = ["worker", spec, *rest]
-        options, _ = parser.build().parse_known_args(worker_args)
-        log_to_stderr(options.log_level.upper())
-        sys.exit(cli.main(worker_args))
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--log-level",
+            choices=cli_parser.LOG_LEVELS,
+            help="how much to log on stderr (default: from --verbosity, info at 1)",
+        )
+        parser.add_argument(
+            "--dsn", help="PostgreSQL DSN (default: that of PGQUEUE's Django database)"
+        )
+        parser.add_argument(
+            "--schema",
+            type=argtypes.schema,
+            help="schema of the pgqueue tables (default: the project's Queue's)",
+        )
+        cli_parser.worker_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # Reached only through call_command(), whose parser is Django's.
-        raise CommandError("run it as `manage.py pgqueue_worker [worker options]`")
+        level = options["log_level"] or LEVEL_OF_VERBOSITY.get(options["verbosity"], "info")
+        log_to_stderr(level.upper())
+        try:
+            app = integration.queue()
+            worker_args = argparse.Namespace(
+                **{
+                    **options,
+                    "target": None,
+                    "app": None,
+                    "app_loaded": app,
+                    "dsn": options["dsn"] or integration.dsn(),
+                    "schema": options["schema"] or app.schema,
+                }
+            )
+            code = commands.worker(worker_args)
+        except (UsageError, ConfigurationError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        except PgQueueError as exc:
+            raise CommandError(str(exc), returncode=1) from exc
+        except psycopg.Error as exc:
+            raise CommandError(
+                f"database error: {type(exc).__name__}: {exc}", returncode=1
+            ) from exc
+        if code:
+            sys.exit(code)
 
 
 def log_to_stderr(level: str) -> None:
