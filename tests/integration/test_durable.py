@@ -545,9 +545,7 @@ def test_sql_signal_wakes_the_parked_job_at_its_commit_as_queue_signal_does(
     assert job is not None and job.result == {"got": {"ok": True}}
 
 
-def test_sql_signal_in_a_rolled_back_transaction_is_never_delivered(
-    dsn: str, schema: str
-) -> None:
+def test_sql_signal_in_a_rolled_back_transaction_is_never_delivered(dsn: str, schema: str) -> None:
     queue = Queue(dsn, schema=schema)
     waiter = _waiter(queue, timeout=0)
     with psycopg.connect(dsn) as conn:
