@@ -436,8 +436,8 @@ def _enqueue(p: argparse.ArgumentParser) -> None:
         type=argtypes.duration,
         const=send.FOREVER,
         metavar="SECONDS",
-        help="wait for the job and print its result as JSON; a timeout such as 30 or 5m, "
-        "else as long as it takes",
+        help="wait for the job and print its result as JSON, on the line after its id; a "
+        "timeout such as 30 or 5m, else as long as it takes",
     )
     p.set_defaults(handler=send.enqueue)
 
@@ -446,7 +446,8 @@ def _signal(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Send a signal for KEY, as queue.signal does: the job that has waited longest for the "
         "key (ctx.wait_for_signal) wakes and gets the payload; a signal nobody waits for yet "
-        "is kept for the next job that does. Prints the signal's id."
+        "is kept for the next job that does. Prints the signal's id. Signals go to a key, not "
+        "to a job: `pgqueue jobs show ID` says which key a parked job waits for."
     )
     p.add_argument("key", metavar="KEY", help="the key the job waits for")
     p.add_argument(

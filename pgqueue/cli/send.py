@@ -41,10 +41,11 @@ _OPTIONS = (
 def enqueue(args: argparse.Namespace) -> int:
     app: Queue | AsyncQueue | None = args.app_loaded
     warn_unknown(args, queues=[args.queue])
-    queue = _queue(args)
+    dsn = resolve_dsn(args)
+    queue = _queue(args, dsn)
     try:
         job = _job(queue, app, args)
-        with connect(queue.dsn or "") as conn:
+        with connect(dsn) as conn:
             require_migrated(conn, queue.schema)
             job_id = queue.enqueue(job, conn=conn)
         print(job_id, flush=True)
@@ -63,9 +64,10 @@ def enqueue(args: argparse.Namespace) -> int:
 
 
 def signal(args: argparse.Namespace) -> int:
-    queue = _queue(args)
+    dsn = resolve_dsn(args)
+    queue = _queue(args, dsn)
     try:
-        with connect(queue.dsn or "") as conn:
+        with connect(dsn) as conn:
             require_migrated(conn, queue.schema)
             try:
                 sent = queue.signal(args.key, args.payload, conn=conn)
@@ -77,10 +79,10 @@ def signal(args: argparse.Namespace) -> int:
     return 0
 
 
-def _queue(args: argparse.Namespace) -> Queue:
+def _queue(args: argparse.Namespace, dsn: str) -> Queue:
     """A Queue on the command's database and schema, with the app's payload limit."""
     app: Queue | AsyncQueue | None = args.app_loaded
-    dsn, schema = resolve_dsn(args), schema_of(args)
+    schema = schema_of(args)
     if app is None:
         return Queue(dsn, schema=schema)
     return Queue(dsn, schema=schema, max_payload_bytes=app.settings.max_payload_bytes)
