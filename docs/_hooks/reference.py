@@ -305,7 +305,7 @@ def settings() -> str:
 
 # ---------------------------------------------------------------------------- SQL
 
-USER_FUNCTIONS = ("enqueue", "enqueue_many")
+USER_FUNCTIONS = ("enqueue", "enqueue_many", "signal")
 
 
 def sql_definition(name: str) -> tuple[str, str, str]:

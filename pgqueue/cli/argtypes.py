@@ -4,6 +4,7 @@ that names the option and says what is allowed."""
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
@@ -128,13 +129,52 @@ def moment(text: str) -> datetime:
     except argparse.ArgumentTypeError:
         pass
     try:
+        return iso_time(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age such as 10m or 2h, nor an ISO 8601 time with an offset "
+            "such as 2026-11-23T09:00:00+00:00"
+        ) from None
+
+
+def iso_time(text: str) -> datetime:
+    """An ISO 8601 time with its offset: a command line has no timezone to assume."""
+    try:
         value = datetime.fromisoformat(text)
     except ValueError:
         value = None
     if value is None or value.tzinfo is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not an age such as 10m or 2h, nor an ISO 8601 time with an offset "
-            "such as 2026-11-23T09:00:00+00:00"
+            f"{text!r} is not an ISO 8601 time with an offset, such as 2026-11-23T09:00:00+00:00"
+        )
+    return value
+
+
+def json_value(text: str) -> object:
+    """Any JSON value: a signal's payload."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {exc}") from None
+
+
+def json_arguments(text: str) -> list[object] | dict[str, object]:
+    """A task's arguments: a JSON array (by position) or object (by name)."""
+    value = json_value(text)
+    if not isinstance(value, (list, dict)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a single JSON value: give an array of the arguments by "
+            'position, [1, "a"], or an object of them by name, {"x": 1}'
+        )
+    return value
+
+
+def json_object(text: str) -> dict[str, object]:
+    """A task's arguments by name: a JSON object."""
+    value = json_value(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f'{text!r} is not a JSON object of the arguments by name, such as {{"x": 1}}'
         )
     return value
 

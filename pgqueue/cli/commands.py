@@ -21,6 +21,7 @@ from pgqueue.cli.target import (
     UsageError,
     checked_listen_dsn,
     connect,
+    dsn_source,
     load_object,
     resolve_dsn,
     schema_of,
@@ -33,6 +34,7 @@ from pgqueue.queue import AsyncQueue, Queue
 from pgqueue.store import migrations as migration_store
 from pgqueue.store.workers import WorkerRow, WorkersStore
 
+DEMO_SCHEMA = "pgqueue_demo"
 CONFIRM_BELOW_SECONDS = 60  # a prune this close to now deletes the whole history
 log = logging.getLogger("pgqueue.cli")
 
@@ -118,7 +120,7 @@ def worker(args: argparse.Namespace) -> int:
         listen_dsn=listen_dsn,
     )
     with connect(dsn) as conn:
-        _require_migrated(conn, run.schema)
+        require_migrated(conn, run.schema)
     if args.metrics_port is not None:
         metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
         registry = metrics.registry_for_worker(run, dsn)
@@ -139,7 +141,7 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _require_migrated(conn: psycopg.Connection[Any], schema: str) -> None:
+def require_migrated(conn: psycopg.Connection[Any], schema: str) -> None:
     """Refuse, before a worker starts, a schema that lacks this version's tables."""
     pending = migration_store.pending(conn, schema)
     if not pending:
@@ -311,7 +313,8 @@ def demo(args: argparse.Namespace) -> int:
         resolve_dsn(args),
         jobs=args.jobs,
         concurrency=args.concurrency,
-        schema=args.schema or "pgqueue_demo",
+        schema=args.schema or DEMO_SCHEMA,  # never the app's: the demo recreates its schema
+        source=dsn_source(args),
     )
 
 

@@ -2,7 +2,9 @@
 
 Enqueues `jobs` orders with their job in committed transactions and as many in transactions
 that roll back, then works the queue with a real Worker and checks that every committed job
-ran once and no rolled-back job ran at all. Uses its own schema, recreated on each run.
+ran once and no rolled-back job ran at all. Uses its own schema, recreated on each run, and
+writes nothing outside it; since the database may be the user's own (PGQUEUE_DSN), it says
+which database and schema before it writes, and how to drop the schema once done.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from pgqueue.words import plural
 from pgqueue.worker.worker import Worker
 
 
-def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
+def run(dsn: str, *, jobs: int, concurrency: int, schema: str, source: str) -> int:
+    """The demo on `dsn` (named by `source`, as the user gave it) in `schema`; 0 if it went
+    as transactional enqueue promises, 1 if not."""
     # Markup on: the demo's own texts carry it, and it prints nothing of anyone else's.
     console = make_console(markup=True, emoji=True, soft_wrap=True)
     queue = Queue(dsn, schema=schema)
@@ -40,6 +44,8 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
         return order_id
 
     with psycopg.connect(dsn, autocommit=True) as conn:
+        console.print(f"[bold]pgqueue demo[/] on {_server_version(conn)}")
+        console.print(_where(conn, schema, source), highlight=False)
         _refuse_foreign_schema(conn, schema)
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         apply(conn, schema)
@@ -48,8 +54,6 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
                 sql.Identifier(schema)
             )
         )
-    version = _server_version(dsn)
-    console.print(f"[bold]pgqueue demo[/] on {version}, schema [cyan]{schema}[/]")
 
     started = time.perf_counter()
     committed, rolled_back = _enqueue(queue, process_order, dsn, schema, jobs, console)
@@ -82,8 +86,27 @@ def run(dsn: str, *, jobs: int, concurrency: int, schema: str) -> int:
         f"({plural(len(ran), 'job')} in {work_seconds:.2f} s, concurrency {concurrency})"
     )
     console.print("[green]OK[/]" if ok else "[red]FAILED[/]")
+    console.print(
+        f"The demo's tables stay in schema {schema} for you to look at; remove them with: "
+        f"DROP SCHEMA {_quoted(schema)} CASCADE;",
+        highlight=False,
+    )
     queue.close()
     return 0 if ok else 1
+
+
+def _where(conn: psycopg.Connection[Any], schema: str, source: str) -> str:
+    """Which database and schema the demo is about to write to, and that nothing else is."""
+    info = conn.info
+    return (
+        f"database {info.dbname} on {info.host}:{info.port} as {info.user} (from {source}), "
+        f"schema {schema}: the demo's own, dropped and recreated on each run; nothing else "
+        "in the database is touched (--schema picks another)"
+    )
+
+
+def _quoted(schema: str) -> str:
+    return sql.Identifier(schema).as_string(None)
 
 
 @dataclass(frozen=True)
@@ -159,7 +182,7 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def _server_version(dsn: str) -> str:
-    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=scalar_row) as cur:
+def _server_version(conn: psycopg.Connection[Any]) -> str:
+    with conn.cursor(row_factory=scalar_row) as cur:
         version = cur.execute("SHOW server_version").fetchone()
     return f"PostgreSQL {version or '?'}"

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from pgqueue._version import __version__
-from pgqueue.cli import argtypes, commands
+from pgqueue.cli import argtypes, commands, send
 from pgqueue.models import WorkerSettings
 
 DESCRIPTION = """\
@@ -88,6 +88,8 @@ def build() -> argparse.ArgumentParser:
     _outbox(add("outbox", "staged messages and dead letters; retry dead ones"))
     _status(add("status", "queue counts and what holds back VACUUM"))
     _recurring(add("recurring", "recurring jobs: schedule, next and last run, active or paused"))
+    _enqueue(add("enqueue", "enqueue a job of a task; --wait prints its result"))
+    _signal(add("signal", "send a signal to the job waiting for its key (durable tasks)"))
     _jobs(add("jobs", "list, show, cancel or retry jobs", description="Job records and actions."))
     _tenants(add("tenants", "per-key concurrency limits (tenants)"))
     _queues(add("queues", "pause, resume and list queues"))
@@ -377,6 +379,94 @@ def _jobs(p: argparse.ArgumentParser) -> None:
         q.set_defaults(handler=handler or getattr(commands, f"jobs_{action}"))
 
 
+ENQUEUE_HELP = """\
+Enqueue one job of TASK and print its id, as queue.enqueue does: the same checks of the
+options and the arguments, in one committed transaction.
+
+With --app (or PGQUEUE_APP), TASK must be one of the app's tasks: the arguments are
+validated against its handler's signature (missing, unknown or mistyped ones are refused,
+nothing enqueued), and the task's own options (queue, priority, max attempts, atomic...)
+apply unless given here. Without an app, TASK is enqueued as queue.declare(TASK) would:
+its name, the options and that the arguments are JSON by name are checked, but not whether
+any worker knows the task nor its signature (a worker fails such a job when it runs it),
+and the job takes pgqueue's default options, not the task's: enqueue an atomic task with
+--app, since its flag travels with the job.
+
+exit status:
+  0  enqueued (and with --wait, it succeeded: its result is printed as JSON)
+  1  database error; with --wait, the job failed, was cancelled or ran past the timeout
+  2  bad command line: bad JSON, arguments or options, or a task the app does not have
+"""
+
+
+def _enqueue(p: argparse.ArgumentParser) -> None:
+    p.description = ENQUEUE_HELP
+    p.add_argument("task", metavar="TASK", help="the task's name")
+    p.add_argument(
+        "--args",
+        type=argtypes.json_arguments,
+        metavar="JSON",
+        help="the arguments: a JSON array by position, [2, 3] (needs --app), or an object by "
+        'name, {"x": 2}',
+    )
+    p.add_argument(
+        "--kwargs",
+        type=argtypes.json_object,
+        metavar="JSON",
+        help='more arguments by name, a JSON object: {"y": 3}',
+    )
+    p.add_argument("--queue", type=argtypes.queue_name, help="the queue (default: the task's)")
+    p.add_argument("--priority", type=int, metavar="N", help="-100 to 100; lower runs first")
+    p.add_argument(
+        "--run-at", type=argtypes.iso_time, metavar="TIME", help="not before this ISO 8601 time"
+    )
+    p.add_argument(
+        "--delay", type=argtypes.duration, metavar="AGE", help="not before this long from now"
+    )
+    p.add_argument(
+        "--max-attempts", type=argtypes.positive_int, metavar="N", help="attempts, at most"
+    )
+    p.add_argument("--dedupe-key", metavar="KEY", help="no second live job with this key")
+    p.add_argument(
+        "--dedupe-window",
+        type=argtypes.duration,
+        metavar="AGE",
+        help="with --dedupe-key: also none that finished this recently",
+    )
+    p.add_argument("--concurrency-key", metavar="KEY", help="the tenant whose limit applies")
+    p.add_argument("--fairness-key", metavar="KEY", help="the key whose fair share applies")
+    p.add_argument(
+        "--tag", dest="tags", action="append", metavar="TAG", help="a tag; repeat for more"
+    )
+    p.add_argument(
+        "--wait",
+        nargs="?",
+        type=argtypes.duration,
+        const=send.FOREVER,
+        metavar="SECONDS",
+        help="wait for the job and print its result as JSON, on the line after its id; a "
+        "timeout such as 30 or 5m, else as long as it takes",
+    )
+    p.set_defaults(handler=send.enqueue)
+
+
+def _signal(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Send a signal for KEY, as queue.signal does: the job that has waited longest for the "
+        "key (ctx.wait_for_signal) wakes and gets the payload; a signal nobody waits for yet "
+        "is kept for the next job that does. Prints the signal's id. Signals go to a key, not "
+        "to a job: `pgqueue jobs show ID` says which key a parked job waits for."
+    )
+    p.add_argument("key", metavar="KEY", help="the key the job waits for")
+    p.add_argument(
+        "--payload",
+        type=argtypes.json_value,
+        metavar="JSON",
+        help="what the job gets, as JSON (default: null)",
+    )
+    p.set_defaults(handler=send.signal)
+
+
 def _tenants(p: argparse.ArgumentParser) -> None:
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -515,6 +605,15 @@ def _grant(p: argparse.ArgumentParser) -> None:
 
 
 def _demo(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Enqueue orders with their jobs in committed and rolled-back transactions, run them "
+        "with a real worker, and check that exactly the committed ones ran, once. It works "
+        "in a schema of its own, pgqueue_demo unless --schema (never the app's), dropped "
+        "and recreated on each run and left afterwards to look at; it first says which "
+        "database (--dsn, PGQUEUE_DSN, DATABASE_URL, else the embedded one) and schema it "
+        "writes to, and ends saying how to drop the schema. It refuses a schema that holds "
+        "other tables than a demo's."
+    )
     p.add_argument(
         "--jobs", type=argtypes.positive_int, default=2000, help="jobs the demo enqueues"
     )

@@ -48,6 +48,18 @@ def resolve_dsn(args: argparse.Namespace, own: str | None = None) -> str:
     return _embedded(app is not None)
 
 
+def dsn_source(args: argparse.Namespace) -> str:
+    """Where resolve_dsn finds the database, in the user's words: --dsn, PGQUEUE_DSN..."""
+    if args.dsn:
+        return "--dsn"
+    for name in dsn_rule.ENV_VARS:
+        if os.environ.get(name):
+            return name
+    if args.app_loaded is not None and args.app_loaded.dsn:
+        return "the app's Queue"
+    return "the embedded PostgreSQL"
+
+
 def _embedded(has_app: bool) -> str:
     """The throwaway embedded server's DSN, or one error saying how to name a database."""
     from pgqueue import embedded

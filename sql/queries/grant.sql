@@ -50,8 +50,10 @@ GRANT SELECT, INSERT, DELETE ON {schema}.result_waiters TO {role};
 -- Messages for other systems, staged in the application's transactions.
 GRANT SELECT, INSERT ON {schema}.outbox TO {role};
 -- Signals to waiting jobs, through a function that runs as its owner: it stores the signal
--- and wakes the job waiting for it, which this role may not move itself.
-GRANT EXECUTE ON FUNCTION {schema}.signal_send(text, jsonb) TO {role};
+-- and wakes the job waiting for it, which this role may not move itself. signal() is its
+-- checked form for SQL callers.
+GRANT EXECUTE ON FUNCTION {schema}.signal_send(text, jsonb), {schema}.signal(text, jsonb)
+    TO {role};
 -- Jobs with a fairness key take their place from their key's clock and their queue's.
 GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys TO {role};
 GRANT SELECT, INSERT ON {schema}.fairness_clocks TO {role};

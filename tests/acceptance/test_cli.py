@@ -182,6 +182,30 @@ def test_demo_runs_committed_jobs_only_and_reports_throughput(
     assert "OK" in lines
 
 
+def test_demo_on_the_users_database_says_so_and_writes_only_its_own_schema(
+    own_database: str,
+) -> None:
+    result = run_pgqueue("demo", "--jobs", "5", env={"PGQUEUE_DSN": own_database})
+
+    assert result.returncode == 0, result.stderr
+    dbname = psycopg.conninfo.conninfo_to_dict(own_database)["dbname"]
+    first = result.stdout.splitlines()[1]  # after the title, before anything is written
+    assert f"database {dbname} on " in first and "(from PGQUEUE_DSN)" in first, result.stdout
+    assert "schema pgqueue_demo: the demo's own" in first, result.stdout
+    assert 'DROP SCHEMA "pgqueue_demo" CASCADE;' in result.stdout
+    with psycopg.connect(own_database) as conn:
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace"
+            " WHERE nspname NOT LIKE 'pg\\_%' AND nspname <> 'information_schema' ORDER BY 1"
+        ).fetchall()
+        in_public = conn.execute(
+            "SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace)"
+            " + (SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace)"
+        ).fetchone()
+    assert schemas == [("pgqueue_demo",), ("public",)]
+    assert in_public == (0,)
+
+
 def test_schema_error_states_the_schema_rule() -> None:
     result = run_pgqueue("migrate", "--schema", "has-dash", "--dsn", UNREACHABLE_DSN)
     assert_usage_error(result, "letters, digits and _, starting with a letter or _")

@@ -254,3 +254,15 @@ async def astamp_start(dsn: str, into: str, ctx: JobContext) -> None:
 
     at = time.time()
     await asyncio.to_thread(_stamp_start, dsn, into, ctx.job_id, at)
+
+
+@queue.task(name="add")
+def add(x: int, y: int) -> dict[str, int]:
+    """Returns its arguments' sum: a result a test can read back."""
+    return {"sum": x + y}
+
+
+@queue.task(name="await_signal", max_attempts=1)
+def await_signal(key: str, ctx: JobContext) -> object:
+    """Returns the payload of the signal sent for `key`, parking until it comes."""
+    return ctx.wait_for_signal(key, timeout=600)

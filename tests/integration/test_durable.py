@@ -518,6 +518,81 @@ def test_a_signal_key_and_payload_are_checked(dsn: str, schema: str) -> None:
         queue.signal("k", {1, 2})
 
 
+def _sql_signal(conn: psycopg.Connection[Any], schema: str, key: object, payload: object) -> Any:
+    row = conn.execute(
+        sql.SQL("SELECT {}.signal(%s, %s::jsonb)").format(sql.Identifier(schema)),
+        [key, payload],
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_sql_signal_wakes_the_parked_job_at_its_commit_as_queue_signal_does(
+    dsn: str, schema: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    waiter = _waiter(queue)
+    job_id = queue.enqueue(waiter.job("k"))
+    drain(queue, dsn=dsn)
+    assert status(queue, job_id) == "scheduled"  # parked
+    with psycopg.connect(dsn) as conn:
+        _sql_signal(conn, schema, "k", '{"ok": true}')
+        assert status(queue, job_id) == "scheduled"  # not before the commit
+        conn.commit()
+    assert status(queue, job_id) == "queued"  # woken by the signal's own statement
+    drain(queue, dsn=dsn)
+    job = queue.get_job(job_id)
+    assert job is not None and job.result == {"got": {"ok": True}}
+
+
+def test_sql_signal_in_a_rolled_back_transaction_is_never_delivered(dsn: str, schema: str) -> None:
+    queue = Queue(dsn, schema=schema)
+    waiter = _waiter(queue, timeout=0)
+    with psycopg.connect(dsn) as conn:
+        _sql_signal(conn, schema, "k", '"never"')
+        conn.rollback()
+    job_id = queue.enqueue(waiter.job("k"))
+    drain(queue, dsn=dsn)
+    job = queue.get_job(job_id)
+    assert job is not None and job.result == "timed out", job
+
+
+def test_sql_signal_without_a_payload_sends_json_null_as_queue_signal_does(
+    dsn: str, schema: str
+) -> None:
+    queue = Queue(dsn, schema=schema)
+    waiter = _waiter(queue)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("SELECT {}.signal('k')").format(sql.Identifier(schema)))
+        _sql_signal(conn, schema, "k", None)
+    first, second = queue.enqueue(waiter.job("k")), queue.enqueue(waiter.job("k"))
+    drain(queue, dsn=dsn)
+    for job_id in (first, second):
+        job = queue.get_job(job_id)
+        assert job is not None and job.result == {"got": None}, job
+
+
+@pytest.mark.parametrize(
+    ("key", "payload", "says"),
+    [
+        ("", "1", "a signal key is a string of 1-1000 characters, got ''"),
+        (None, "1", "a signal key is a string of 1-1000 characters, got NULL"),
+        ("k" * 1001, "1", "a signal key is a string of 1-1000 characters"),
+        ("big", '"' + "x" * (10 * 1024 * 1024) + '"', "over the 10485760-byte limit"),
+    ],
+)
+def test_sql_signal_refuses_what_queue_signal_refuses_and_stores_nothing(
+    dsn: str, schema: str, key: str | None, payload: str, says: str
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=says) as refused:
+            _sql_signal(conn, schema, key, payload)
+        assert refused.value.sqlstate == "22023"
+        assert conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.signals").format(sql.Identifier(schema))
+        ).fetchone() == (0,)
+
+
 # -- retention ----------------------------------------------------------------------------------
 
 

@@ -287,4 +287,14 @@ def test_the_app_role_sends_signals_and_the_worker_role_records_steps_and_takes_
     drain(app, dsn=worker_dsn)
     job = app.get_job(job_id)
     assert job is not None and job.status == "succeeded" and job.result == {"by": "app"}
+    from_sql = durable_role.enqueue()
+    drain(app, dsn=worker_dsn)
+    with psycopg.connect(app_dsn, autocommit=True) as conn:  # from SQL, as the app role
+        conn.execute(
+            sql.SQL("SELECT {}.signal('go', %s::jsonb)").format(sql.Identifier(schema)),
+            ['{"by": "sql"}'],
+        )
+    drain(app, dsn=worker_dsn)
+    job = app.get_job(from_sql)
+    assert job is not None and job.status == "succeeded" and job.result == {"by": "sql"}
     app.close()
