@@ -106,5 +106,13 @@ $(VENV)/.docs-installed: $(VENV)/.installed
 docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The site served at http://127.0.0.1:8000/, rebuilt as a page changes. Opened from disk,
+# site/ shows folders instead of pages and has no search (a browser loads neither over file://).
+.PHONY: docs-serve
+DOCS_ADDR ?= 127.0.0.1:8000
+
+docs-serve: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr $(DOCS_ADDR)
+
 clean:
 	rm -rf $(VENV) $(DJANGO_VENV) $(BENCH_VENV) .pgqueue .pytest_cache .mypy_cache .ruff_cache

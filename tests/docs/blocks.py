@@ -2,18 +2,27 @@
 
 Every fenced block in Python, shell or SQL on a page under docs/ is an example that
 tests/docs/test_examples.py runs, page by page, in the order it appears, against a database of
-the page's own, from a folder of the page's own. An HTML comment just before a block changes
-that, and renders as nothing:
+the page's own, from a folder of the page's own: the page's Python blocks in one fresh
+interpreter, as a reader pastes them. What the test provides is only what the tutorial has a
+reader set up first: a migrated database and PGQUEUE_DSN naming it. Everything else an example
+needs is on the page, in a block a reader sees: a hidden setup block is refused, since a reader
+who pastes the page would not have what it made.
+
+An HTML comment just before a block changes how it is run, and renders as nothing:
 
 - `<!-- file: NAME -->`: the block is written to NAME in the page's folder instead of being
   run (a module a later block imports, or that `pgqueue worker NAME:queue` loads).
 - `<!-- test: skip REASON -->`: the block is not run; the reason says what runs it instead.
   Skips are counted, and must stay rare.
-- A comment holding a block of its own, `<!-- test: setup` (or `<!-- test: check`) then a
-  fenced block then `-->`, is run where it stands but not shown: what an example needs that a
-  reader already has, or an assertion that the examples before it did what the page says.
-  `<!-- test: after` likewise holds SQL run on the server once the page's database is
-  dropped (roles are the server's, not the database's).
+- A comment holding a block of its own, `<!-- test: check` then a fenced block then `-->`, is
+  an assertion that the examples before it did what the page says, run where it stands but not
+  shown; it runs in a copy of the page's namespace, so nothing it defines reaches the blocks
+  after it. `<!-- test: after` likewise holds SQL run on the server once the page's database
+  is dropped (roles are the server's, not the database's).
+
+A `text` block titled Output (```` ```text title="Output" ````) shows what the block before it
+prints, and the test compares the two: `...` in it stands for any text (a time, an id). Output
+is shown that way only, never as a comment on a `print` line, where nothing would check it.
 
 YAML and JSON blocks are parsed, so a manifest or a log line cannot be malformed. Blocks in
 other languages (ini, dockerfile, cron, text, mermaid) are configuration shown for reading.
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +44,7 @@ READ_ONLY = {"ini", "dockerfile", "cron", "text", "mermaid"}
 TOKEN = re.compile(
     r"<!-- test: (?P<hidden>setup|check|after)\n```(?P<hlang>\w+)\n(?P<hcode>.*?)\n```\n-->"
     r"|<!-- (?P<directive>file: \S+|test: skip\b.*?) -->\n(?=[ \t]*```)"
-    r"|^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[^\n]*\n(?P<code>.*?)^(?P=indent)```[ \t]*$",
+    r"|^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)(?P<info>[^\n]*)\n(?P<code>.*?)^(?P=indent)```[ \t]*$",
     re.S | re.M,
 )
 
@@ -46,13 +55,27 @@ class Block:
     line: int
     lang: str
     code: str
-    kind: str = "shown"  # or "setup", "after"
+    kind: str = "shown"  # or "check", "after"
     file: str | None = None
     skip: str | None = None
+    output: str | None = None  # what the Output block after it shows the block prints
 
     @property
     def where(self) -> str:
         return f"docs/{self.page}:{self.line}"
+
+
+OUTPUT = re.compile(r'title="Output"')
+
+
+def attach_output(found: list[Block], shown: str, where: str) -> None:
+    """An Output block belongs to the block just before it, which must be run and shown."""
+    block = found[-1] if found else None
+    if block is None or block.kind != "shown" or block.lang not in {"python", "sh"}:
+        raise AssertionError(f"{where}: an Output block follows the Python or shell block it shows")
+    if block.output is not None or block.file or block.skip:
+        raise AssertionError(f"{where}: an Output block follows a block that is run")
+    found[-1] = replace(block, output=shown)
 
 
 def pages() -> list[Path]:
@@ -66,6 +89,11 @@ def blocks(page: Path, docs: Path = DOCS) -> list[Block]:
     directive: str | None = None
     for match in TOKEN.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
+        if match.group("hidden") == "setup":
+            raise AssertionError(
+                f"docs/{name}:{line}: a hidden setup block: show it on the page, since a reader "
+                "who pastes the page's blocks would not have what it sets up"
+            )
         if match.group("hidden"):
             found.append(
                 Block(name, line, match.group("hlang"), match.group("hcode") + "\n",
@@ -78,6 +106,10 @@ def blocks(page: Path, docs: Path = DOCS) -> list[Block]:
             if lang not in RUN | PARSE | READ_ONLY:
                 raise AssertionError(f"docs/{name}:{line}: a block in {lang!r}: name a language")
             code = textwrap.dedent(match.group("code"))
+            if OUTPUT.search(match.group("info")):
+                attach_output(found, code, f"docs/{name}:{line}")
+                directive = None
+                continue
             file = skip = None
             if directive and directive.startswith("file: "):
                 file = directive.removeprefix("file: ")

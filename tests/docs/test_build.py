@@ -7,10 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port, wait_until
 from tests.docs.blocks import ROOT
 
 pytest.importorskip("mkdocs", reason="the docs tools are the `docs` extra: run `make docs`")
@@ -49,3 +52,33 @@ def test_an_api_name_that_does_not_exist_stops_the_build(sources: Path) -> None:
     done = build(sources)
     assert done.returncode != 0
     assert "pgqueue.NoSuchError" in done.stderr
+
+
+def test_make_docs_serve_serves_the_site_with_its_search_index() -> None:
+    """Opened from disk, the built site has no pages at its folders' addresses and no search:
+    `make docs-serve` is how a reader sees it, so it must serve both."""
+    recipe = (ROOT / "Makefile").read_text().split("\ndocs-serve:", 1)[1].splitlines()[1]
+    assert "mkdocs serve" in recipe and "$(DOCS_ADDR)" in recipe, recipe
+    address = f"127.0.0.1:{free_port()}"
+    base = f"http://{address}/"
+    serving = subprocess.Popen(
+        [sys.executable, "-m", "mkdocs", "serve", "--strict", "--dev-addr", address],
+        cwd=ROOT, env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def get(path: str) -> str | None:
+        try:
+            with urllib.request.urlopen(base + path, timeout=5) as response:
+                return str(response.read().decode())
+        except (urllib.error.URLError, ConnectionError):
+            assert serving.poll() is None, serving.communicate()[1]
+            return None
+
+    try:
+        wait_until(lambda: get("how-to/wait/") is not None, timeout=240, what="mkdocs serve")
+        assert "Wait for a job" in (get("how-to/wait/") or "")
+        assert "PgBouncer" in (get("search/search_index.json") or "")
+    finally:
+        serving.terminate()
+        serving.communicate(timeout=30)

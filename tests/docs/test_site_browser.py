@@ -121,3 +121,31 @@ def test_the_search_box_finds_a_term(tab: Any, served: str) -> None:
         "li.md-search-result__item a[href*='how-to/pgbouncer']", timeout=60_000
     )
     assert "PgBouncer" in result.inner_text()
+
+
+def test_a_diagram_renders_with_the_network_off(browser: Any, served: str) -> None:
+    # Every request off this machine is refused, as on a reader's laptop without a network:
+    # mermaid must come with the site, not from a CDN.
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    refused: list[str] = []
+
+    def offline(route: Any) -> None:
+        if route.request.url.startswith(served):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort("internetdisconnected")
+
+    context.route("**/*", offline)
+    try:
+        tab = context.new_page()
+        tab.goto(served + "explanation/lifecycle/")
+        # The theme replaces the diagram's source (a pre) with a div holding the drawing in a
+        # closed shadow root, which a test cannot look into: the div and its size are the sign.
+        diagram = tab.wait_for_selector("article div.mermaid", timeout=30_000)
+        assert diagram.bounding_box()["height"] > 100
+        assert tab.query_selector("article pre.mermaid") is None
+        assert "stateDiagram" not in tab.inner_text("article"), "the diagram shows as its source"
+    finally:
+        context.close()
+    assert not refused, refused
