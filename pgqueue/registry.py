@@ -13,10 +13,10 @@ import json
 import json.scanner
 import math
 import typing
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
@@ -26,6 +26,7 @@ from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTas
 from pgqueue.models import (
     LONGEST_WAIT,
     TASK_NAME,
+    Enqueued,
     JobOptions,
     NewJob,
     TaskPolicy,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -275,7 +277,11 @@ class Task(Generic[P, R]):
     type checker a task is `Task[P, R]`: `P` the handler's parameters, which `__call__`,
     `job`, `enqueue` and `with_options(...).job/enqueue` take, and `R` what the handler
     returns, which `__call__` returns (for an `async def` handler, the coroutine, as calling
-    the function does). A task declared by name (`queue.declare`) is a `Task[..., Any]`.
+    the function does). `job` and `enqueue` give a `NewJob[T]` and an `Enqueued[T]`, T being
+    R awaited, which `queue.wait(...)` returns. A handler whose first parameter is a
+    JobContext gives a `Task[P, R]` whose `P` is the parameters after it: the worker passes
+    the context, jobs carry the rest. A task declared by name (`queue.declare`) is a
+    `Task[..., Any]`. An AsyncQueue's tasks are `AsyncTask[P, R]`, whose `enqueue` is awaited.
     """
 
     def __init__(
@@ -311,7 +317,17 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+    # Each pair of overloads below gives a coroutine handler's jobs the awaited type; its
+    # first one never matches a `def` handler's task, so mypy reports that task's wrong
+    # arguments as for a plain method.
+    @overload
+    def enqueue(
+        self: Task[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> Enqueued[T]: ...
+    @overload
+    def enqueue(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> Enqueued[T]: ...
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
         """Enqueue on the owning queue's own connection and commit; returns the job id (an
         `Enqueued`: an int that also says whether it was `created` or deduplicated).
 
@@ -322,7 +338,14 @@ class Task(Generic[P, R]):
         """
         return _enqueuer(self)(self.job(*args, **kwargs))
 
-    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+    @overload
+    def job(
+        self: Task[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> NewJob[T]: ...
+    @overload
+    def job(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> NewJob[T]: ...
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob[Any]:
         """Validate arguments as a call would and return a job carrying them as JSON."""
         return _new_job(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
@@ -338,7 +361,7 @@ class Task(Generic[P, R]):
         receiving into its first parameter would be right and any other refused."""
         return Signature(self, args, kwargs, self.options)
 
-    def with_options(self, **options: Unpack[EnqueueOptions]) -> NewJobFactory[P]:
+    def with_options(self, **options: Unpack[EnqueueOptions]) -> NewJobFactory[P, R]:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
         dedupe_key, dedupe_window, concurrency_key, limits, fairness_key, tags)."""
         return NewJobFactory(self, self.options.merged(dict(options)))
@@ -446,14 +469,41 @@ class Task(Generic[P, R]):
         return _call_args(given)
 
 
+class AsyncTask(Task[P, R]):
+    """A task of an AsyncQueue: the same as a Task, but its `enqueue` is a coroutine."""
+
+    # Task.enqueue returns the id; here it is a coroutine giving the id. The two differ only
+    # in what a type checker sees: at run time each calls its queue's own enqueue.
+    @overload  # type: ignore[override]
+    def enqueue(
+        self: AsyncTask[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, Enqueued[T]]: ...
+    @overload
+    def enqueue(
+        self: AsyncTask[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, Enqueued[T]]: ...
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue on the owning queue's own connection and commit: await it for the job id
+        (an `Enqueued`), as Task.enqueue returns it."""
+        return _enqueuer(self)(self.job(*args, **kwargs))
+
+
 @dataclass(frozen=True)
-class NewJobFactory(Generic[P]):
+class NewJobFactory(Generic[P, R]):
     """A task with overridden job options; `job()` validates as Task.job does."""
 
-    task: Task[P, Any]
+    task: Task[P, R]
     options: JobOptions
 
-    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+    @overload
+    def job(
+        self: NewJobFactory[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> NewJob[T]: ...
+    @overload
+    def job(self: NewJobFactory[P, T], *args: P.args, **kwargs: P.kwargs) -> NewJob[T]: ...
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob[Any]:
         return _new_job(
             self.task.name, self.task.dump_args(args, kwargs), self.options, self.task.atomic
         )
