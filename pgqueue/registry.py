@@ -306,6 +306,7 @@ class Task(Generic[P, R]):
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
         self._plain = _plain_fields(self) if fn is not None else None
+        self._job_signature = _job_signature(self._signature, self._context_param)
         self._models_without: dict[str, type[BaseModel]] = {}
         self.enqueuer: Callable[[NewJob], Any] | None = None
 
@@ -404,12 +405,12 @@ class Task(Generic[P, R]):
                 )
             return checked_json(self.name, kwargs)
         later = {} if leave_out is None else {leave_out: None}
+        assert self._job_signature is not None
         try:
-            bound = self._signature.bind(*args, **_with_context_placeholder(self, kwargs | later))
+            bound = self._job_signature.bind(*args, **(kwargs | later))
         except TypeError as exc:
             raise InvalidArgumentsError(f"task {self.name!r}: {exc}") from None
-        skip = (self._context_param, leave_out)
-        values = {k: v for k, v in bound.arguments.items() if k not in skip}
+        values = {k: v for k, v in bound.arguments.items() if k != leave_out}
         try:
             model = self._model_without(leave_out).model_validate(values)
             dumped = model.model_dump(mode="json", exclude_unset=True)
@@ -740,10 +741,16 @@ def _plain_fields(task: Task[..., Any]) -> _PlainFields | None:
     )
 
 
-def _with_context_placeholder(task: Task[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    if task._context_param is None or task._context_param in kwargs:
-        return kwargs
-    return kwargs | {task._context_param: None}
+def _job_signature(
+    signature: inspect.Signature | None, context: str | None
+) -> inspect.Signature | None:
+    """The parameters a job's arguments bind to: the handler's, less its JobContext, which
+    the worker passes. So arguments by position skip the context wherever it sits, as the
+    task's type (`Task[P, R]`, P the parameters after a leading context) says they do."""
+    if signature is None or context is None:
+        return signature
+    kept = [p for p in signature.parameters.values() if p.name != context]
+    return signature.replace(parameters=kept)
 
 
 def _is_json_object(value: Any) -> bool:
