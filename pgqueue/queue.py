@@ -1016,7 +1016,8 @@ class Queue(_Base):
         error type, message and traceback) if it failed, JobCancelledError if it was
         cancelled, WaitTimeoutError after `timeout` seconds (the job runs on), and
         JobNotFoundError if no record of it exists, live or in history. Wait after the
-        enqueue's transaction has committed."""
+        enqueue's transaction has committed. For a type checker, the result of a job whose
+        id enqueue returned (an `Enqueued[T]`) is a T, what its handler returns."""
         return self._hub().call(outcomes.wait, job, outcomes.seconds(timeout))
 
     def wait_many(
