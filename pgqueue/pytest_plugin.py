@@ -104,9 +104,11 @@ def pgqueue_migrated(
     own = pgqueue_app.dsn
     _close(pgqueue_app)
     pgqueue_app.dsn = pgqueue_dsn
-    yield pgqueue_app
-    _close(pgqueue_app)
-    pgqueue_app.dsn = own
+    try:
+        yield pgqueue_app
+    finally:
+        pgqueue_app.dsn = own
+        _close(pgqueue_app)
 
 
 @pytest.fixture
@@ -153,10 +155,10 @@ def pgqueue_queue(
     try:
         yield pgqueue_app
     finally:
-        _close(pgqueue_app)
         pgqueue_app.dsn, pgqueue_app.settings = own_dsn, own_settings
         with _connect(pgqueue_dsn, autocommit=True) as conn:
             drop_schema(conn, schema)
+        _close(pgqueue_app)
 
 
 @pytest.fixture
@@ -199,10 +201,18 @@ def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
 
 def _close(queue: Queue | AsyncQueue) -> None:
     """Close the queue's own pool and waits, so the next call opens them on its new DSN or
-    schema. An AsyncQueue's are closed on a loop of their own: the test's loop has ended."""
+    schema. An AsyncQueue's pool belongs to the event loop that opened it, the test's, which
+    has ended by now: the test must close it; one left open fails the test, saying so."""
     from pgqueue.queue import Queue
 
     if isinstance(queue, Queue):
         queue.close()
-    else:
+        return
+    try:
         asyncio.run(queue.close())
+    except RuntimeError as exc:
+        pytest.fail(
+            f"the AsyncQueue's pool was left open on the test's event loop, which has ended "
+            f"({exc}): `await queue.close()` at the end of a test that used it",
+            pytrace=False,
+        )

@@ -84,6 +84,54 @@ def test_the_queue_is_given_back_its_own_schema_afterwards():
 """
 
 
+MAIL = """
+from pgqueue import AsyncQueue
+
+queue = AsyncQueue()
+
+
+@queue.task(name="mail.fetch")
+async def fetch(url: str) -> int:
+    return len(url)
+"""
+
+MAIL_CONFTEST = """
+import pytest
+
+from mail import queue
+
+
+@pytest.fixture(scope="session")
+def pgqueue_app():
+    return queue
+"""
+
+MAIL_TESTS = """
+import asyncio
+
+from pgqueue.testing import adrain
+from mail import fetch, queue
+
+
+def test_an_async_apps_job_runs_on_a_schema_of_its_own(pgqueue_queue):
+    async def main():
+        job_id = await fetch.enqueue("https://example.com")
+        await adrain(queue)
+        assert await queue.wait(job_id) == 19
+        await queue.close()
+
+    asyncio.run(main())
+
+
+def test_a_pool_left_open_on_the_tests_loop_fails_the_test(pgqueue_queue):
+    asyncio.run(fetch.enqueue("x"))
+
+
+def test_a_transaction_is_for_a_sync_queue(pgqueue_tx):
+    pass
+"""
+
+
 def run_suite(
     folder: Path, env_extra: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -131,3 +179,18 @@ def test_the_projects_own_fixtures_live_beside_the_plugins(test_file: str) -> No
         timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_async_app_given_by_a_fixture_runs_its_jobs_and_is_told_to_close_it(
+    tmp_path: Path, dsn: str
+) -> None:
+    (tmp_path / "mail.py").write_text(textwrap.dedent(MAIL).lstrip())
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(MAIL_CONFTEST).lstrip())
+    (tmp_path / "test_mail.py").write_text(textwrap.dedent(MAIL_TESTS).lstrip())
+    done = run_suite(tmp_path, {"PGQUEUE_TEST_DSN": dsn})
+    out = done.stdout
+    assert "2 passed, 2 errors" in out, out + done.stderr
+    assert "ERROR at teardown of test_a_pool_left_open_on_the_tests_loop_fails_the_test" in out
+    assert "`await queue.close()` at the end of a test that used it" in out
+    assert "ERROR at setup of test_a_transaction_is_for_a_sync_queue" in out
+    assert "pgqueue_tx serves a Queue; the application's is an AsyncQueue" in out
