@@ -44,7 +44,7 @@ from pgqueue.models import (
 )
 from pgqueue.outcomes import JobOutcome
 from pgqueue.queue import AsyncQueue, Queue
-from pgqueue.registry import JobContext, Signature, Snooze, Task
+from pgqueue.registry import AsyncTask, JobContext, Signature, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit, FairShare
 from pgqueue.waiting import WaitSettings
 from pgqueue.worker.worker import Worker
@@ -52,6 +52,7 @@ from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
 
 __all__ = [
     "AsyncQueue",
+    "AsyncTask",
     "Cancellation",
     "Chain",
     "Chord",

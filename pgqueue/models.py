@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal
 
 from pydantic import (
     AfterValidator,
@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from typing_extensions import TypeVar
 
 from pgqueue.errors import ConfigurationError
 
@@ -692,18 +693,29 @@ class JobSteps(BaseModel):
         return "sleep" if self.sleeping_until is not None else None
 
 
-class Enqueued(int):
+# What a job's handler returns, for a type checker only: NewJob[T] and Enqueued[T] carry it
+# from the task to `queue.wait(...)`, which returns a T. Covariant: both are read-only. Its
+# default keeps a bare `Enqueued` or `NewJob` annotation, as written before they were
+# generic, valid under mypy --strict (typing_extensions: pydantic's own dependency).
+T_co = TypeVar("T_co", covariant=True, default=Any)
+
+
+class Enqueued(int, Generic[T_co]):
     """The id of an enqueued job (an int, as before), and whether this call created it.
 
     `created` is False when a dedupe key resolved to an existing job: one still queued,
     scheduled or running, or one finished within the dedupe window.
+
+    For a type checker it is `Enqueued[T]`, T what the task's handler returns (awaited, for
+    an `async def` one), so `queue.wait(...)` on it is a T; a bare `Enqueued` is
+    `Enqueued[Any]`.
     """
 
     # A class default: the ids that were created (nearly all) carry no instance dict, which
     # was half the cost of returning a bulk enqueue's ids.
     created: bool = True
 
-    def __new__(cls, job_id: int, created: bool = True) -> Enqueued:
+    def __new__(cls, job_id: int, created: bool = True) -> Enqueued[Any]:
         self = int.__new__(cls, job_id)
         if not created:
             self.created = False
@@ -919,8 +931,9 @@ class JobFilter(Settings):
 
 
 @dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated job, ready to insert: its args are a JSON-ready object."""
+class NewJob(Generic[T_co]):
+    """A validated job, ready to insert: its args are a JSON-ready object. For a type
+    checker it is `NewJob[T]`, T what its task's handler returns (see Enqueued)."""
 
     task: str
     args: dict[str, Any]

@@ -14,11 +14,12 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from pydantic import ValidationError
+from typing_extensions import TypeVar
 
 from pgqueue import bulk, hooks, migrate, outcomes
 from pgqueue import dsn as dsn_rule
@@ -63,7 +64,7 @@ from pgqueue.models import (
 )
 from pgqueue.outcomes import JobHandle, JobOutcome, WorkflowHandle
 from pgqueue.queries import Migration, channel
-from pgqueue.registry import EnqueueOptions, JobContext, Registry, Task, derived_name
+from pgqueue.registry import AsyncTask, EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
 from pgqueue.store import concurrency
 from pgqueue.store import fairness as fairness_store
@@ -85,6 +86,10 @@ from pgqueue.workflow import Flow, OnFailure, build
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# A job's result type; Any where nothing says it (a job enqueued by task name), so that
+# `queue.enqueue("name")` is an Enqueued[Any], not an Enqueued[Never].
+T = TypeVar("T", default=Any)
+TaskT = TypeVar("TaskT", bound=Task[Any, Any])
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
@@ -117,12 +122,13 @@ if TYPE_CHECKING:
         fairness_key: str | None
         tags: Sequence[str] | None
 
-    # A handler with a JobContext parameter (first, or after up to five others, where
-    # handlers put it): it is called with the context, but its jobs are built without it, and
-    # one ParamSpec cannot say both. Such a task's arguments stay untyped (Task[..., R]).
+    # A handler whose first parameter is a JobContext is a Task[P, R] of the parameters
+    # after it (_ContextFirst). One with a JobContext after up to five others, where handlers
+    # put it, is called with the context but its jobs are built without it, and one
+    # ParamSpec cannot say both: such a task's arguments stay untyped (Task[..., R]).
+    _ContextFirst = Callable[Concatenate[JobContext, P], R]
     _WithContext = (
-        Callable[Concatenate[JobContext, ...], R]
-        | Callable[Concatenate[Any, JobContext, ...], R]
+        Callable[Concatenate[Any, JobContext, ...], R]
         | Callable[Concatenate[Any, Any, JobContext, ...], R]
         | Callable[Concatenate[Any, Any, Any, JobContext, ...], R]
         | Callable[Concatenate[Any, Any, Any, Any, JobContext, ...], R]
@@ -163,9 +169,13 @@ class _Scheduling(Protocol):
     """What `@queue.periodic(...)` returns: it schedules the task (or function) it decorates."""
 
     @overload
+    def __call__(self, target: TaskT, /) -> TaskT: ...
+    @overload
+    def __call__(self, target: _ContextFirst[P, R], /) -> Task[P, R]: ...
+    @overload
     def __call__(self, target: _WithContext[R], /) -> Task[..., R]: ...
     @overload
-    def __call__(self, target: Task[P, R] | Callable[P, R], /) -> Task[P, R]: ...
+    def __call__(self, target: Callable[P, R], /) -> Task[P, R]: ...
 
 
 class _Registering(Protocol):
@@ -173,9 +183,35 @@ class _Registering(Protocol):
     keeping its parameters and return type."""
 
     @overload
+    def __call__(self, fn: _ContextFirst[P, R], /) -> Task[P, R]: ...
+    @overload
     def __call__(self, fn: _WithContext[R], /) -> Task[..., R]: ...
     @overload
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class _AsyncScheduling(Protocol):
+    """`_Scheduling` for an AsyncQueue, whose tasks are AsyncTasks."""
+
+    @overload
+    def __call__(self, target: TaskT, /) -> TaskT: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, target: _ContextFirst[P, R], /) -> AsyncTask[P, R]: ...
+    @overload
+    def __call__(self, target: _WithContext[R], /) -> AsyncTask[..., R]: ...
+    @overload
+    def __call__(self, target: Callable[P, R], /) -> AsyncTask[P, R]: ...
+
+
+class _AsyncRegistering(Protocol):
+    """`_Registering` for an AsyncQueue, whose tasks are AsyncTasks."""
+
+    @overload
+    def __call__(self, fn: _ContextFirst[P, R], /) -> AsyncTask[P, R]: ...
+    @overload
+    def __call__(self, fn: _WithContext[R], /) -> AsyncTask[..., R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> AsyncTask[P, R]: ...
 
 
 class _Base(abc.ABC):
@@ -219,6 +255,11 @@ class _Base(abc.ABC):
         """The LISTEN/NOTIFY channel workers of this schema wake on."""
         return channel(self.schema)
 
+    # The task class each twin makes: its tasks' `enqueue` is the twin's own.
+    _task_class: type[Task[Any, Any]] = Task
+
+    @overload
+    def task(self, fn: _ContextFirst[P, R], /) -> Task[P, R]: ...
     @overload
     def task(self, fn: _WithContext[R], /) -> Task[..., R]: ...
     @overload
@@ -288,7 +329,7 @@ class _Base(abc.ABC):
         )
 
         def register(func: Callable[..., Any]) -> Task[..., Any]:
-            task = Task(
+            task = self._task_class(
                 func,
                 name=derived_name(func) if name is None else name,
                 options=options,
@@ -309,20 +350,27 @@ class _Base(abc.ABC):
         Pass atomic=True if the defining service registered it as atomic: the flag travels
         with each job and decides how workers claim it."""
         given: dict[str, Any] = dict(options)
-        task: Task[..., Any] = Task(
+        task: Task[..., Any] = self._task_class(
             None, name=name, options=JobOptions(**given), policy=TaskPolicy(), atomic=atomic
         )
         task.enqueuer = self._enqueue_task(task)
         self.registry.add(task)
         return task
 
+    # A task is callable too: the first overload keeps its class (and its typed enqueue).
+    @overload
+    def periodic(self, task: TaskT, /, **options: Unpack[_PeriodicOptions]) -> TaskT: ...
+    @overload
+    def periodic(
+        self, task: _ContextFirst[P, R], /, **options: Unpack[_PeriodicOptions]
+    ) -> Task[P, R]: ...
     @overload
     def periodic(
         self, task: _WithContext[R], /, **options: Unpack[_PeriodicOptions]
     ) -> Task[..., R]: ...
     @overload
     def periodic(
-        self, task: Task[P, R] | Callable[P, R], /, **options: Unpack[_PeriodicOptions]
+        self, task: Callable[P, R], /, **options: Unpack[_PeriodicOptions]
     ) -> Task[P, R]: ...
     @overload
     def periodic(self, task: str, /, **options: Unpack[_PeriodicOptions]) -> Task[..., Any]: ...
@@ -647,17 +695,17 @@ class Queue(_Base):
         queue's own pool."""
         self._borrow = provider
 
-    def _enqueue_task(self, task: Task[..., Any]) -> Callable[[NewJob], Enqueued]:
+    def _enqueue_task(self, task: Task[..., Any]) -> Callable[[NewJob], Enqueued[Any]]:
         return self.enqueue
 
     def enqueue(
         self,
-        job: JobRef,
+        job: NewJob[T] | str | Task[..., Any],
         args: dict[str, Any] | None = None,
         *,
         conn: Conn | None = None,
         **options: Unpack[EnqueueOptions],
-    ) -> Enqueued:
+    ) -> Enqueued[T]:
         """Store one job and return its id. `job` is task.job(...), a task, or a task name.
 
         The id is an `Enqueued`, an int whose `created` is False when `dedupe_key` found an
@@ -957,13 +1005,19 @@ class Queue(_Base):
     """How waits hear that a job finished (LISTEN, and polling); set before the first wait."""
     _waiters: BackgroundWaiters | None = None
 
+    @overload
+    def wait(self, job: Enqueued[T], *, timeout: timedelta | float | None = None) -> T: ...
+    @overload
+    def wait(self, job: JobHandle, *, timeout: timedelta | float | None = None) -> Any: ...
+
     def wait(self, job: JobHandle, *, timeout: timedelta | float | None = None) -> Any:
         """Wait until `job` (an id, as enqueue returns it, or a Job) finishes; its result, as
         stored (the handler's return value as JSON). Raises JobFailedError (with the recorded
         error type, message and traceback) if it failed, JobCancelledError if it was
         cancelled, WaitTimeoutError after `timeout` seconds (the job runs on), and
         JobNotFoundError if no record of it exists, live or in history. Wait after the
-        enqueue's transaction has committed."""
+        enqueue's transaction has committed. For a type checker, the result of a job whose
+        id enqueue returned (an `Enqueued[T]`) is a T, what its handler returns."""
         return self._hub().call(outcomes.wait, job, outcomes.seconds(timeout))
 
     def wait_many(
@@ -1035,17 +1089,63 @@ class AsyncQueue(_Base):
     def use_connection(self, provider: Callable[[], psycopg.AsyncConnection[Any]] | None) -> None:
         self._borrow = provider
 
+    _task_class = AsyncTask
+
+    if TYPE_CHECKING:
+        # The inherited task, declare and periodic, as a type checker should see them here:
+        # making AsyncTasks, whose `enqueue` is awaited. mypy cannot match these overloads to
+        # _Base's one by one (override), though each returns a subclass of what it returns.
+        @overload  # type: ignore[override]
+        def task(self, fn: _ContextFirst[P, R], /) -> AsyncTask[P, R]: ...
+        @overload
+        def task(self, fn: _WithContext[R], /) -> AsyncTask[..., R]: ...
+        @overload
+        def task(self, fn: Callable[P, R], /) -> AsyncTask[P, R]: ...
+        @overload
+        def task(self, /, **options: Unpack[_TaskOptions]) -> _AsyncRegistering: ...
+        def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any: ...
+
+        def declare(
+            self, name: str, *, atomic: bool = False, **options: Unpack[EnqueueOptions]
+        ) -> AsyncTask[..., Any]: ...
+
+        @overload  # type: ignore[override]
+        def periodic(  # type: ignore[overload-overlap]
+            self, task: TaskT, /, **options: Unpack[_PeriodicOptions]
+        ) -> TaskT: ...
+        @overload
+        def periodic(
+            self, task: _ContextFirst[P, R], /, **options: Unpack[_PeriodicOptions]
+        ) -> AsyncTask[P, R]: ...
+        @overload
+        def periodic(
+            self, task: _WithContext[R], /, **options: Unpack[_PeriodicOptions]
+        ) -> AsyncTask[..., R]: ...
+        @overload
+        def periodic(
+            self, task: Callable[P, R], /, **options: Unpack[_PeriodicOptions]
+        ) -> AsyncTask[P, R]: ...
+        @overload
+        def periodic(
+            self, task: str, /, **options: Unpack[_PeriodicOptions]
+        ) -> AsyncTask[..., Any]: ...
+        @overload
+        def periodic(
+            self, task: None = None, /, **options: Unpack[_PeriodicOptions]
+        ) -> _AsyncScheduling: ...
+        def periodic(self, task: Any = None, /, **options: Any) -> Any: ...
+
     def _enqueue_task(self, task: Task[..., Any]) -> Callable[[NewJob], Any]:
         return self.enqueue
 
     async def enqueue(
         self,
-        job: JobRef,
+        job: NewJob[T] | str | Task[..., Any],
         args: dict[str, Any] | None = None,
         *,
         conn: AsyncConn | None = None,
         **options: Unpack[EnqueueOptions],
-    ) -> Enqueued:
+    ) -> Enqueued[T]:
         return (await self.enqueue_many([self._new_job(job, args, options)], conn=conn))[0]
 
     async def enqueue_many(
@@ -1282,6 +1382,11 @@ class AsyncQueue(_Base):
 
     wait_settings: WaitSettings = WaitSettings()
     _waiters: Waiters | None = None  # its loop's; a wait on another loop starts another
+
+    @overload
+    async def wait(self, job: Enqueued[T], *, timeout: timedelta | float | None = None) -> T: ...
+    @overload
+    async def wait(self, job: JobHandle, *, timeout: timedelta | float | None = None) -> Any: ...
 
     async def wait(self, job: JobHandle, *, timeout: timedelta | float | None = None) -> Any:
         return await outcomes.wait(self._hub(), job, outcomes.seconds(timeout))

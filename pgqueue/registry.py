@@ -13,10 +13,10 @@ import json
 import json.scanner
 import math
 import typing
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
@@ -26,6 +26,7 @@ from pgqueue.errors import ConfigurationError, InvalidArgumentsError, UnknownTas
 from pgqueue.models import (
     LONGEST_WAIT,
     TASK_NAME,
+    Enqueued,
     JobOptions,
     NewJob,
     TaskPolicy,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -275,7 +277,11 @@ class Task(Generic[P, R]):
     type checker a task is `Task[P, R]`: `P` the handler's parameters, which `__call__`,
     `job`, `enqueue` and `with_options(...).job/enqueue` take, and `R` what the handler
     returns, which `__call__` returns (for an `async def` handler, the coroutine, as calling
-    the function does). A task declared by name (`queue.declare`) is a `Task[..., Any]`.
+    the function does). `job` and `enqueue` give a `NewJob[T]` and an `Enqueued[T]`, T being
+    R awaited, which `queue.wait(...)` returns. A handler whose first parameter is a
+    JobContext gives a `Task[P, R]` whose `P` is the parameters after it: the worker passes
+    the context, jobs carry the rest. A task declared by name (`queue.declare`) is a
+    `Task[..., Any]`. An AsyncQueue's tasks are `AsyncTask[P, R]`, whose `enqueue` is awaited.
     """
 
     def __init__(
@@ -300,6 +306,7 @@ class Task(Generic[P, R]):
         self._context_param: str | None = None
         self._model = _argument_model(self) if fn is not None else None
         self._plain = _plain_fields(self) if fn is not None else None
+        self._job_signature = _job_signature(self._signature, self._context_param)
         self._models_without: dict[str, type[BaseModel]] = {}
         self.enqueuer: Callable[[NewJob], Any] | None = None
 
@@ -311,7 +318,17 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue}>"
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+    # Each pair of overloads below gives a coroutine handler's jobs the awaited type; its
+    # first one never matches a `def` handler's task, so mypy reports that task's wrong
+    # arguments as for a plain method.
+    @overload
+    def enqueue(
+        self: Task[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> Enqueued[T]: ...
+    @overload
+    def enqueue(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> Enqueued[T]: ...
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
         """Enqueue on the owning queue's own connection and commit; returns the job id (an
         `Enqueued`: an int that also says whether it was `created` or deduplicated).
 
@@ -322,7 +339,14 @@ class Task(Generic[P, R]):
         """
         return _enqueuer(self)(self.job(*args, **kwargs))
 
-    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+    @overload
+    def job(
+        self: Task[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> NewJob[T]: ...
+    @overload
+    def job(self: Task[P, T], *args: P.args, **kwargs: P.kwargs) -> NewJob[T]: ...
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob[Any]:
         """Validate arguments as a call would and return a job carrying them as JSON."""
         return _new_job(self.name, self.dump_args(args, kwargs), self.options, self.atomic)
 
@@ -338,7 +362,7 @@ class Task(Generic[P, R]):
         receiving into its first parameter would be right and any other refused."""
         return Signature(self, args, kwargs, self.options)
 
-    def with_options(self, **options: Unpack[EnqueueOptions]) -> NewJobFactory[P]:
+    def with_options(self, **options: Unpack[EnqueueOptions]) -> NewJobFactory[P, R]:
         """Same task, other job options (queue, priority, delay, run_at, max_attempts,
         dedupe_key, dedupe_window, concurrency_key, limits, fairness_key, tags)."""
         return NewJobFactory(self, self.options.merged(dict(options)))
@@ -381,12 +405,12 @@ class Task(Generic[P, R]):
                 )
             return checked_json(self.name, kwargs)
         later = {} if leave_out is None else {leave_out: None}
+        assert self._job_signature is not None
         try:
-            bound = self._signature.bind(*args, **_with_context_placeholder(self, kwargs | later))
+            bound = self._job_signature.bind(*args, **(kwargs | later))
         except TypeError as exc:
             raise InvalidArgumentsError(f"task {self.name!r}: {exc}") from None
-        skip = (self._context_param, leave_out)
-        values = {k: v for k, v in bound.arguments.items() if k not in skip}
+        values = {k: v for k, v in bound.arguments.items() if k != leave_out}
         try:
             model = self._model_without(leave_out).model_validate(values)
             dumped = model.model_dump(mode="json", exclude_unset=True)
@@ -446,14 +470,41 @@ class Task(Generic[P, R]):
         return _call_args(given)
 
 
+class AsyncTask(Task[P, R]):
+    """A task of an AsyncQueue: the same as a Task, but its `enqueue` is a coroutine."""
+
+    # Task.enqueue returns the id; here it is a coroutine giving the id. The two differ only
+    # in what a type checker sees: at run time each calls its queue's own enqueue.
+    @overload  # type: ignore[override]
+    def enqueue(
+        self: AsyncTask[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, Enqueued[T]]: ...
+    @overload
+    def enqueue(
+        self: AsyncTask[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, Enqueued[T]]: ...
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        """Enqueue on the owning queue's own connection and commit: await it for the job id
+        (an `Enqueued`), as Task.enqueue returns it."""
+        return _enqueuer(self)(self.job(*args, **kwargs))
+
+
 @dataclass(frozen=True)
-class NewJobFactory(Generic[P]):
+class NewJobFactory(Generic[P, R]):
     """A task with overridden job options; `job()` validates as Task.job does."""
 
-    task: Task[P, Any]
+    task: Task[P, R]
     options: JobOptions
 
-    def job(self, *args: P.args, **kwargs: P.kwargs) -> NewJob:
+    @overload
+    def job(
+        self: NewJobFactory[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> NewJob[T]: ...
+    @overload
+    def job(self: NewJobFactory[P, T], *args: P.args, **kwargs: P.kwargs) -> NewJob[T]: ...
+
+    def job(self, *args: Any, **kwargs: Any) -> NewJob[Any]:
         return _new_job(
             self.task.name, self.task.dump_args(args, kwargs), self.options, self.task.atomic
         )
@@ -727,10 +778,16 @@ def _plain_fields(task: Task[..., Any]) -> _PlainFields | None:
     )
 
 
-def _with_context_placeholder(task: Task[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    if task._context_param is None or task._context_param in kwargs:
-        return kwargs
-    return kwargs | {task._context_param: None}
+def _job_signature(
+    signature: inspect.Signature | None, context: str | None
+) -> inspect.Signature | None:
+    """The parameters a job's arguments bind to: the handler's, less its JobContext, which
+    the worker passes. So arguments by position skip the context wherever it sits, as the
+    task's type (`Task[P, R]`, P the parameters after a leading context) says they do."""
+    if signature is None or context is None:
+        return signature
+    kept = [p for p in signature.parameters.values() if p.name != context]
+    return signature.replace(parameters=kept)
 
 
 def _is_json_object(value: Any) -> bool:

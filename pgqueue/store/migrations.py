@@ -89,3 +89,8 @@ def grant_sql(schema: str, role: str, kind: str) -> sql.Composed:
     if kind not in GRANTS:
         raise ConfigurationError(f"role kind must be one of {', '.join(GRANTS)}, not {kind!r}")
     return grant(GRANTS[kind], schema, role)
+
+
+def drop_schema(conn: SyncConn, schema: str) -> None:
+    """Drop `schema` and everything in it, if it exists; commits on an autocommit `conn`."""
+    conn.execute(query("schema_drop", schema))

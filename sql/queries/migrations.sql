@@ -27,3 +27,8 @@ SELECT EXISTS (
     SELECT 1 FROM pg_catalog.pg_tables
     WHERE schemaname = %(schema)s AND tablename = 'migrations'
 );
+
+-- name: schema_drop
+-- Drops a schema and everything in it: a test's throwaway schema (pgqueue/pytest_plugin.py).
+-- IF EXISTS: dropping one a test already dropped is not an error.
+DROP SCHEMA IF EXISTS {schema} CASCADE;

@@ -26,7 +26,7 @@ def jobs(dsn: str, schema: str) -> dict[str, int]:
     def bad() -> None:
         raise RuntimeError("report query timed out")
 
-    made = {"succeeded": ok.enqueue(), "failed": bad.enqueue()}
+    made: dict[str, int] = {"succeeded": ok.enqueue(), "failed": bad.enqueue()}
     drain(queue)
     made["queued"] = ok.with_options(queue="later", concurrency_key="acme").enqueue()
     queue.close()

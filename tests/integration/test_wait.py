@@ -292,7 +292,7 @@ def test_bad_input_gives_clear_errors(queue: Queue, dsn: str, schema: str) -> No
     with pytest.raises(ConfigurationError, match="greater than 0"):
         queue.wait(job_id, timeout=0)
     with pytest.raises(ConfigurationError, match="job ids"):
-        queue.wait("7", timeout=1)  # type: ignore[arg-type]
+        queue.wait("7", timeout=1)  # type: ignore[call-overload]
     with pytest.raises(ConfigurationError, match="job ids"):
         queue.wait_many([job_id, -3], timeout=1)
     with pytest.raises(JobNotFoundError, match="123456789"):

@@ -19,13 +19,15 @@ from tests.conftest import ROOT
 
 LIBRARY = ROOT / "pgqueue"
 # The optional extras at the edge, each free to import its own dependency: the integrations,
-# the dashboard, the command (and the embedded server only it starts), metrics, tracing, and
-# the relay's broker sinks with the import paths the documentation shows for them.
+# the dashboard, the command (and the embedded server only it starts), metrics, tracing, the
+# pytest plugin (the `testing` extra: pytest loads it), and the relay's broker sinks with the
+# import paths the documentation shows for them.
 EDGE = (
     "pgqueue/contrib/",
     "pgqueue/dashboard/",
     "pgqueue/cli/",
     "pgqueue/embedded.py",
+    "pgqueue/pytest_plugin.py",
     "pgqueue/metrics.py",
     "pgqueue/tracing.py",
     "pgqueue/relay/sinks/redis.py",

@@ -4,6 +4,7 @@ import pgqueue
 
 EXPECTED = [
     "AsyncQueue",
+    "AsyncTask",
     "Cancellation",
     "Chain",
     "Chord",

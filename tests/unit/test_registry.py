@@ -46,6 +46,24 @@ def test_job_context_is_injected_not_stored() -> None:
     assert t.job(3).args == {"x": 3}
 
 
+def test_arguments_by_position_skip_the_job_context_wherever_it_sits() -> None:
+    """As the task's type says: its parameters are the handler's less the context."""
+    queue = Queue()
+
+    @queue.task(name="first")
+    def first(ctx: JobContext, sku: str, count: int = 1) -> None: ...
+
+    @queue.task(name="middle")
+    def middle(a: int, ctx: JobContext, b: int) -> None: ...
+
+    assert first.job("abc", 2).args == {"sku": "abc", "count": 2}
+    assert middle.job(1, 2).args == {"a": 1, "b": 2}
+    with pytest.raises(InvalidArgumentsError, match="ctx"):
+        first.job(ctx=None, sku="abc")  # type: ignore[call-arg]
+    ctx = JobContext(1, "first", "default", 1, 25)
+    assert first.load_args(first.job("abc").args, ctx) == ([], {"ctx": ctx, "sku": "abc"})
+
+
 def test_defaults_are_not_stored_so_code_can_change_them() -> None:
     queue = Queue()
 

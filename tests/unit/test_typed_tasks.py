@@ -1,5 +1,7 @@
-"""Typed tasks: a type checker sees a task's parameters (Task[P, R]) and an enqueue's options
-(EnqueueOptions), so wrong arguments are mypy errors before they are InvalidArgumentsErrors.
+"""Typed tasks: a type checker sees a task's parameters (Task[P, R]; for a handler taking a
+JobContext first, those after it) and an enqueue's options (EnqueueOptions), so wrong
+arguments are mypy errors before they are InvalidArgumentsErrors; and what a job returns, so
+`queue.wait(...)` on its id (an Enqueued[T]) is of the handler's return type, awaited.
 
 One mypy run (--strict, a config file of its own, a cache in tmp_path) checks two snippets:
 one whose every marked line must be an error of the marked code, and only those, and one
@@ -47,6 +49,11 @@ async def fetch(url: str) -> bytes:
 def run(ctx: JobContext) -> None: ...
 
 
+@queue.task
+def first(ctx: JobContext, n: int) -> str:
+    return str(n)
+
+
 add(1, "x")  # E: arg-type
 add.job("x")  # E: call-arg arg-type
 add.enqueue(1)  # E: call-arg
@@ -55,7 +62,13 @@ add.with_options(priority=1).job("x", 2)  # E: arg-type
 add.with_options(priority="high")  # E: arg-type
 add.with_options(prio=1)  # E: call-arg
 mul.enqueue(1, "2")  # E: arg-type
-fetch.job(1)  # E: arg-type
+fetch.job(1)  # E: call-overload
+first.enqueue("3")  # E: arg-type
+first.job(n=1, m=2)  # E: call-arg
+first.job(JobContext(1, "t", "q", 1, 1), 1)  # E: call-arg arg-type
+text: str = queue.wait(add.enqueue(1, 2))  # E: assignment
+more: str = queue.wait(queue.enqueue(add.job(1, 2)))  # E: assignment
+count: int = queue.wait(first.enqueue(3))  # E: assignment
 queue.enqueue(add.job(1, 2), delay="soon")  # E: arg-type
 queue.enqueue("add", {"a": 1}, dedupe_key=5)  # E: arg-type
 queue.declare("elsewhere", queue=7)  # E: arg-type
@@ -69,6 +82,12 @@ queue.list_jobs(limit="10")  # E: arg-type
 async def later() -> None:
     await aqueue.enqueue(fetch, run_at="tomorrow")  # E: arg-type
     await fetch.with_options(delay=60).enqueue(b"bytes")  # E: arg-type
+    # Read into a name first: given `x: str = await aqueue.wait(...)`, mypy tries the
+    # overload for a bare id (an Enqueued is an int too) once the first one fails.
+    body = await aqueue.wait(await fetch.enqueue("u"))
+    text: str = body  # E: assignment
+    sized = await aqueue.wait(await aqueue.enqueue(fetch.job("u")))
+    same: str = sized  # E: assignment
 """
 
 RIGHT = """
@@ -117,7 +136,16 @@ def report(a: int) -> None: ...
 assert_type(add(1, 2), int)
 # An async handler's call is its coroutine, as at run time.
 assert_type(fetch("u"), Coroutine[Any, Any, bytes]).close()
-assert_type(add.job(1, label="x"), NewJob)
+assert_type(add.job(1, label="x"), NewJob[int])
+assert_type(fetch.job("u"), NewJob[bytes])  # an async handler's result is the awaited type
+assert_type(add.enqueue(1), Enqueued[int])
+assert_type(queue.wait(add.enqueue(1)), int)
+assert_type(queue.wait(queue.enqueue(add.job(1), priority=2)), int)
+assert_type(queue.wait(first.enqueue(3)), str)
+assert_type(queue.wait(queue.enqueue(first.job(n=3))), str)
+assert_type(queue.wait(7), Any)  # a bare id says nothing of its job
+assert_type(queue.wait(queue.enqueue("add", {"a": 1})), Any)
+assert_type(queue.enqueue_many([add.job(1), first.job(2)]), list[Enqueued])
 add.enqueue(1, 2)
 mul.enqueue(a=1, b=2)
 add.with_options(delay=60, priority=5, tags=["a"]).enqueue(1)
@@ -125,6 +153,7 @@ add.with_options(run_at=datetime.now(timezone.utc)).job(a=2)
 report.job(1)
 tick.job(1)  # a handler taking JobContext: its jobs' arguments are not checked
 first.enqueue(n=3)
+first.enqueue(3)
 elsewhere = queue.declare("elsewhere", queue="other")
 elsewhere.enqueue(anything=1)
 got: Enqueued = queue.enqueue(add.job(1), delay=timedelta(seconds=5), dedupe_key="k")
@@ -135,8 +164,19 @@ queue.list_jobs(status="running", queue="math", limit=10)
 queue.list_jobs(status=["queued", pgqueue.JobStatus.FAILED], tag="a", before_id=9)
 
 
+@aqueue.periodic(every=60)
+@aqueue.task
+async def sweep(ctx: JobContext, older_than: int = 7) -> int:
+    return older_than
+
+
 async def later() -> None:
     await aqueue.enqueue(fetch.job("u"), run_at=datetime.now(timezone.utc))
+    assert_type(await aqueue.wait(await fetch.enqueue("u")), bytes)
+    assert_type(await aqueue.wait(await aqueue.enqueue(fetch.job("u"))), bytes)
+    assert_type(await aqueue.wait(await sweep.enqueue(older_than=3)), int)
+    periodic_kept_its_class: pgqueue.AsyncTask[..., Any] = sweep
+    assert periodic_kept_its_class
     await fetch.with_options(dedupe_key="k", dedupe_window=30).enqueue("u")
     await fetch.enqueue(url="u")
 """
