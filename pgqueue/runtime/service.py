@@ -80,11 +80,16 @@ class Loop(abc.ABC):
             return Health(False, "not running")
         return Health(True)
 
-    async def every(self, interval: float, action: Callable[[], Awaitable[object]]) -> None:
+    async def every(
+        self, interval: float, action: Callable[[], Awaitable[object]], *, at_once: bool = False
+    ) -> None:
         """Await `action` every `interval` seconds (± 50%, so that many workers spread out),
-        forever. A failed round is logged, and the next round comes as usual."""
+        forever, the first time at once if `at_once`. A failed round is logged, and the next
+        round comes as usual."""
         while True:
-            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            if not at_once:
+                await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            at_once = False
             try:
                 await action()
             except Exception as exc:

@@ -1,5 +1,5 @@
 """The workers table and the worker's sessions: one row per live worker, kept fresh by its
-heartbeat; the session lock a listening worker holds while its process lives; the rescuer's
+heartbeat, and the server session each records, which rescuers look for; the rescuer's
 lock and notices, which are about dead workers; and the settings and subscription of the
 worker's own connections. Runs sql/queries/workers.sql."""
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from psycopg.rows import args_row, class_row
+from psycopg.rows import class_row
 
 from pgqueue.codec import encode_json
 from pgqueue.queries import dead_channel, query
@@ -57,20 +57,20 @@ class WorkerIdentity:
 
 @dataclass(frozen=True, slots=True)
 class BeatParams:
-    """One heartbeat's parameters: who beats, its tally as JSON, and when its session took
-    the worker's lock (None when it holds none)."""
+    """One heartbeat's parameters: who beats, its tally as JSON, and the backend pid the
+    server named when the beat's connection opened (None: record no session)."""
 
     identity: WorkerIdentity
     worker_id: int
     stats: str | None = None
-    session_at: datetime | None = None
+    client_pid: int | None = None
 
     def as_params(self) -> dict[str, object]:
         """The statement's named parameters."""
         return self.identity.as_params() | {
             "worker_id": self.worker_id,
             "stats": self.stats,
-            "session_at": self.session_at,
+            "client_pid": self.client_pid,
         }
 
 
@@ -83,9 +83,11 @@ class Registered:
 
 @dataclass(frozen=True)
 class Beat:
-    """worker_heartbeat's row: whether the worker's row had been removed and was put back."""
+    """worker_heartbeat's row: whether the worker's row had been removed and was put back,
+    and whether the beat's session was recorded (it is the worker's own)."""
 
     revived: bool
+    recorded: bool
 
 
 @dataclass(frozen=True)
@@ -104,19 +106,13 @@ class Transactions:
 
 @dataclass(frozen=True)
 class GoneSession:
-    """A worker whose session lock nobody held when seen (worker_sessions_gone)."""
+    """A worker whose recorded session the server no longer had when seen
+    (worker_sessions_gone)."""
 
     worker_id: int
-    session_at: datetime  # when the session that held it took it, as the worker recorded
+    session_pid: int  # the recorded session: its backend's pid ...
+    session_start: datetime  # ... and that backend's start, which tell it from a reused pid
     seen_at: datetime  # by the database's clock
-
-
-@dataclass(frozen=True)
-class SessionHeld:
-    """worker_session_hold's row: the lock call's empty value, and when it was taken."""
-
-    held: object
-    session_at: datetime
 
 
 @dataclass(frozen=True)
@@ -150,44 +146,34 @@ class WorkersStore:
         row = await fetch_one(conn, Registered, statement, identity.as_params())
         return row.id
 
-    def heartbeat(self, conn: SyncConn, beat: BeatParams) -> bool:
-        """Prove the worker alive (the heartbeat runs in a thread, on a sync connection).
-        True when its row had been removed as dead and was put back: its jobs were rescued."""
-        with conn.cursor(row_factory=args_row(Beat)) as cur:
+    def heartbeat(self, conn: SyncConn, beat: BeatParams) -> Beat:
+        """Prove the worker alive (the heartbeat runs in a thread, on a sync connection), and
+        record the session `conn` runs on when `beat.client_pid` names it. `revived` when its
+        row had been removed as dead and was put back: its jobs were rescued."""
+        with conn.cursor(row_factory=class_row(Beat)) as cur:
             statement = query("worker_heartbeat", self.schema)
             row = cur.execute(statement, beat.as_params()).fetchone()
-        return row is not None and row.revived
-
-    def hold_session(self, conn: SyncConn, worker_id: int) -> datetime:
-        """Take the worker's session lock on `conn` until it closes; returns when, for the
-        beat that records it in the same transaction."""
-        with conn.cursor(row_factory=args_row(SessionHeld)) as cur:
-            params = {"schema": self.schema, "worker_id": worker_id}
-            row = cur.execute(query("worker_session_hold", self.schema), params).fetchone()
-        assert row is not None
-        return row.session_at
+        assert row is not None  # an upsert's RETURNING always has its row
+        return row
 
     async def sessions_gone(self, conn: AsyncConn, worker_id: int) -> Sequence[GoneSession]:
-        """Workers other than `worker_id` whose session lock nobody holds now, among those
-        whose last beat this backend can vouch for (see workers.sql)."""
+        """Workers other than `worker_id` whose recorded session the server no longer has,
+        among those it can tell (see workers.sql)."""
         async with conn.cursor(row_factory=class_row(GoneSession)) as cur:
-            await cur.execute(
-                query("worker_sessions_gone", self.schema),
-                {"schema": self.schema, "worker_id": worker_id},
-            )
+            await cur.execute(query("worker_sessions_gone", self.schema), {"worker_id": worker_id})
             return await cur.fetchall()
 
     async def delete_gone(self, conn: AsyncConn, gone: Sequence[GoneSession]) -> Sequence[int]:
-        """Remove the workers still gone under the session they were seen with, holding their
-        locks until the caller's transaction ends; returns their ids."""
+        """Remove the workers whose recorded session is still the one they were seen gone
+        with; returns their ids. Their rows stay locked until the caller's transaction ends."""
         rows = await fetch(
             conn,
             Gone,
             query("worker_delete_gone", self.schema),
             {
-                "schema": self.schema,
                 "ids": [g.worker_id for g in gone],
-                "sessions": [g.session_at for g in gone],
+                "pids": [g.session_pid for g in gone],
+                "starts": [g.session_start for g in gone],
             },
         )
         return [row.id for row in rows]

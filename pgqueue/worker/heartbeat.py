@@ -7,13 +7,14 @@ removed because the worker was presumed dead, the next beat puts it back under t
 that its jobs were rescued and publishes `WorkerRevived` (events.py). Connection faults are
 retried with backoff and logged once per outage; the thread never raises.
 
-With `session` (a direct connection, not PgBouncer's transaction pooling), the connection also
-holds the worker's session lock (worker_session_hold in sql/queries/workers.sql) and its beats
-record when it took it: once the process dies, PostgreSQL ends the session, the lock is free, and
-rescuers take the worker for dead within seconds. Between beats the thread watches the
-connection, so a session the server ends while the worker lives is replaced, and the lock taken
-again, at once: rescuers wait a couple of seconds of a free lock before they act
-(pgqueue/worker/rescuer.py).
+With `session` (not polling through PgBouncer), each beat records the server session it runs
+on, its pid and backend start (worker_heartbeat in sql/queries/workers.sql): once the process
+dies, PostgreSQL ends the session, and rescuers that no longer find it take the worker for dead
+within seconds. Between beats the thread watches the connection, so a session the server ends
+while the worker lives is replaced, and the new one recorded, at once: rescuers wait a couple of
+seconds of a missing session before they act (pgqueue/worker/rescuer.py). A connection that
+turns out not to be a session of the worker's own (a pooler names a pid of its own) records
+none, and the worker is left to its lease; that is logged once.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -62,8 +62,8 @@ class Heartbeat:
         self.report = report  # the worker's tally, called from the heartbeat's thread
         self.dsn = dsn
         self.prepare = prepare  # off behind PgBouncer's transaction pooling (poll_only)
-        self.session = session  # hold the worker's session lock: on a direct connection only
-        self.session_at: datetime | None = None  # when this connection took it
+        self.session = session  # record the beat's session: on a direct connection only
+        self.recorded = False  # whether the last beat recorded its session
         self.store = WorkersStore(schema)
         self.identity = identity
         self.worker_id = worker_id
@@ -107,7 +107,7 @@ class Heartbeat:
             self._close()
 
     def _beat_until_stopped(self, woken: socket.socket) -> None:
-        delay = 0.0  # the first beat at once: it takes the session lock
+        delay = 0.0  # the first beat at once: it records the worker's session
         retry = _RETRY_FIRST
         while True:
             try:
@@ -127,11 +127,11 @@ class Heartbeat:
             delay, retry = self.interval, _RETRY_FIRST
 
     def _wait(self, timeout: float, woken: socket.socket) -> bool:
-        """Wait up to `timeout` seconds; True once the worker stops. While the connection
-        holds the session lock, a session the server ends raises here at once, so the next
-        beat, on a new connection, takes the lock again without waiting for the interval."""
+        """Wait up to `timeout` seconds; True once the worker stops. While the connection's
+        session is the one recorded, a session the server ends raises here at once, so the
+        next beat, on a new connection, records the new one without waiting for the interval."""
         conn = self._conn
-        if conn is None or not self.session:
+        if conn is None or not self.recorded:
             return self._stop_requested.wait(timeout)
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as selector:
@@ -157,16 +157,19 @@ class Heartbeat:
                 prepare_threshold=5 if self.prepare else None,
             )
         stats = encode_json(self.report()) if self.report is not None else None
-        beat = BeatParams(self.identity, self.worker_id, stats, self.session_at)
-        if self.session and self.session_at is None:
-            with self._conn.transaction():  # the lock and the beat that records it, together
-                session_at = self.store.hold_session(self._conn, self.worker_id)
-                revived = self.store.heartbeat(self._conn, replace(beat, session_at=session_at))
-            self.session_at = session_at
-        else:
-            revived = self.store.heartbeat(self._conn, beat)
+        client_pid = self._conn.info.backend_pid if self.session else None
+        beat = self.store.heartbeat(
+            self._conn, BeatParams(self.identity, self.worker_id, stats, client_pid)
+        )
+        if self.session and not beat.recorded and self.beats == 0:
+            log.warning(
+                "the heartbeat's connection is not a database session of this worker's own "
+                "(a pooler such as PgBouncer between them?): a death of this worker is found "
+                "after its lease (lease_timeout), not within seconds"
+            )
+        self.recorded = beat.recorded
         self.beats += 1
-        if revived:
+        if beat.revived:
             log.error(
                 "worker %s was presumed dead (missed heartbeats past its lease, or its "
                 "session ended) and its running jobs were rescued; their outcomes from here "
@@ -177,7 +180,7 @@ class Heartbeat:
                 self.events.publish_threadsafe(WorkerRevived())
 
     def _close(self) -> None:
-        self.session_at = None  # the lock goes with the connection
+        self.recorded = False  # the session goes with the connection
         if self._conn is not None:
             with contextlib.suppress(psycopg.Error):
                 self._conn.close()

@@ -10,15 +10,18 @@ heartbeating never loses a job however long it runs. A running job whose worker 
 (job_find_orphaned, sql/queries/jobs.sql) is looked for on the first pass and then every
 ORPHAN_PASSES passes, because that look walks every running entry of the table.
 
-Sooner when PostgreSQL saw the death: every SESSION_CHECK (± 50%) the loop also looks for
-workers whose session lock is free (pgqueue/worker/heartbeat.py holds it; worker_sessions_gone
-in sql/queries/workers.sql). A worker seen so at every look for session_grace, under one
-recorded session, is dead: its process is gone, or it could not open a new session in that
-time. It is removed and its running jobs rescued in one transaction, under the rescue lock
-and its own session lock, so it cannot come back half way. A live worker whose session the
-server ends takes the lock again in far less, and a worker whose lock went with a server
-restart is left to its lease. A worker that hangs, or is cut off from the database while its
-session stays open, still holds the lock: the lease speaks for it.
+Sooner when PostgreSQL saw the death: at start and then every SESSION_CHECK (± 50%) the loop
+also looks for workers whose recorded session the server no longer has
+(pgqueue/worker/heartbeat.py records it; worker_sessions_gone in sql/queries/workers.sql), so
+a worker that has just started finds one that died before it. A worker seen so at every look
+for session_grace, under one recorded session, is dead: its process is gone, or it could not
+open a new session in that time. It is removed and its running jobs rescued in one
+transaction, under the rescue lock, guarded on the session it was seen with, so a worker that
+recorded a new session meanwhile is left alone. A live worker whose session the server ends
+records a new one in far less; a worker whose session went with a server restart, or that
+has no session of its own (PgBouncer), is left to its lease. A worker that hangs, or is cut
+off from the database while its session stays open, keeps its session: the lease speaks for
+it.
 
 Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed once
 attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and compensate
@@ -51,9 +54,9 @@ log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()
 ORPHAN_PASSES = 6  # about once a minute per worker at the default rescue_interval
 SESSION_CHECK = timedelta(seconds=0.5)  # between looks for ended sessions
-# How long a worker's session lock must stay free before the worker is dead: far longer than a
-# live worker takes to open a new session and take it back, and short enough that a dead one's
-# jobs are back within seconds.
+# How long a worker's recorded session must stay gone before the worker is dead: far longer
+# than a live worker takes to open a new session and record it, and short enough that a dead
+# one's jobs are back within seconds.
 SESSION_GRACE = timedelta(seconds=2)
 
 
@@ -95,7 +98,7 @@ class Rescuer(Loop):
     async def loop(self) -> None:
         await asyncio.gather(
             self.every(self.interval, self._round),
-            self.every(SESSION_CHECK.total_seconds(), self._look_at_sessions),
+            self.every(SESSION_CHECK.total_seconds(), self._look_at_sessions, at_once=True),
         )
 
     async def _look_at_sessions(self) -> None:
@@ -225,28 +228,30 @@ class Rescuer(Loop):
 
 
 class GoneSessions:
-    """What one rescuer has seen of workers' session locks: which were free at every look
+    """What one rescuer has seen of workers' recorded sessions: which were gone at every look
     since when, under which recorded session."""
 
     def __init__(self, grace: timedelta) -> None:
         self.grace = grace
-        self._since: dict[int, tuple[datetime, datetime]] = {}  # id -> (session_at, first seen)
+        # worker id -> ((session pid, session start), first seen gone)
+        self._since: dict[int, tuple[tuple[int, datetime], datetime]] = {}
 
     @property
     def suspects(self) -> frozenset[int]:
-        """The workers whose lock was free at the last look."""
+        """The workers whose session was gone at the last look."""
         return frozenset(self._since)
 
     def dead(self, seen: Sequence[GoneSession]) -> list[GoneSession]:
-        """Record one look (`seen`: the workers whose lock was free); returns those free at
+        """Record one look (`seen`: the workers whose session was gone); returns those gone at
         every look for at least the grace under the same session. A worker missing from a
         look, or seen under a new session, starts again."""
-        since: dict[int, tuple[datetime, datetime]] = {}
+        since: dict[int, tuple[tuple[int, datetime], datetime]] = {}
         for gone in seen:
-            session_at, first = self._since.get(gone.worker_id, (gone.session_at, gone.seen_at))
-            if session_at != gone.session_at:
+            session = (gone.session_pid, gone.session_start)
+            was, first = self._since.get(gone.worker_id, (session, gone.seen_at))
+            if was != session:
                 first = gone.seen_at
-            since[gone.worker_id] = (gone.session_at, first)
+            since[gone.worker_id] = (session, first)
         self._since = since
         return [g for g in seen if g.seen_at - since[g.worker_id][1] >= self.grace]
 

@@ -257,7 +257,7 @@ class Worker:
                 self.id,
                 s.heartbeat_interval,
                 prepare=not s.poll_only,
-                session=not s.poll_only,  # a session lock needs a session of the worker's own
+                session=not s.poll_only,  # a pooled session is not the worker's own
                 events=events,
                 report=self.tally.report,
             )

@@ -11,70 +11,63 @@ RETURNING id;
 -- Proves the worker alive: one row per worker, never one per job. If the rescuer removed the
 -- row (the worker was presumed dead), it is put back under the same id and `revived` is true:
 -- the jobs it held were rescued, and their late outcomes are refused by the completion guard.
--- `stats` is the worker's own tally (pgqueue/observe.py), replaced at each beat. `session_at`
--- says when this connection took the worker's session lock (worker_session_hold), NULL if it
--- holds none: a beat comes from the session that holds the lock, so a beat later than a
--- rescuer's own session start proves the lock was held since (worker_sessions_gone).
+-- `stats` is the worker's own tally (pgqueue/observe.py), replaced at each beat.
+-- Each beat also records the server session it runs on, its pid and backend start, which
+-- rescuers look for (worker_sessions_gone): a worker that reconnects after its session was
+-- ended replaces the old one with its first beat on the new. `client_pid` is the pid the
+-- server named when the connection opened (NULL: record none); the session is recorded only
+-- when it is the backend running this beat, so never behind a pooler such as PgBouncer,
+-- which names a pid of its own and whose server sessions outlive the worker and serve other
+-- clients. `recorded` says whether it was. session_at is written NULL: older versions'
+-- rescuers try a lock for it that this version does not hold.
 INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency, stats,
-                                   session_at)
+                                   session_pid, session_start)
 OVERRIDING SYSTEM VALUE
-VALUES (%(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
-        %(stats)s::jsonb, %(session_at)s)
+SELECT %(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
+       %(stats)s::jsonb, b.pid, b.backend_start
+FROM (VALUES (pg_backend_pid())) AS me (pid)
+LEFT JOIN pg_stat_get_activity(me.pid) AS b ON b.pid = %(client_pid)s::integer
 ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = now(), stats = EXCLUDED.stats, session_at = EXCLUDED.session_at
-RETURNING (xmax = 0) AS revived;
-
--- name: worker_session_hold
--- Takes the worker's session lock on this connection, until it closes, and says when: the
--- caller records that time with a beat in the same transaction (worker_heartbeat). The lock
--- lives in pgqueue's own space, one per schema and worker id: the key folds the id, so two
--- ids 2^31 - 1 apart share a lock, which can only make a dead worker look alive (the lease
--- then speaks for it), never the reverse; another application's lock on the same key does
--- the same. Shared, so a new session of the worker takes it while an old one lingers; it
--- waits only while a rescuer holds it for the transaction that declares the worker dead
--- (worker_delete_gone), after which the beat finds its row gone. Never behind PgBouncer's
--- transaction pooling: the lock would stay on a server connection that other clients use.
-SELECT pg_advisory_lock_shared(
-           hashtext('pgqueue.worker ' || %(schema)s),
-           (%(worker_id)s::bigint %% 2147483647)::integer
-       ),
-       now() AS session_at;
+SET heartbeat_at = now(), stats = EXCLUDED.stats, session_at = NULL,
+    session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start
+RETURNING (xmax = 0) AS revived, w.session_pid IS NOT NULL AS recorded;
 
 -- name: worker_sessions_gone
--- The workers whose session lock (worker_session_hold) nobody holds now, with the session
--- each recorded and when this was seen. A try of each lock, not a read of pg_locks: any
--- role may, it costs a lookup per worker and no pass over the server's lock table, and it
--- holds a free lock only for this statement. Left out: workers that hold no such lock, the
--- caller's own worker, and workers whose last beat is not later than the start of this
--- statement's own backend. A beat comes from the session that holds the lock, so a later
--- beat proves the lock was held while this backend lived: its loss was no server restart,
--- which would have ended this backend too. The others' locks may have gone with a restart,
--- and only their lease speaks for them.
-SELECT w.id AS worker_id, w.session_at, now() AS seen_at
+-- The workers whose recorded session (worker_heartbeat) the server no longer has, with that
+-- session and when this was seen. A session is its pid and its backend start together, since
+-- pids are reused. Left out: the caller's own worker and workers with no session recorded;
+-- sessions that began before the server's last start or crash restart (the archiver's
+-- statistics are reset at a crash restart), which every session outlived only to end with
+-- it, so that after a restart a live worker's lag in reconnecting is never taken for its
+-- death and only the lease speaks for workers that died meanwhile; and a pid whose
+-- backend_start this role may not read (another role's session, without pg_read_all_stats),
+-- which may be the recorded session or a reuse of its pid, so the worker is taken as alive.
+SELECT w.id AS worker_id, w.session_pid, w.session_start, now() AS seen_at
 FROM {schema}.workers AS w
-WHERE w.session_at IS NOT NULL
+WHERE w.session_pid IS NOT NULL
   AND w.id <> %(worker_id)s
-  AND w.heartbeat_at > (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) AS a)
-  AND pg_try_advisory_xact_lock(
-          hashtext('pgqueue.worker ' || %(schema)s), (w.id %% 2147483647)::integer
-      )
+  AND w.session_start > (
+      SELECT greatest(pg_postmaster_start_time(), a.stats_reset) FROM pg_stat_archiver AS a
+  )
+  AND NOT EXISTS (
+      SELECT 1 FROM pg_stat_get_activity(w.session_pid) AS s
+      WHERE s.backend_start = w.session_start OR s.backend_start IS NULL
+  )
 ORDER BY w.id;
 
 -- name: worker_delete_gone
--- Removes the workers whose session lock is still free with the same session recorded as
--- when the caller saw them gone (worker_sessions_gone): their running jobs are the caller's
--- to rescue in this transaction. The free lock is the caller's until commit, so a worker
--- that is in fact reconnecting cannot take it back meanwhile; its beat then finds its row
--- gone, puts it back and is told that its jobs were rescued. A worker that took the lock
--- back before this statement has a new session recorded and is left alone.
+-- Removes the workers whose recorded session is still the one the caller saw gone
+-- (worker_sessions_gone): their running jobs are the caller's to rescue in this transaction.
+-- An ended session never comes back, so the only race is with the worker's own beat from a
+-- new session, and the row lock settles it: a beat that committed first recorded its new
+-- session and the worker is left alone; one that comes after finds its row gone, puts it
+-- back and is told that its jobs were rescued.
 DELETE FROM {schema}.workers AS w
-USING unnest(%(ids)s::bigint[], %(sessions)s::timestamptz[]) AS g (id, session_at)
+USING unnest(%(ids)s::bigint[], %(pids)s::integer[], %(starts)s::timestamptz[])
+      AS g (id, pid, start)
 WHERE w.id = g.id
-  AND w.session_at = g.session_at
-  AND w.heartbeat_at > (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) AS a)
-  AND pg_try_advisory_xact_lock(
-          hashtext('pgqueue.worker ' || %(schema)s), (w.id %% 2147483647)::integer
-      )
+  AND w.session_pid = g.pid
+  AND w.session_start = g.start
 RETURNING w.id;
 
 -- name: worker_list

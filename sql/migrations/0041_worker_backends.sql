@@ -1,0 +1,16 @@
+-- 0041: a dead worker is found by any worker, one that has just started included, within
+-- seconds of its death.
+--
+-- Each beat records the server backend of the worker's heartbeat connection: its pid and its
+-- pg_stat_activity.backend_start, which together name one session for the server's life (a
+-- pid alone is reused). When the process dies, PostgreSQL ends its sessions; a rescuer that
+-- finds the recorded session missing from pg_stat_activity for a couple of seconds takes the
+-- worker for dead (worker_sessions_gone, sql/queries/workers.sql). A live worker whose session
+-- ends opens a new one and records it at once. NULL: the worker has no session of its own
+-- (PgBouncer's pooling) or predates this column, and only its lease speaks for it.
+--
+-- session_at (0026) is no longer written by this version: it is NULL in the rows of workers
+-- of this version, so older workers' rescuers, which try a lock that these workers no longer
+-- hold, leave them to their lease.
+ALTER TABLE {schema}.workers ADD COLUMN session_pid integer,
+                             ADD COLUMN session_start timestamptz;
