@@ -88,19 +88,24 @@ def test_worker_and_app_roles_are_enough_to_enqueue_run_retry_and_read(
     owner.close()
 
 
+def _beat(conn: psycopg.Connection[Any], store: WorkersStore, worker_id: int) -> None:
+    """A beat on `conn` that records its session, as a worker's heartbeat does."""
+    identity = WorkerIdentity(name="w", hostname="h", pid=1, queues=["default"], concurrency=1)
+    beat = store.heartbeat(conn, BeatParams(identity, worker_id, client_pid=conn.info.backend_pid))
+    assert beat.recorded
+
+
 def test_the_worker_role_finds_a_worker_whose_session_ended_and_rescues_its_job(
     dsn: str, schema: str, roles: tuple[str, str]
 ) -> None:
-    """The session check under the worker role: a try of the dead worker's advisory lock and
-    its own backend's start (sql/queries/workers.sql), no read of other roles' sessions; the
-    dying worker runs under another role."""
+    """The session check under the worker role, for a dying worker of its own role (whose
+    backend_start it may read) and of another (whose session it sees by pid alone)."""
     worker_dsn, _ = roles
     queue = Queue(dsn, schema=schema)
 
     @queue.task(name="held", max_attempts=1)
     def held() -> None: ...
 
-    (job_id,) = queue.enqueue_many([held.job()])
     store = WorkersStore(schema)
     identity = WorkerIdentity(name="dying", hostname="h", pid=1, queues=["default"], concurrency=1)
     rescuer = Rescuer(
@@ -108,13 +113,11 @@ def test_the_worker_role_finds_a_worker_whose_session_ended_and_rescues_its_job(
     )
     owner = psycopg.connect(dsn, autocommit=True)
 
-    async def scenario() -> tuple[int, int]:
+    async def scenario(dying_dsn: str, job_id: int) -> tuple[int, int]:
         async with await psycopg.AsyncConnection.connect(worker_dsn, autocommit=True) as aconn:
             worker_id = await store.register(aconn, identity)
-            with psycopg.connect(dsn, autocommit=True) as dying:
-                with dying.transaction():
-                    at = store.hold_session(dying, worker_id)
-                    store.heartbeat(dying, BeatParams(identity, worker_id, session_at=at))
+            with psycopg.connect(dying_dsn, autocommit=True) as dying:
+                _beat(dying, store, worker_id)
                 owner.execute(
                     sql.SQL(
                         "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = %s,"
@@ -122,32 +125,68 @@ def test_the_worker_role_finds_a_worker_whose_session_ended_and_rescues_its_job(
                     ).format(sql.Identifier(schema)),
                     [worker_id, job_id],
                 )
-                while_held = await rescuer.rescue_gone(aconn)
-            # Its session ends with the connection, and its lock with the session.
+                while_open = await rescuer.rescue_gone(aconn)
+                pid = dying.info.backend_pid
             wait_until(
                 lambda: (
                     owner.execute(
-                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-                        " AND classid = hashtext('pgqueue.worker ' || %s)::oid",
-                        [schema],
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]
                     ).fetchone()
                     == (0,)
                 ),
                 what="the dying worker's session to end",
             )
-            return while_held, await rescuer.rescue_gone(aconn)
+            return while_open, await rescuer.rescue_gone(aconn)
 
-    assert asyncio.run(scenario()) == (0, 1)
-    assert count(owner, schema, "workers") == 0
-    (errors,) = owner.execute(
-        sql.SQL("SELECT errors FROM {}.job_history WHERE id = %s AND status = 'failed'").format(
-            sql.Identifier(schema)
-        ),
-        [job_id],
-    ).fetchone()  # type: ignore[misc]
-    assert "session ended" in errors[-1]["error"]
+    for dying_dsn in (worker_dsn, dsn):
+        (job_id,) = queue.enqueue_many([held.job()])
+        assert asyncio.run(scenario(dying_dsn, job_id)) == (0, 1)
+        assert count(owner, schema, "workers") == 0
+        (errors,) = owner.execute(
+            sql.SQL("SELECT errors FROM {}.job_history WHERE id = %s AND status = 'failed'").format(
+                sql.Identifier(schema)
+            ),
+            [job_id],
+        ).fetchone()  # type: ignore[misc]
+        assert "session ended" in errors[-1]["error"]
     owner.close()
     queue.close()
+
+
+def test_a_reused_pid_is_told_from_the_recorded_session_or_taken_as_alive(
+    dsn: str, schema: str, roles: tuple[str, str]
+) -> None:
+    """A recorded session is its pid and its backend start: a live backend with the pid but
+    another start is a reuse, and the worker is gone. The worker role may not read another
+    role's backend_start (without pg_read_all_stats), so to it the same reuse looks alive."""
+    worker_dsn, _ = roles
+    store = WorkersStore(schema)
+    identity = WorkerIdentity(name="w", hostname="h", pid=1, queues=["default"], concurrency=1)
+
+    async def gone(as_dsn: str, other: psycopg.Connection[Any]) -> int:
+        async with await psycopg.AsyncConnection.connect(as_dsn, autocommit=True) as aconn:
+            worker_id = await store.register(aconn, identity)
+            _beat(other, store, worker_id)
+            # The pid now names a backend that started after the recorded one: a reuse.
+            other.execute(
+                sql.SQL(
+                    "UPDATE {}.workers SET session_start = session_start - interval '1 millisecond'"
+                    " WHERE id = %s"
+                ).format(sql.Identifier(schema)),
+                [worker_id],
+            )
+            found = [g.worker_id for g in await store.sessions_gone(aconn, 0)]
+            await store.deregister(aconn, worker_id)
+            assert found in ([], [worker_id])
+            return len(found)
+
+    with (
+        psycopg.connect(dsn, autocommit=True) as owners,
+        psycopg.connect(worker_dsn, autocommit=True) as workers,
+    ):
+        assert asyncio.run(gone(dsn, owners)) == 1  # the owner sees its own start
+        assert asyncio.run(gone(worker_dsn, workers)) == 1  # its own role's, too
+        assert asyncio.run(gone(worker_dsn, owners)) == 0  # another role's: taken as alive
 
 
 def test_roles_cannot_change_the_schema_or_read_beyond_their_needs(
