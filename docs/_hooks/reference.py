@@ -218,7 +218,7 @@ SETTINGS_MEANINGS: dict[str, dict[str, str]] = {
         "poll_interval": "claim this often even without a wake-up",
         "claim_cooldown": "while jobs keep arriving, the least time from one claim to the "
         "next, so they share a claim; never waited after a quiet spell or a full claim",
-        "poll_only": "no LISTEN, no prepared statements and no session lock (behind PgBouncer)",
+        "poll_only": "no LISTEN, no prepared statements and no recorded session (behind PgBouncer)",
         "hint_reset_interval": "how often the claim hint is forgotten (the safety net)",
         "hint_reset_jitter": "the spread of that interval, as a fraction",
         "quiet_after": "how long every slot must be busy before the worker stops asking for "

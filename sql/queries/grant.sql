@@ -3,6 +3,9 @@
 -- name: grant_worker
 -- What a worker needs on the schema and nothing else: read and move jobs, write history,
 -- keep its own row. Advisory locks and LISTEN/NOTIFY need no grant. No DDL, no other schema.
+-- Finding a dead worker by its ended session reads pg_stat_activity, which shows a session's
+-- backend_start to its own role only: workers of other roles need pg_read_all_stats for it
+-- (granted apart, as it reaches beyond the schema), or they leave each other to the lease.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history, {schema}.workers
     TO {role};
