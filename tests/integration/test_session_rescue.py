@@ -11,6 +11,8 @@ promise as its deadline, and prints how long it took.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue, Worker
+from pgqueue.migrate import apply
 from pgqueue.store.workers import BeatParams, WorkerIdentity, WorkersStore
 from tests.apps import tasks as apps
 from tests.conftest import count, settings_worker_process, wait_until, worker_in_thread
@@ -239,3 +242,52 @@ def test_a_beat_on_a_connection_that_names_another_backend_records_no_session(
         own = conn.info.backend_pid
         assert store.heartbeat(conn, BeatParams(identity, 1, client_pid=own)).recorded
         assert _one(conn, "SELECT session_pid FROM {s}.workers", schema) == own
+
+
+def test_sessions_that_ended_with_a_crash_restart_or_a_restart_are_left_to_the_lease(
+    server_folder: Path,
+) -> None:
+    """Every session ends with the server, and live workers lag in reconnecting: none is taken
+    for dead by a session from before the server's last start, or its last crash restart (a
+    backend killed, which restarts every other). A session that began after still counts."""
+    from pgqueue import embedded
+
+    server = embedded.start(server_folder / "crashing")  # its own server: others are unaffected
+    store = WorkersStore("pgqueue")
+    identity = WorkerIdentity(name="w", hostname="h", pid=1, queues=["default"], concurrency=1)
+
+    def record(worker_id: int) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(server.dsn, autocommit=True)
+        store.heartbeat(conn, BeatParams(identity, worker_id, client_pid=conn.info.backend_pid))
+        return conn
+
+    async def gone() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(server.dsn, autocommit=True) as conn:
+            return [g.worker_id for g in await store.sessions_gone(conn, 0)]
+
+    def reconnected() -> bool:
+        try:
+            psycopg.connect(server.dsn).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            apply(conn, "pgqueue")
+        for worker_id, end_all in ((1, "crash"), (2, "restart")):
+            before = record(worker_id)
+            assert asyncio.run(gone()) == []
+            if end_all == "crash":
+                os.kill(before.info.backend_pid, signal.SIGKILL)
+            else:
+                server.restart()
+            wait_until(reconnected, what=f"the server back after its {end_all}")
+            before.close()
+            assert asyncio.run(gone()) == [], end_all
+            record(worker_id + 10).close()
+            assert asyncio.run(gone()) == [worker_id + 10], end_all
+            with psycopg.connect(server.dsn, autocommit=True) as conn:
+                conn.execute("DELETE FROM pgqueue.workers WHERE id = %s", [worker_id + 10])
+    finally:
+        server.stop()
