@@ -80,16 +80,11 @@ class Loop(abc.ABC):
             return Health(False, "not running")
         return Health(True)
 
-    async def every(
-        self, interval: float, action: Callable[[], Awaitable[object]], *, at_once: bool = False
-    ) -> None:
+    async def every(self, interval: float, action: Callable[[], Awaitable[object]]) -> None:
         """Await `action` every `interval` seconds (± 50%, so that many workers spread out),
-        forever, the first time at once if `at_once`. A failed round is logged, and the next
-        round comes as usual."""
+        forever. A failed round is logged, and the next round comes as usual."""
         while True:
-            if not at_once:
-                await asyncio.sleep(interval * random.uniform(0.5, 1.5))
-            at_once = False
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             try:
                 await action()
             except Exception as exc:

@@ -10,18 +10,18 @@ heartbeating never loses a job however long it runs. A running job whose worker 
 (job_find_orphaned, sql/queries/jobs.sql) is looked for on the first pass and then every
 ORPHAN_PASSES passes, because that look walks every running entry of the table.
 
-Sooner when PostgreSQL saw the death: at start and then every SESSION_CHECK (± 50%) the loop
-also looks for workers whose recorded session the server no longer has
-(pgqueue/worker/heartbeat.py records it; worker_sessions_gone in sql/queries/workers.sql), so
-a worker that has just started finds one that died before it. A worker seen so at every look
-for session_grace, under one recorded session, is dead: its process is gone, or it could not
-open a new session in that time. It is removed and its running jobs rescued in one
-transaction, under the rescue lock, guarded on the session it was seen with, so a worker that
-recorded a new session meanwhile is left alone. A live worker whose session the server ends
-records a new one in far less; a worker whose session went with a server restart, or that
-has no session of its own (PgBouncer), is left to its lease. A worker that hangs, or is cut
-off from the database while its session stays open, keeps its session: the lease speaks for
-it.
+Sooner when PostgreSQL saw the death: at start, then every SESSION_CHECK (± 50%) and as a
+suspect's grace ends, the loop also looks for workers whose recorded session the server no
+longer has (pgqueue/worker/heartbeat.py records it; worker_sessions_gone in
+sql/queries/workers.sql), so a worker that has just started finds one that died before it. A
+worker seen so at every look for session_grace, under one recorded session, is dead: its
+process is gone, or it could not open a new session in that time. It is removed and its running
+jobs rescued in one transaction, under the rescue lock, guarded on the session it was seen
+with, so a worker that recorded a new session meanwhile is left alone. A live worker whose
+session the server ends records a new one in far less; a worker whose session went with a
+server restart, or that has no session of its own (PgBouncer), is left to its lease. A worker
+that hangs, or is cut off from the database while its session stays open, keeps its session:
+the lease speaks for it.
 
 Policies (TaskPolicy.on_lost): retry (counts the attempt; backoff as for a failure; failed once
 attempts run out), fail, abandon (failed, and a NOTIFY on the dead-job channel), and compensate
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -58,6 +59,7 @@ SESSION_CHECK = timedelta(seconds=0.5)  # between looks for ended sessions
 # than a live worker takes to open a new session and record it, and short enough that a dead
 # one's jobs are back within seconds.
 SESSION_GRACE = timedelta(seconds=2)
+GRACE_SLACK = 0.01  # seconds past a grace's end for the look that ends it, so it has ended
 
 
 class Rescuer(Loop):
@@ -98,8 +100,23 @@ class Rescuer(Loop):
     async def loop(self) -> None:
         await asyncio.gather(
             self.every(self.interval, self._round),
-            self.every(SESSION_CHECK.total_seconds(), self._look_at_sessions, at_once=True),
+            self._watch_sessions(),
         )
+
+    async def _watch_sessions(self) -> None:
+        """Look at once, then every SESSION_CHECK (± 50%), but while a worker's session is
+        missing, again as soon as its grace ends: its jobs wait for no more than they must."""
+        check = SESSION_CHECK.total_seconds()
+        while True:
+            try:
+                await self._look_at_sessions()
+            except Exception as exc:
+                log.error("%s failed, trying again next interval: %s", self.name, exc)
+            wait = check * random.uniform(0.5, 1.5)
+            due = self.gone.due_in()
+            if due is not None:
+                wait = min(wait, due.total_seconds() + GRACE_SLACK)
+            await asyncio.sleep(wait)
 
     async def _look_at_sessions(self) -> None:
         assert self.link is not None, "a Rescuer runs its loop on a link"
@@ -235,11 +252,19 @@ class GoneSessions:
         self.grace = grace
         # worker id -> ((session pid, session start), first seen gone)
         self._since: dict[int, tuple[tuple[int, datetime], datetime]] = {}
+        self._last: datetime | None = None  # when the last look that found any was made
 
     @property
     def suspects(self) -> frozenset[int]:
         """The workers whose session was gone at the last look."""
         return frozenset(self._since)
+
+    def due_in(self) -> timedelta | None:
+        """How long after the last look the first suspect's grace ends (None: no suspect)."""
+        if not self._since or self._last is None:
+            return None
+        first = min(since for _, since in self._since.values())
+        return max(first + self.grace - self._last, timedelta(0))
 
     def dead(self, seen: Sequence[GoneSession]) -> list[GoneSession]:
         """Record one look (`seen`: the workers whose session was gone); returns those gone at
@@ -253,6 +278,7 @@ class GoneSessions:
                 first = gone.seen_at
             since[gone.worker_id] = (session, first)
         self._since = since
+        self._last = max((g.seen_at for g in seen), default=None)
         return [g for g in seen if g.seen_at - since[g.worker_id][1] >= self.grace]
 
 

@@ -45,3 +45,16 @@ def test_a_session_with_a_new_pid_and_the_same_start_is_a_new_session() -> None:
     gone.dead([_seen(7, 0, 10.0, pid=1)])
     assert gone.dead([_seen(7, 0, 12.0, pid=2)]) == []
     assert gone.dead([_seen(7, 0, 14.0, pid=2)]) == [_seen(7, 0, 14.0, pid=2)]
+
+
+def test_the_next_look_is_due_when_the_first_suspects_grace_ends() -> None:
+    gone = GoneSessions(GRACE)
+    assert gone.due_in() is None
+    gone.dead([_seen(7, 0, 10.0)])
+    assert gone.due_in() == GRACE
+    gone.dead([_seen(7, 0, 11.5), _seen(8, 0, 11.5)])
+    assert gone.due_in() == timedelta(seconds=0.5)
+    gone.dead([_seen(8, 0, 12.0)])
+    assert gone.due_in() == timedelta(seconds=1.5)
+    gone.dead([])
+    assert gone.due_in() is None
