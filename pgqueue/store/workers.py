@@ -140,10 +140,15 @@ class WorkersStore:
             cur.execute(query("worker_list", self.schema), {"limit": limit, "now": now})
             return cur.fetchall()
 
-    async def register(self, conn: AsyncConn, identity: WorkerIdentity) -> int:
-        """A starting worker's row; its id guards every write it makes to a job."""
+    async def register(
+        self, conn: AsyncConn, identity: WorkerIdentity, *, session: bool = False
+    ) -> int:
+        """A starting worker's row; its id guards every write it makes to a job. With
+        `session`, the row records the session of `conn` if it is the worker's own."""
         statement = query("worker_register", self.schema)
-        row = await fetch_one(conn, Registered, statement, identity.as_params())
+        client_pid = conn.info.backend_pid if session else None
+        params = identity.as_params() | {"client_pid": client_pid}
+        row = await fetch_one(conn, Registered, statement, params)
         return row.id
 
     def heartbeat(self, conn: SyncConn, beat: BeatParams) -> Beat:

@@ -25,10 +25,15 @@ from pgqueue.store.workers import WorkerIdentity, WorkersStore
 class Registration:
     name = "registration"
 
-    def __init__(self, link: Link, schema: str, identity: WorkerIdentity) -> None:
+    def __init__(
+        self, link: Link, schema: str, identity: WorkerIdentity, *, session: bool = False
+    ) -> None:
+        """With `session` (not polling through PgBouncer), the row records the session it was
+        written on, until the heartbeat's first beat records its own."""
         self.link = link
         self.store = WorkersStore(schema)
         self.identity = identity
+        self.session = session
         self.worker_id = 0
 
     async def start(self) -> None:
@@ -48,7 +53,9 @@ class Registration:
                 f"schema {schema!r} lacks migrations {names} of this pgqueue version: run "
                 f"`pgqueue migrate{option}` first"
             )
-        self.worker_id = await self.link.run(lambda conn: self.store.register(conn, self.identity))
+        self.worker_id = await self.link.run(
+            lambda conn: self.store.register(conn, self.identity, session=self.session)
+        )
 
     async def stop(self, deadline: float) -> None:
         await self.link.run(lambda conn: self.store.deregister(conn, self.worker_id))

@@ -246,7 +246,7 @@ class Worker:
         keep_history = self.queue_settings.keep_history
         await services.start(self._claims)
         await services.start(finish_link)
-        registration = Registration(finish_link, self.schema, identity(s))
+        registration = Registration(finish_link, self.schema, identity(s), session=not s.poll_only)
         await services.start(registration)
         self.id = registration.worker_id
         await services.start(

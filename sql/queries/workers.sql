@@ -2,9 +2,14 @@
 -- session settings of a worker's own connections.
 
 -- name: worker_register
--- Records a starting worker; its id guards every write it makes to a job.
-INSERT INTO {schema}.workers (name, hostname, pid, queues, concurrency)
-VALUES (%(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- Records a starting worker; its id guards every write it makes to a job. With `client_pid`,
+-- also the session it registers on, as worker_heartbeat records one, so that rescuers can
+-- find the worker dead from its first moment; its heartbeat's first beat records its own.
+INSERT INTO {schema}.workers (name, hostname, pid, queues, concurrency, session_pid,
+                              session_start)
+SELECT %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, b.pid, b.backend_start
+FROM (VALUES (pg_backend_pid())) AS me (pid)
+LEFT JOIN pg_stat_get_activity(me.pid) AS b ON b.pid = %(client_pid)s::integer
 RETURNING id;
 
 -- name: worker_heartbeat

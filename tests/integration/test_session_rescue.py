@@ -244,6 +244,28 @@ def test_a_beat_on_a_connection_that_names_another_backend_records_no_session(
         assert _one(conn, "SELECT session_pid FROM {s}.workers", schema) == own
 
 
+def test_a_worker_is_registered_with_the_session_it_registers_on(dsn: str, schema: str) -> None:
+    """So that it can be found dead by its session before its heartbeat's first beat."""
+    store = WorkersStore(schema)
+    identity = WorkerIdentity(name="w", hostname="h", pid=1, queues=["default"], concurrency=1)
+
+    async def register(session: bool) -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            return conn.info.backend_pid, await store.register(conn, identity, session=session)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pid, worker_id = asyncio.run(register(True))
+        assert (
+            _one(conn, "SELECT session_pid FROM {s}.workers WHERE id = %s", schema, worker_id)
+            == pid
+        )
+        _, worker_id = asyncio.run(register(False))  # polling through PgBouncer
+        assert (
+            _one(conn, "SELECT session_pid FROM {s}.workers WHERE id = %s", schema, worker_id)
+            is None
+        )
+
+
 def test_sessions_that_ended_with_a_crash_restart_or_a_restart_are_left_to_the_lease(
     server_folder: Path,
 ) -> None:
