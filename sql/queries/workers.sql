@@ -6,10 +6,14 @@
 -- also the session it registers on, as worker_heartbeat records one, so that rescuers can
 -- find the worker dead from its first moment; its heartbeat's first beat records its own.
 INSERT INTO {schema}.workers (name, hostname, pid, queues, concurrency, session_pid,
-                              session_start)
-SELECT %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, b.pid, b.backend_start
-FROM (VALUES (pg_backend_pid())) AS me (pid)
-LEFT JOIN pg_stat_get_activity(me.pid) AS b ON b.pid = %(client_pid)s::integer
+                              session_start, session_server_start)
+SELECT %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, b.pid, b.backend_start,
+       b.server_start
+FROM (VALUES (%(client_pid)s::integer)) AS client (pid)
+LEFT JOIN (
+    SELECT a.pid, a.backend_start, pg_postmaster_start_time() AS server_start
+    FROM pg_stat_get_activity(pg_backend_pid()) AS a
+) AS b ON b.pid = client.pid
 RETURNING id;
 
 -- name: worker_heartbeat
@@ -26,31 +30,37 @@ RETURNING id;
 -- clients. `recorded` says whether it was. session_at is written NULL: older versions'
 -- rescuers try a lock for it that this version does not hold.
 INSERT INTO {schema}.workers AS w (id, name, hostname, pid, queues, concurrency, stats,
-                                   session_pid, session_start)
+                                   session_pid, session_start, session_server_start)
 OVERRIDING SYSTEM VALUE
 SELECT %(worker_id)s, %(name)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s,
-       %(stats)s::jsonb, b.pid, b.backend_start
-FROM (VALUES (pg_backend_pid())) AS me (pid)
-LEFT JOIN pg_stat_get_activity(me.pid) AS b ON b.pid = %(client_pid)s::integer
+       %(stats)s::jsonb, b.pid, b.backend_start, b.server_start
+FROM (VALUES (%(client_pid)s::integer)) AS client (pid)
+LEFT JOIN (
+    SELECT a.pid, a.backend_start, pg_postmaster_start_time() AS server_start
+    FROM pg_stat_get_activity(pg_backend_pid()) AS a
+) AS b ON b.pid = client.pid
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = now(), stats = EXCLUDED.stats, session_at = NULL,
-    session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start
+    session_pid = EXCLUDED.session_pid, session_start = EXCLUDED.session_start,
+    session_server_start = EXCLUDED.session_server_start
 RETURNING (xmax = 0) AS revived, w.session_pid IS NOT NULL AS recorded;
 
 -- name: worker_sessions_gone
 -- The workers whose recorded session (worker_heartbeat) the server no longer has, with that
 -- session and when this was seen. A session is its pid and its backend start together, since
 -- pids are reused. Left out: the caller's own worker and workers with no session recorded;
--- sessions that began before the server's last start or crash restart (the archiver's
--- statistics are reset at a crash restart), which every session outlived only to end with
--- it, so that after a restart a live worker's lag in reconnecting is never taken for its
--- death and only the lease speaks for workers that died meanwhile; and a pid whose
+-- sessions recorded on another server (before a failover) or that began before this
+-- server's last start or crash restart (the archiver's statistics are reset at a crash
+-- restart), which ended with every other, so that a live worker's lag in reconnecting then
+-- is never taken for its death and only the lease speaks for workers that died meanwhile;
+-- and a pid whose
 -- backend_start this role may not read (another role's session, without pg_read_all_stats),
 -- which may be the recorded session or a reuse of its pid, so the worker is taken as alive.
 SELECT w.id AS worker_id, w.session_pid, w.session_start, now() AS seen_at
 FROM {schema}.workers AS w
 WHERE w.session_pid IS NOT NULL
   AND w.id <> %(worker_id)s
+  AND w.session_server_start = pg_postmaster_start_time()
   AND w.session_start > (
       SELECT greatest(pg_postmaster_start_time(), a.stats_reset) FROM pg_stat_archiver AS a
   )

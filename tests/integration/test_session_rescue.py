@@ -266,12 +266,13 @@ def test_a_worker_is_registered_with_the_session_it_registers_on(dsn: str, schem
         )
 
 
-def test_sessions_that_ended_with_a_crash_restart_or_a_restart_are_left_to_the_lease(
+def test_sessions_that_ended_with_a_crash_restart_a_restart_or_a_failover_are_left_to_the_lease(
     server_folder: Path,
 ) -> None:
     """Every session ends with the server, and live workers lag in reconnecting: none is taken
     for dead by a session from before the server's last start, or its last crash restart (a
-    backend killed, which restarts every other). A session that began after still counts."""
+    backend killed, which restarts every other), or recorded on another server (a failover,
+    simulated). A session that began after a restart still counts."""
     from pgqueue import embedded
 
     server = embedded.start(server_folder / "crashing")  # its own server: others are unaffected
@@ -311,5 +312,11 @@ def test_sessions_that_ended_with_a_crash_restart_or_a_restart_are_left_to_the_l
             assert asyncio.run(gone()) == [worker_id + 10], end_all
             with psycopg.connect(server.dsn, autocommit=True) as conn:
                 conn.execute("DELETE FROM pgqueue.workers WHERE id = %s", [worker_id + 10])
+        # A failover: the session was recorded on the server that is gone.
+        with record(3) as failed_over:
+            failed_over.execute(
+                "UPDATE pgqueue.workers SET session_server_start = '2000-01-01' WHERE id = 3"
+            )
+        assert asyncio.run(gone()) == []
     finally:
         server.stop()
