@@ -288,24 +288,31 @@ def test_sessions_that_ended_with_a_crash_restart_a_restart_or_a_failover_are_le
         async with await psycopg.AsyncConnection.connect(server.dsn, autocommit=True) as conn:
             return [g.worker_id for g in await store.sessions_gone(conn, 0)]
 
-    def reconnected() -> bool:
+    def incarnation() -> Any:
+        """When the server last started or crash-restarted; None while it cannot be reached."""
         try:
-            psycopg.connect(server.dsn).close()
+            with psycopg.connect(server.dsn) as conn:
+                return conn.execute(
+                    "SELECT pg_postmaster_start_time(), stats_reset FROM pg_stat_archiver"
+                ).fetchone()
         except psycopg.OperationalError:
-            return False
-        return True
+            return None
 
     try:
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             apply(conn, "pgqueue")
         for worker_id, end_all in ((1, "crash"), (2, "restart")):
+            was = incarnation()
             before = record(worker_id)
             assert asyncio.run(gone()) == []
             if end_all == "crash":
                 os.kill(before.info.backend_pid, signal.SIGKILL)
             else:
                 server.restart()
-            wait_until(reconnected, what=f"the server back after its {end_all}")
+            wait_until(
+                lambda: incarnation() not in (None, was),  # noqa: B023 - called in this round
+                what=f"the server back after its {end_all}",
+            )
             before.close()
             assert asyncio.run(gone()) == [], end_all
             record(worker_id + 10).close()
