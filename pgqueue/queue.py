@@ -72,6 +72,7 @@ from pgqueue.store import jobs as jobs_store
 from pgqueue.store import outbox as outbox_store
 from pgqueue.store import queues as queues_store
 from pgqueue.store import steps as steps_store
+from pgqueue.store import tasks as tasks_store
 from pgqueue.store import workflows as workflows_store
 from pgqueue.store.plan import Plan, Step, run, run_async
 from pgqueue.tenants import (
@@ -457,6 +458,9 @@ class _Base(abc.ABC):
     def _steps_plan(self, job_id: int) -> Plan[JobSteps]:
         return steps_store.steps_plan(self.schema, _job_id(job_id))
 
+    def _sync_plan(self) -> Plan[list[str]]:
+        return tasks_store.sync_plan(self.schema, self.registry)
+
     def _list_plan(self, filters: _JobFilters) -> Plan[JobPage]:
         given: dict[str, Any] = dict(filters)
         return jobs_store.list_plan(JobFilter(**given), self.schema)
@@ -786,6 +790,15 @@ class Queue(_Base):
         job that made none, or that does not exist, has no steps."""
         with self._connection(conn) as c:
             return run(c, self._steps_plan(job_id), together=False)
+
+    def sync_tasks(self, *, conn: Conn | None = None) -> list[str]:
+        """Write the declarations of this queue's tasks that have a handler here (queue,
+        priority, max_attempts, delay, keys, policy) to the database, where `enqueue()` in SQL
+        reads the options a job gets when its call does not give them. Returns the names whose
+        declaration was new or changed. A worker does this as it starts, and so does
+        `pgqueue migrate --app`; call it when a changed declaration must reach SQL first."""
+        with self._connection(conn) as c:
+            return run(c, self._sync_plan())
 
     def _connection(self, conn: Conn | None) -> Any:
         if conn is not None:
@@ -1204,6 +1217,10 @@ class AsyncQueue(_Base):
     async def job_steps(self, job_id: int, *, conn: AsyncConn | None = None) -> JobSteps:
         async with self._connection(conn) as c:
             return await run_async(c, self._steps_plan(job_id), together=False)
+
+    async def sync_tasks(self, *, conn: AsyncConn | None = None) -> list[str]:
+        async with self._connection(conn) as c:
+            return await run_async(c, self._sync_plan())
 
     def _connection(self, conn: AsyncConn | None) -> Any:
         if conn is not None:

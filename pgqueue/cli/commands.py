@@ -75,9 +75,25 @@ def migrate(args: argparse.Namespace) -> int:
             print(migrations.render(schema, migrations.pending(conn, schema)), end="")
             return 0
         applied = migrations.apply(conn, schema)
+        app: Queue | AsyncQueue | None = args.app_loaded
+        synced = None if app is None else _sync_tasks(conn, schema, app)
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "none (up to date)"
     print(f"schema {schema}: applied {names}", file=sys.stderr)
+    if synced is not None:
+        written = ", ".join(synced) or "none (up to date)"
+        print(f"schema {schema}: task declarations written {written}", file=sys.stderr)
     return 0
+
+
+def _sync_tasks(conn: psycopg.Connection[Any], schema: str, app: Queue | AsyncQueue) -> list[str]:
+    """The app's task declarations, written where enqueue() in SQL reads them."""
+    from pgqueue.store import tasks as tasks_store
+    from pgqueue.store.plan import run
+
+    try:
+        return run(conn, tasks_store.sync_plan(schema, app.registry))
+    except psycopg.Error as exc:
+        raise DatabaseError(f"task declarations not written to schema {schema}: {exc}") from None
 
 
 def worker(args: argparse.Namespace) -> int:

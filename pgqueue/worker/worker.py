@@ -46,6 +46,7 @@ from pgqueue.store.jobs import JobsStore
 from pgqueue.worker.atomic import AtomicLane, make_lanes
 from pgqueue.worker.claimer import Claimer
 from pgqueue.worker.completer import OUTCOME_BATCH, Completer
+from pgqueue.worker.declarations import sync_declarations
 from pgqueue.worker.events import Bus
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
@@ -246,6 +247,8 @@ class Worker:
         keep_history = self.queue_settings.keep_history
         await services.start(self._claims)
         await services.start(finish_link)
+        # Before the worker's row: whoever sees the worker registered sees its declarations.
+        await sync_declarations(finish_link, self.schema, self.registry)
         registration = Registration(finish_link, self.schema, identity(s), session=not s.poll_only)
         await services.start(registration)
         self.id = registration.worker_id

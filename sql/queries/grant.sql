@@ -36,6 +36,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_steps, {schema}.signals,
 -- that run as their owner, so the worker needs no DDL right of its own.
 GRANT EXECUTE ON FUNCTION {schema}.history_partitions_step(integer, integer),
     {schema}.history_partitions_drop(timestamptz, integer) TO {role};
+-- A worker writes its tasks' declarations as it starts, for enqueue() in SQL to read.
+GRANT SELECT, INSERT, UPDATE ON {schema}.tasks TO {role};
 
 -- name: grant_app
 -- What an application that only enqueues and reads its jobs back needs.
@@ -63,6 +65,8 @@ GRANT SELECT, INSERT ON {schema}.fairness_clocks TO {role};
 GRANT SELECT ON {schema}.fairness_clock_log TO {role};
 GRANT SELECT, INSERT ON {schema}.fairness_key_log TO {role};
 GRANT SELECT ON {schema}.fairness_weights TO {role};
+-- enqueue() in SQL reads the options its task declared (sql/migrations/0039_task_options.sql).
+GRANT SELECT ON {schema}.tasks TO {role};
 
 -- name: grant_read
 -- What the dashboard and a metrics scrape need to show everything and change nothing. The
