@@ -142,3 +142,20 @@ def test_four_migrate_processes_at_once_apply_each_migration_exactly_once(
     appliers = [stderr for _, stderr in outputs if "up to date" not in stderr]
     assert len(appliers) == 1, outputs
     assert tables(dsn, fresh_schema_name) >= TABLES
+
+
+def test_migrate_with_an_app_writes_its_task_declarations_for_sql_enqueues(
+    dsn: str, fresh_schema_name: str
+) -> None:
+    first = run_migrate(dsn, fresh_schema_name, "--app", "tests.apps.tasks:queue")
+    assert first.returncode == 0, first.stderr
+    assert "task declarations written" in first.stderr and "stall_once" in first.stderr
+    with psycopg.connect(dsn) as conn:
+        query = sql.SQL("SELECT queue, max_attempts FROM {}.tasks WHERE name = 'stall_once'")
+        assert conn.execute(query.format(sql.Identifier(fresh_schema_name))).fetchall() == [
+            ("default", 3)
+        ]
+
+    again = run_migrate(dsn, fresh_schema_name, "--app", "tests.apps.tasks:queue")
+    assert again.returncode == 0, again.stderr
+    assert "task declarations written none (up to date)" in again.stderr

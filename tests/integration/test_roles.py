@@ -14,7 +14,8 @@ from psycopg import sql
 
 from pgqueue import JobContext, Queue, RetryPolicy
 from pgqueue.bulk import COPY_MIN_JOBS
-from pgqueue.migrate import grant_role
+from pgqueue.migrate import apply, grant_role
+from pgqueue.queries import migrations, query
 from pgqueue.store.workers import BeatParams, WorkerIdentity, WorkersStore
 from pgqueue.testing import drain
 from pgqueue.worker.rescuer import Rescuer
@@ -337,3 +338,77 @@ def test_the_app_role_sends_signals_and_the_worker_role_records_steps_and_takes_
     job = app.get_job(from_sql)
     assert job is not None and job.status == "succeeded" and job.result == {"by": "sql"}
     app.close()
+
+
+def test_the_app_roles_sql_enqueue_reads_the_declarations_the_worker_role_wrote(
+    dsn: str, schema: str, roles: tuple[str, str]
+) -> None:
+    worker_dsn, app_dsn = roles
+    runner = Queue(worker_dsn, schema=schema)
+
+    @runner.task(name="mailer", queue="mail", max_attempts=2)
+    def mailer() -> None: ...
+
+    try:
+        assert runner.sync_tasks() == ["mailer"]
+    finally:
+        runner.close()
+    s = sql.Identifier(schema)
+    with psycopg.connect(app_dsn, autocommit=True) as conn:
+        row = conn.execute(sql.SQL("SELECT {}.enqueue('mailer')").format(s)).fetchone()
+        assert row is not None
+        stored = conn.execute(
+            sql.SQL("SELECT queue, max_attempts FROM {}.jobs WHERE id = %s").format(s), row
+        ).fetchone()
+        assert stored == ("mail", 2)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(sql.SQL("UPDATE {}.tasks SET max_attempts = 9").format(s))
+
+
+def test_roles_granted_before_the_declarations_existed_get_them_when_migrated(
+    dsn: str,
+) -> None:
+    schema = f"pgq_test_{uuid.uuid4().hex[:12]}"
+    worker, app = f"pgq_w_{uuid.uuid4().hex[:8]}", f"pgq_a_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            with conn.transaction():
+                conn.execute(query("migration_table_create", schema))
+                for migration in migrations():
+                    if migration.name == "task_options":
+                        break
+                    conn.execute(migration.render(schema))
+                    conn.execute(
+                        query("migration_record", schema),
+                        {"version": migration.version, "name": migration.name},
+                    )
+            for role in (worker, app):
+                conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+            # The grants of that version, as `pgqueue grant` made them then.
+            s = sql.Identifier(schema)
+            conn.execute(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.jobs TO {}").format(
+                    s, sql.Identifier(worker)
+                )
+            )
+            conn.execute(
+                sql.SQL("GRANT INSERT, SELECT ON {}.jobs TO {}").format(s, sql.Identifier(app))
+            )
+            apply(conn, schema)
+            privileges = {
+                (role, kind): conn.execute(
+                    "SELECT has_table_privilege(%s, %s, %s)", [role, f"{schema}.tasks", kind]
+                ).fetchone()
+                for role in (worker, app)
+                for kind in ("SELECT", "UPDATE")
+            }
+            assert privileges == {
+                (worker, "SELECT"): (True,),
+                (worker, "UPDATE"): (True,),
+                (app, "SELECT"): (True,),
+                (app, "UPDATE"): (False,),
+            }
+        finally:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            for role in (worker, app):
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
