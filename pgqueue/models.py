@@ -960,6 +960,43 @@ class NewJob(Generic[T_co]):
         }
 
 
+@dataclass(frozen=True, slots=True)
+class TaskDeclaration:
+    """What a task declares, as the tasks table keeps it for enqueue() in SQL to read."""
+
+    name: str
+    options: JobOptions
+    policy: TaskPolicy
+    atomic: bool = False
+
+    def as_row(self) -> dict[str, Any]:
+        """The row task_sync writes: durations in seconds, limit templates as declared."""
+        opts, policy = self.options, self.policy
+        return {
+            "name": self.name,
+            "queue": opts.queue,
+            "priority": opts.priority,
+            "max_attempts": opts.max_attempts,
+            "delay": _seconds(opts.delay),
+            "dedupe_window": _seconds(opts.dedupe_window),
+            "atomic": self.atomic,
+            "concurrency_key": opts.concurrency_key,
+            "limit_keys": list(opts.limits) if opts.limits else None,
+            "fairness_key": opts.fairness_key,
+            "tags": list(opts.tags) if opts.tags else None,
+            "retry_base": policy.retry.base.total_seconds(),
+            "retry_cap": policy.retry.cap.total_seconds(),
+            "retry_jitter": policy.retry.jitter,
+            "timeout": _seconds(policy.timeout),
+            "on_lost": policy.on_lost,
+            "compensate_with": policy.compensate_with,
+        }
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
 def limit_keys(options: JobOptions) -> list[str] | None:
     """The job's limit keys beyond its concurrency_key, sorted, as the jobs table stores them
     (limit_keys); None when there are none."""

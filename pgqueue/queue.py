@@ -459,7 +459,7 @@ class _Base(abc.ABC):
         return steps_store.steps_plan(self.schema, _job_id(job_id))
 
     def _sync_plan(self) -> Plan[list[str]]:
-        return tasks_store.sync_plan(self.schema, self.registry)
+        return tasks_store.sync_plan(self.schema, self.registry.declarations())
 
     def _list_plan(self, filters: _JobFilters) -> Plan[JobPage]:
         given: dict[str, Any] = dict(filters)

@@ -29,6 +29,7 @@ from pgqueue.models import (
     Enqueued,
     JobOptions,
     NewJob,
+    TaskDeclaration,
     TaskPolicy,
     check_name,
     duration,
@@ -615,6 +616,17 @@ class Registry:
             if task.fn is not None and task.name not in self._found_by_fallback
         }
         return own | dict(self.discovered().tasks)
+
+    def declarations(self) -> list[TaskDeclaration]:
+        """What the tasks with a handler here declare, for enqueue() in SQL. A task declared
+        by name (`queue.declare`) is defined elsewhere: the process that runs it owns its
+        declaration. Nor is a handler the fallback gave: its integration names the queue at
+        each enqueue, so its options declare none."""
+        return [
+            TaskDeclaration(task.name, task.options, task.policy, task.atomic)
+            for task in self._tasks.values()
+            if task.fn is not None and task.name not in self._found_by_fallback
+        ]
 
     def __len__(self) -> int:
         return len(self._tasks)

@@ -91,7 +91,7 @@ def _sync_tasks(conn: psycopg.Connection[Any], schema: str, app: Queue | AsyncQu
     from pgqueue.store.plan import run
 
     try:
-        return run(conn, tasks_store.sync_plan(schema, app.registry))
+        return run(conn, tasks_store.sync_plan(schema, app.registry.declarations()))
     except psycopg.Error as exc:
         raise DatabaseError(f"task declarations not written to schema {schema}: {exc}") from None
 

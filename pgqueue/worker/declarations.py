@@ -21,8 +21,9 @@ log = logging.getLogger("pgqueue.worker")
 async def sync_declarations(link: Link, schema: str, registry: Registry) -> list[str]:
     """Write the registry's declarations; the names that were new or changed (none when
     they could not be written)."""
+    declared = registry.declarations()
     try:
-        synced = await link.run(lambda conn: run_async(conn, sync_plan(schema, registry)))
+        synced = await link.run(lambda conn: run_async(conn, sync_plan(schema, declared)))
     except psycopg.errors.InsufficientPrivilege:
         log.warning(
             "this worker's role may not write %s.tasks: jobs enqueued from SQL get its "
