@@ -39,6 +39,9 @@ def send_welcome(user_id: int, email: str) -> str:
 
 if __name__ == "__main__":
     queue.migrate()
+    # The task's declared queue ('mail') where the trigger's enqueue() reads it; a worker's
+    # start writes it too, but these inserts come first.
+    queue.sync_tasks()
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute((HERE / "welcome.sql").read_text())
         with conn.transaction():

@@ -5,9 +5,9 @@ CREATE TABLE IF NOT EXISTS users (id bigserial PRIMARY KEY, email text NOT NULL)
 CREATE OR REPLACE FUNCTION enqueue_welcome_mail() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
+    -- The queue, attempts and the rest come from the task's declaration.
     PERFORM pgqueue.enqueue('app.send_welcome',
-                            jsonb_build_object('user_id', NEW.id, 'email', NEW.email),
-                            queue => 'mail');
+                            jsonb_build_object('user_id', NEW.id, 'email', NEW.email));
     RETURN NEW;
 END
 $$;

@@ -7,7 +7,13 @@
 -- start, Queue.sync_tasks(), `pgqueue migrate --app`), and enqueue() reads its task's row:
 -- an option given in the call wins, else the task's declared one, else the old default. The
 -- options that had a fixed default now default to NULL, which means "the task's"; a task
--- with no row gets the old defaults. enqueue_many() passes the keys it is not given as NULL.
+-- with no row gets the old defaults.
+--
+-- enqueue_many(jobs) takes a JSON array of objects with enqueue()'s parameters as keys
+-- ("task" required); a key left out, or null, is NULL to enqueue(): the task's option. Each
+-- job is stored by enqueue() itself, the ids returned in the order given; a key enqueue() does
+-- not take, or a value of the wrong JSON type, is refused (SQLSTATE 22023) naming the element,
+-- before anything is stored.
 
 -- One row per task name, as last synced. retry_*, timeout, on_lost and compensate_with are
 -- for reading (the dashboard, psql): the worker applies them from its own code whatever
