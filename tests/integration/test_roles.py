@@ -412,3 +412,30 @@ def test_roles_granted_before_the_declarations_existed_get_them_when_migrated(
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
             for role in (worker, app):
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def test_a_worker_whose_role_may_not_write_declarations_says_so_and_runs(
+    dsn: str, schema: str, roles: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    worker_dsn, _ = roles
+    worker_role = psycopg.conninfo.conninfo_to_dict(worker_dsn)["user"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("REVOKE INSERT, UPDATE ON {}.tasks FROM {}").format(
+                sql.Identifier(schema), sql.Identifier(str(worker_role))
+            )
+        )
+    app = Queue(dsn, schema=schema)
+
+    @app.task(name="mailer", queue="mail")
+    def mailer() -> None: ...
+
+    try:
+        job = app.enqueue(mailer.job())
+        with caplog.at_level("WARNING", logger="pgqueue.worker"):
+            drain(app, dsn=worker_dsn, queues=["mail"])
+        ran = app.get_job(job)
+    finally:
+        app.close()
+    assert ran is not None and ran.status == "succeeded"
+    assert any("may not write" in r.getMessage() for r in caplog.records), caplog.text

@@ -4,6 +4,7 @@ the defaults of a task nobody declared."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import Queue, RetryPolicy
+from pgqueue import AsyncQueue, Queue, RetryPolicy
 from pgqueue.models import Job
 from pgqueue.worker.worker import Worker
 from tests.conftest import wait_until, worker_in_thread
@@ -202,3 +203,21 @@ def test_a_job_its_declaration_cannot_be_applied_to_is_refused(
         pytest.raises(psycopg.errors.InvalidParameterValue, match=says),
     ):
         _enqueue(conn, schema, call, args)
+
+
+def test_the_async_queue_syncs_its_declarations_too(queue: Queue, dsn: str, schema: str) -> None:
+    app = AsyncQueue(dsn, schema=schema)
+
+    @app.task(name="shop.send_receipt", queue="mail", max_attempts=2)
+    async def send_receipt(order_id: int) -> None: ...
+
+    async def sync() -> list[str]:
+        try:
+            return await app.sync_tasks()
+        finally:
+            await app.close()
+
+    assert asyncio.run(sync()) == ["shop.send_receipt"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        job_id = _enqueue(conn, schema, "'shop.send_receipt', %s::jsonb", '{"order_id": 1}')
+    assert (_job(queue, job_id).queue, _job(queue, job_id).max_attempts) == ("mail", 2)
