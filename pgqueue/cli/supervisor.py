@@ -127,7 +127,9 @@ class Supervisor:
             )
             self._logged += 1
         for child in self.children:
-            while child.proc is not None and child.signalled < len(self.signals):
+            # One a tick: two sent at once may reach the process as one, the kernel keeping
+            # one pending signal of a kind.
+            if child.proc is not None and child.signalled < len(self.signals):
                 child.proc.send_signal(signal.SIGTERM)
                 child.signalled += 1
 
@@ -151,11 +153,20 @@ class Supervisor:
         if self.metrics is not None:
             self.metrics.retire(child.slot.index)
         if self.signals or self.burst:
-            child.due = None
-            self.failed |= code != 0
-            level = logging.INFO if code == 0 else logging.WARNING
-            log.log(level, "%s (pid %d) ended: %s", child.slot.name, pid, how_it_ended(code))
-            return
+            self._done(child, pid, code)
+        else:
+            self._restart_later(child, pid, code, now)
+
+    def _done(self, child: Child, pid: int, code: int) -> None:
+        child.due = None
+        # A worker still starting when the SIGTERM passed on reached it had no handler yet:
+        # it ended by the stop asked for, not by a fault.
+        stopped = bool(self.signals) and code == -signal.SIGTERM
+        self.failed |= code != 0 and not stopped
+        level = logging.INFO if code == 0 or stopped else logging.WARNING
+        log.log(level, "%s (pid %d) ended: %s", child.slot.name, pid, how_it_ended(code))
+
+    def _restart_later(self, child: Child, pid: int, code: int, now: float) -> None:
         lived = now - child.started
         if lived >= STEADY_SECONDS:
             child.restarts = 0

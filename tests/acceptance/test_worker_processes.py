@@ -108,6 +108,45 @@ def test_sigterm_to_the_supervisor_lets_each_workers_running_job_finish(
     assert "received SIGTERM: stopping the workers" in (tmp_path / "out.log").read_text()
 
 
+def test_a_second_sigterm_stops_the_workers_at_once_putting_their_jobs_back(
+    dsn: str, schema: str, tmp_path: Path
+) -> None:
+    proc = _supervisor(dsn, schema, tmp_path, "--concurrency", "1")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            wait_until(lambda: count(conn, schema, "workers") == 2, what="two workers")
+            Queue(dsn, schema=schema).enqueue_many([apps.asleepy.job(600.0) for _ in range(2)])
+            wait_until(
+                lambda: count(conn, schema, "jobs", "status = 'running'") == 2,
+                what="both jobs running, one in each worker",
+            )
+            proc.send_signal(signal.SIGTERM)
+            wait_until(
+                lambda: (
+                    "received SIGTERM: stopping the workers," in (tmp_path / "out.log").read_text()
+                ),
+                what="the first signal passed on",
+            )
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, (tmp_path / "out.log").read_text()[-3000:]
+            assert count(conn, schema, "jobs", "status = 'queued'") == 2
+    finally:
+        _stop(proc)
+
+
+def test_sigterm_while_the_workers_start_exits_0(dsn: str, schema: str, tmp_path: Path) -> None:
+    proc = _supervisor(dsn, schema, tmp_path)
+    try:
+        wait_until(
+            lambda: "worker 2/2 started" in (tmp_path / "out.log").read_text(),
+            what="both worker processes started",
+        )
+        proc.send_signal(signal.SIGTERM)  # before or after they could handle it: a stop
+        assert proc.wait(timeout=60) == 0, (tmp_path / "out.log").read_text()[-3000:]
+    finally:
+        _stop(proc)
+
+
 def test_a_killed_worker_is_restarted_and_the_port_keeps_what_it_counted(
     dsn: str, schema: str, tmp_path: Path
 ) -> None:
