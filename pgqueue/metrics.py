@@ -405,15 +405,17 @@ def tenant_metrics(conn: psycopg.Connection[Any], schema: str) -> list[Metric]:
     return [key_jobs, key_limit, share]
 
 
-def registry_for_worker(worker: Worker, dsn: str) -> CollectorRegistry:
-    """A registry with `worker`'s metrics, its collector and the database's, and the worker
-    told of its jobs."""
+def registry_for_worker(worker: Worker, dsn: str, *, database: bool = True) -> CollectorRegistry:
+    """A registry with `worker`'s metrics, its collector and (unless not `database`: a
+    supervised worker, whose supervisor reads them once for all) the database's, and the
+    worker told of its jobs."""
     registry = CollectorRegistry()
     metrics = WorkerMetrics()
     worker.observers.all.append(metrics)
     registry.register(metrics)
     registry.register(WorkerCollector(worker))
-    registry.register(DatabaseCollector(dsn, worker.schema))
+    if database:
+        registry.register(DatabaseCollector(dsn, worker.schema))
     return registry
 
 

@@ -41,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     parser = cli_parser.build()
     args, extra = parser.parse_known_args(argv)
+    # The command line as given, for a supervisor that starts its workers with the same one.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if extra:  # the subcommand's own usage, not the top-level one
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(

@@ -38,6 +38,18 @@ def port(text: str) -> int:
     return value
 
 
+def processes(text: str) -> int | str:
+    """A count of worker processes, or `auto` (resolved where it is used: the cores)."""
+    if text == "auto":
+        return text
+    try:
+        return _whole(text, 1)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of processes: give 1 or more, or auto"
+        ) from None
+
+
 def role_name(text: str) -> str:
     if not 1 <= len(text) <= 63 or "\x00" in text:
         raise argparse.ArgumentTypeError(f"{text!r} is not a role name (1-63 characters)")

@@ -97,6 +97,7 @@ def _sync_tasks(conn: psycopg.Connection[Any], schema: str, app: Queue | AsyncQu
 
 
 def worker(args: argparse.Namespace) -> int:
+    from pgqueue.cli import supervised
     from pgqueue.worker.worker import Worker
 
     app: Queue | AsyncQueue | None = args.app_loaded
@@ -105,8 +106,10 @@ def worker(args: argparse.Namespace) -> int:
             "which app's tasks should the worker run? pgqueue worker MODULE:ATTR "
             "(or --app MODULE:ATTR, or PGQUEUE_APP=MODULE:ATTR)"
         )
-    if args.queues != (ALL_QUEUES,):
+    child = supervised.from_environ()
+    if args.queues != (ALL_QUEUES,) and child is None:  # the supervisor warned already
         warn_unknown(args, queues=args.queues)
+    processes = _processes(args)
     options: dict[str, Any] = {
         "queues": args.queues,
         "concurrency": args.concurrency,
@@ -137,17 +140,14 @@ def worker(args: argparse.Namespace) -> int:
     )
     with connect(dsn) as conn:
         require_migrated(conn, run.schema)
+    if processes > 1:
+        return _supervise(args, processes, dsn, run.schema)
+    if child is not None:
+        supervised.tag_logs(child)
+        supervised.watch_supervisor(child, run.stop)
     if args.metrics_port is not None:
         metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
-        registry = metrics.registry_for_worker(run, dsn)
-        try:
-            metrics.serve(registry, args.metrics_port, args.metrics_host)
-        except OSError as exc:
-            raise UsageError(
-                f"--metrics-port {args.metrics_port}: cannot listen on "
-                f"{args.metrics_host}:{args.metrics_port} ({exc.strerror or exc})"
-            ) from None
-        log.info("metrics at http://%s:%s/metrics", args.metrics_host, args.metrics_port)
+        _serve_metrics(args, metrics.registry_for_worker(run, dsn, database=child is None))
     run.run()
     if run.abandoned_threads:
         # Sync handlers cannot be interrupted; their jobs were put back (the stop went as
@@ -155,6 +155,48 @@ def worker(args: argparse.Namespace) -> int:
         logging.shutdown()
         os._exit(0)
     return 0
+
+
+def _processes(args: argparse.Namespace) -> int:
+    """How many worker processes --processes asks for, `auto` resolved to the cores."""
+    from pgqueue.cli.supervisor import cores
+
+    wanted: int | str = getattr(args, "processes", 1)  # framework commands have no option
+    if wanted != "auto":
+        return int(wanted)
+    found = cores()
+    log.info("--processes auto: %s", words.plural(found, "worker process", "worker processes"))
+    return found
+
+
+def _supervise(args: argparse.Namespace, processes: int, dsn: str, schema: str) -> int:
+    """Run `processes` workers under one supervisor, their metrics summed on one port."""
+    from pgqueue.cli.supervisor import Supervisor
+
+    collector = None
+    if args.metrics_port is not None:
+        metrics = _extra("pgqueue.metrics", "metrics", "--metrics-port")
+        from pgqueue.cli.merged_metrics import ChildrenCollector
+
+        collector = ChildrenCollector()
+        registry = metrics.CollectorRegistry()
+        registry.register(collector)
+        registry.register(metrics.DatabaseCollector(dsn, schema))
+        _serve_metrics(args, registry)
+    return Supervisor(args.argv, processes, burst=args.burst, dsn=dsn, metrics=collector).run()
+
+
+def _serve_metrics(args: argparse.Namespace, registry: Any) -> None:
+    try:
+        _extra("pgqueue.metrics", "metrics", "--metrics-port").serve(
+            registry, args.metrics_port, args.metrics_host
+        )
+    except OSError as exc:
+        raise UsageError(
+            f"--metrics-port {args.metrics_port}: cannot listen on "
+            f"{args.metrics_host}:{args.metrics_port} ({exc.strerror or exc})"
+        ) from None
+    log.info("metrics at http://%s:%s/metrics", args.metrics_host, args.metrics_port)
 
 
 def require_migrated(conn: psycopg.Connection[Any], schema: str) -> None:

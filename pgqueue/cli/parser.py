@@ -165,6 +165,15 @@ def _worker(p: argparse.ArgumentParser) -> None:
         metavar="MODULE:ATTR",
         help="your pgqueue Queue or AsyncQueue (default: --app, else PGQUEUE_APP)",
     )
+    p.add_argument(
+        "--processes",
+        type=argtypes.processes,
+        default=1,
+        metavar="N",
+        help="worker processes on this host, each with these options, started, restarted and"
+        " stopped by one supervisor that serves their --metrics-port; auto: one per core"
+        " (default: 1, no supervisor)",
+    )
     worker_options(p)
     p.set_defaults(handler=commands.worker)
 

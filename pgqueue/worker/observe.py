@@ -210,7 +210,12 @@ class JsonLog:
 
 
 class JsonFormatter(logging.Formatter):
-    """The worker's other log records as JSON lines, beside JsonLog's job events."""
+    """The worker's other log records as JSON lines, beside JsonLog's job events; `fields`
+    are added to every line (a supervised worker's `process`)."""
+
+    def __init__(self, fields: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.fields = dict(fields or {})
 
     def format(self, record: logging.LogRecord) -> str:
         event: dict[str, Any] = {
@@ -218,6 +223,7 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
+            **self.fields,
         }
         if record.exc_info:
             event["traceback"] = self.formatException(record.exc_info)
