@@ -101,6 +101,7 @@ def pgqueue_migrated(
 
     with _connect(pgqueue_dsn, autocommit=True) as conn:
         apply(conn, pgqueue_app.schema)
+        _declare(conn, pgqueue_app.schema, pgqueue_app)
     own = pgqueue_app.dsn
     _close(pgqueue_app)
     pgqueue_app.dsn = pgqueue_dsn
@@ -148,6 +149,7 @@ def pgqueue_queue(
     schema = f"pgqueue_test_{uuid.uuid4().hex[:12]}"
     with _connect(pgqueue_dsn, autocommit=True) as conn:
         apply(conn, schema)
+        _declare(conn, schema, pgqueue_app)
     own_dsn, own_settings = pgqueue_app.dsn, pgqueue_app.settings
     _close(pgqueue_app)
     pgqueue_app.dsn = pgqueue_dsn
@@ -191,6 +193,15 @@ def _load_queue(spec: str, root: Path) -> Queue | AsyncQueue:
     if not isinstance(found, (Queue, AsyncQueue)):
         pytest.fail(f"pgqueue_app {spec!r} is a {type(found).__name__}, not a Queue", False)
     return found
+
+
+def _declare(conn: psycopg.Connection[Any], schema: str, app: Queue | AsyncQueue) -> None:
+    """Write the app's task declarations, as a worker does at start, so that a job enqueued
+    from SQL or a trigger in a test gets its task's options as it would in production."""
+    from pgqueue.store.plan import run
+    from pgqueue.store.tasks import sync_plan
+
+    run(conn, sync_plan(schema, app.registry.declarations()))
 
 
 def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:

@@ -54,6 +54,14 @@ def test_an_enqueue_is_seen_inside_the_tests_transaction(pgqueue_tx):
     assert len(enqueued_jobs(pgqueue_tx, queue)) == 1
 
 
+def test_a_job_enqueued_from_sql_gets_its_tasks_declared_queue(pgqueue_tx):
+    (job_id,) = pgqueue_tx.execute(
+        "SELECT shop_jobs.enqueue('shop.send_receipt', "
+        "jsonb_build_object('order_id', 9, 'email', 'c@d.e'))"
+    ).fetchone()
+    assert queue.get_job(job_id).queue == "mail"
+
+
 def test_the_previous_tests_job_was_rolled_back(pgqueue_tx):
     assert enqueued_jobs(pgqueue_tx, queue) == []
 
@@ -158,7 +166,7 @@ def test_an_apps_suite_runs_on_the_embedded_server_with_only_the_plugin(tmp_path
     write_app(tmp_path, {"test_a_plain.py": PLAIN, "test_shop.py": SHOP_TESTS})
     done = run_suite(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "7 passed" in done.stdout, done.stdout
+    assert "8 passed" in done.stdout, done.stdout
 
 
 def test_a_suite_that_does_not_name_the_apps_queue_is_told_how(tmp_path: Path, dsn: str) -> None:

@@ -17,6 +17,9 @@ from pgqueue.models import Job
 from pgqueue.worker.worker import Worker
 from tests.conftest import wait_until, worker_in_thread
 
+# Run on each server CI tests against: enqueue from SQL runs the server's functions.
+pytestmark = pytest.mark.each_server
+
 
 def _enqueue(conn: psycopg.Connection[Any], schema: str, call: str, *params: object) -> int:
     row = conn.execute(
