@@ -10,6 +10,13 @@ BIN    := $(VENV)/bin
 # more test processes than cores pays. PYTEST_WORKERS=0 runs them in this process, one by one.
 PYTEST_WORKERS ?= 4
 PYTEST_ARGS ?=
+PYTEST_MARK ?=
+
+# $(1) pytest, $(2) its arguments: the tests side by side but those marked `alone`, then those.
+define PYTEST_SPLIT
+$(1) -q -n $(PYTEST_WORKERS) -m "$(if $(PYTEST_MARK),($(PYTEST_MARK)) and )not alone" $(2)
+$(1) -q -m "$(if $(PYTEST_MARK),($(PYTEST_MARK)) and )alone" $(2) || [ $$? -eq 5 ]
+endef
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,7 +85,7 @@ WORKER_TESTS := tests/unit tests/integration/test_worker.py tests/integration/te
 
 .PHONY: test-worker-312
 test-worker-312: $(DJANGO_VENV)/.installed
-	$(DJANGO_VENV)/bin/pytest -q -n $(PYTEST_WORKERS) $(WORKER_TESTS)
+	$(call PYTEST_SPLIT,$(DJANGO_VENV)/bin/pytest,$(WORKER_TESTS))
 
 demo: $(VENV)/.installed
 	$(BIN)/pgqueue demo
@@ -90,8 +97,10 @@ lint: $(VENV)/.installed
 
 test: lint pytest
 
+# The tests marked `alone` run after the others, one at a time. PYTEST_MARK narrows both runs
+# (a marker expression); pytest's exit 5, no test selected, is no failure.
 pytest: $(VENV)/.installed
-	$(BIN)/pytest -q -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(call PYTEST_SPLIT,$(BIN)/pytest,$(PYTEST_ARGS))
 
 check: test
 

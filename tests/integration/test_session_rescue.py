@@ -83,6 +83,7 @@ def _stop(procs: list[Any]) -> None:
         proc.wait(timeout=30)
 
 
+@pytest.mark.alone  # the promise is a deadline: no other test slows the start
 def test_a_lone_worker_killed_and_restarted_runs_its_job_again_within_seconds(
     dsn: str, schema: str, tmp_path: Path
 ) -> None:
@@ -113,6 +114,7 @@ def test_a_lone_worker_killed_and_restarted_runs_its_job_again_within_seconds(
         _stop(procs)
 
 
+@pytest.mark.alone  # the promise is a deadline: no other test slows the start
 def test_a_worker_killed_a_second_after_another_started_runs_its_job_again_within_seconds(
     dsn: str, schema: str, tmp_path: Path
 ) -> None:

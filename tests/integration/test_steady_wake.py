@@ -36,7 +36,12 @@ from tests.conftest import (
 )
 
 # Run on each server CI tests against: wake-ups are the server's notifications.
-pytestmark = pytest.mark.each_server
+pytestmark = [
+    pytest.mark.each_server,
+    # A stream from threads of this process must keep the worker steady: with other tests
+    # beside it on two cores, the stream stalls and the worker leaves steady mode.
+    pytest.mark.alone,
+]
 
 PRODUCERS = 8
 
