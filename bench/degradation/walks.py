@@ -125,6 +125,18 @@ KINDS: list[Kind] = [
         },
     ),
     Kind(
+        "history partitions step",
+        "history_partitions_step",
+        lambda s: {"ahead": 2, "lock_ms": 100},
+    ),
+    Kind("steps prune", "job_steps_prune", lambda s: {"after": None, "limit": 1000}),
+    Kind(
+        "periodic ticks prune",
+        "periodic_tick_prune",
+        lambda s: {"after": None, "limit": 1000, "now": None, "older_than": 86400.0},
+    ),
+    Kind("fairness starts prune", "fairness_starts_prune", lambda s: {"now": None}),
+    Kind(
         "cancel check (running ids)",
         "job_list_cancel_requested",
         lambda s: {"ids": [], "worker_id": s.worker_id},
