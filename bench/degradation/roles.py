@@ -45,7 +45,10 @@ HIST_LOW_SECONDS = 1e-5
 HIST_RATIO = 1.05  # bucket width: percentiles are within ± 2.5%
 HIST_BUCKETS = 340  # up to about 160 s
 FLOOR_HIST = HIST + HIST_BUCKETS  # the unhinted claims' own histogram
-SLOTS = FLOOR_HIST + HIST_BUCKETS
+# The claims' total time and the unhinted ones', in microseconds (bench/degradation/windows.py).
+CLAIM_MICROS = FLOOR_HIST + HIST_BUCKETS
+FLOOR_MICROS = CLAIM_MICROS + 1
+SLOTS = FLOOR_MICROS + 1
 
 # The no-op task every strategy works: the bench measures the queue, not the handler.
 queue = Queue()
@@ -242,9 +245,11 @@ def claim_loop(
 def _count_claim(counters: Any, seconds: float, floor: bool, row: Any) -> None:
     counters[CLAIM_STATEMENTS] += 1
     counters[HIST + bucket(seconds)] += 1
+    counters[CLAIM_MICROS] += int(seconds * 1e6)
     if floor:
         counters[FLOOR_CLAIMS] += 1
         counters[FLOOR_HIST + bucket(seconds)] += 1
+        counters[FLOOR_MICROS] += int(seconds * 1e6)
     if row is not None:
         counters[JOBS_CLAIMED] += 1
         if row[0] > counters[MAX_CLAIMED_ID]:
@@ -283,8 +288,10 @@ def _report_stats(worker: Worker, ready: Any, stop: Any, counters: Any) -> None:
         while recent:
             seconds, unhinted = recent.popleft()
             counters[HIST + bucket(seconds)] += 1
+            counters[CLAIM_MICROS] += int(seconds * 1e6)
             if unhinted:
                 counters[FLOOR_HIST + bucket(seconds)] += 1
+                counters[FLOOR_MICROS] += int(seconds * 1e6)
         if worker.id:
             ready.set()  # registered: it is claiming
         if stopping:

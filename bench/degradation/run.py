@@ -24,6 +24,7 @@ from psycopg import sql
 
 from bench.degradation import roles
 from bench.degradation.sampler import Prober, Sample, Sampler, counters_hint, history_hint
+from bench.degradation.windows import WINDOW_SECONDS, Windows
 from bench.durable.parked import add_parked
 from pgqueue.migrate import apply
 from pgqueue.queries import query
@@ -161,8 +162,9 @@ def run_one(
     waiting: int = 0,
     sleeping: int = 0,
     fairness_keys: int = 0,
-) -> tuple[list[Sample], dict[str, Any]]:
-    """Run one strategy in one mode on a fresh schema; returns its samples and plan notes.
+) -> tuple[list[Sample], list[dict[str, Any]], dict[str, Any]]:
+    """Run one strategy in one mode on a fresh schema; returns its samples, its 10-s windows
+    (bench/degradation/windows.py) and plan notes.
 
     `hold` is how long the long-runner (hold mode only) keeps its snapshot; None: throughout.
     `waiting` blocked workflow jobs sit in the jobs table throughout (pgqueue strategies),
@@ -194,14 +196,25 @@ def run_one(
                 sampler = Sampler(conn, strategy, mode, schema, counters, produced, prober)
                 go.set()
                 sampler.start()
-                samples = _sample(run, sampler, duration)
+                windows = Windows(conn, schema, sampler.claims, statements_loaded(conn))
+                samples, rows = _sample(run, sampler, windows, duration)
+                rows = [{"strategy": strategy, "mode": mode} | row for row in rows]
                 notes = _plans(conn, schema, strategy, not_atomic)
             finally:
                 prober.halt()
     finally:
         run.close()
         drop_schema(dsn, schema)
-    return samples, notes
+    return samples, rows, notes
+
+
+def statements_loaded(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server preloads pg_stat_statements; if so, the extension is created."""
+    row = conn.execute("SHOW shared_preload_libraries").fetchone()
+    if row is None or "pg_stat_statements" not in str(row[0]):
+        return False
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    return True
 
 
 def _start_workers(
@@ -222,16 +235,25 @@ def _start_workers(
     return counters
 
 
-def _sample(run: Run, sampler: Sampler, duration: float) -> list[Sample]:
-    """One sample at each whole second after the start; a late one skips to the next second."""
+def _sample(
+    run: Run, sampler: Sampler, windows: Windows, duration: float
+) -> tuple[list[Sample], list[dict[str, Any]]]:
+    """One sample at each whole second after the start; a late one skips to the next second.
+    A window row every WINDOW_SECONDS of samples, and one for the samples left at the end."""
     samples: list[Sample] = []
-    second = 1
+    rows: list[dict[str, Any]] = []
+    second, window_start = 1, 0
     while second <= duration + 1e-9:
         time.sleep(max(0.0, sampler.t0 + second - time.monotonic()))
         run.check_alive()
         samples.append(sampler.sample())
+        if samples[-1].t_s - (samples[window_start].t_s - 1) >= WINDOW_SECONDS - 0.5:
+            rows.append(windows.take(samples[-1].t_s, [s.depth for s in samples[window_start:]]))
+            window_start = len(samples)
         second = max(second + 1, math.ceil(time.monotonic() - sampler.t0))
-    return samples
+    if window_start < len(samples):
+        rows.append(windows.take(samples[-1].t_s, [s.depth for s in samples[window_start:]]))
+    return samples, rows
 
 
 def _plans(

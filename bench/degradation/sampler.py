@@ -27,6 +27,7 @@ import psycopg
 from psycopg import sql
 
 from bench.degradation import roles
+from bench.degradation.windows import Claims
 
 PROBE_INTERVAL_SECONDS = 1.0
 FLOOR_PROBE_INTERVAL_SECONDS = 10.0
@@ -172,6 +173,8 @@ class _Totals:
     completed: int
     hist: list[int]
     floor_hist: list[int]
+    micros: int
+    floor_micros: int
 
 
 class Sampler:
@@ -260,8 +263,15 @@ class Sampler:
             floor=column[roles.FLOOR_CLAIMS],
             completed=column[roles.COMPLETIONS],
             hist=column[roles.HIST : roles.FLOOR_HIST],
-            floor_hist=column[roles.FLOOR_HIST :],
+            floor_hist=column[roles.FLOOR_HIST : roles.FLOOR_HIST + roles.HIST_BUCKETS],
+            micros=column[roles.CLAIM_MICROS],
+            floor_micros=column[roles.FLOOR_MICROS],
         )
+
+    def claims(self) -> Claims:
+        """The workers' claim counters now (bench/degradation/windows.py)."""
+        now = self._totals()
+        return Claims(now.statements, now.floor, now.micros, now.floor_micros)
 
     def _claim_percentiles(
         self, last: _Totals, now: _Totals

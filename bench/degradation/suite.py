@@ -13,7 +13,9 @@ records one row per second. Strategies: `plain` (one job per claim, no hint: an 
 queue), `hint` (one job per claim after a (priority, id) hint, reset every 2 s ± 50% and when
 a hinted claim is empty) and `default` (pgqueue.Worker with its defaults).
 
-Writes samples.csv, summary.json and PNG charts to its results folder (bench/report.py) and
+Writes samples.csv, windows.csv (per 10-s window: depth, enqueue-to-start wait p50/p99, and
+each kind of claim and scan's calls, time and buffers: bench/degradation/windows.py),
+summary.json and PNG charts to its results folder (bench/report.py) and
 prints the summary table. Every process it starts is stopped (and joined) at the end of each
 run, and it exits 0 when all runs completed.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import options
-from bench.degradation import report
+from bench.degradation import report, windows
 from bench.degradation.run import run_one
 from bench.degradation.sampler import Sample
 from bench.report import Run, guarded
@@ -40,6 +42,7 @@ STRATEGIES = ("plain", "hint", "default")
 MODES = ("control", "hold")
 SHORT_DURATION_SECONDS = 4.0
 SHORT_RATE = 300.0
+CONFIGURE = {"shared_preload_libraries": "pg_stat_statements"}
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,9 @@ def _durations(parser: argparse.ArgumentParser, value: str) -> dict[str, float]:
 
 def bench(config: Config) -> int:
     """Every (strategy, mode) run in turn, then the summary, the charts and the table."""
-    with database(config.dsn) as server:
+    # pg_stat_statements gives each kind of statement's buffers per window (windows.py); a
+    # server at --dsn is used as it is, and without it those columns stay empty.
+    with database(config.dsn, configure=CONFIGURE) as server:
         out = config.run.folder(server)
         samples, runs = run_all(config, server.dsn, out)
         summary = summarise(config, runs)
@@ -191,6 +196,7 @@ def bench(config: Config) -> int:
     )
     report.charts(out, samples, title, config.rate * config.runaway_seconds)
     print(report.table(summary))
+    print(windows.table(summary["runs"]))
     print(f"bench: wrote {out}", file=sys.stderr)
     return 0
 
@@ -207,7 +213,7 @@ def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dic
             duration = config.duration_of(strategy, mode)
             print(f"bench: {strategy} {mode}: {duration:g} s", file=sys.stderr)
             load_before = os.getloadavg()
-            rows, notes = run_one(
+            rows, window_rows, notes = run_one(
                 ctx,
                 dsn,
                 strategy,
@@ -221,6 +227,7 @@ def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dic
                 fairness_keys=config.fairness_keys,
             )
             report.append_samples(csv_path, rows)
+            windows.append(out / "windows.csv", window_rows)
             samples.extend(rows)
             figures = report.summarise_run(
                 rows,
@@ -230,7 +237,8 @@ def run_all(config: Config, dsn: str, out: Path) -> tuple[list[Sample], list[dic
             )
             # The machine's load around the run: other work on the host shows up here.
             load = {"loadavg_before": load_before, "loadavg_after": os.getloadavg()}
-            runs.append(figures | notes | load | {"duration_s": duration})
+            per_window = {"windows": windows.summarise(window_rows)}
+            runs.append(figures | notes | load | per_window | {"duration_s": duration})
     return samples, runs
 
 

@@ -38,6 +38,11 @@ def test_short_bench_writes_samples_summary_and_charts_for_every_strategy(
         samples = list(csv.DictReader(rows))
     runs = {(row["strategy"], row["mode"]) for row in samples}
     assert runs == {(s, m) for s in STRATEGIES for m in MODES}
+    # The 10-s windows: a run shorter than one still has its rest as a window.
+    with (out / "windows.csv").open(newline="") as rows:
+        windows = list(csv.DictReader(rows))
+    assert {(row["strategy"], row["mode"]) for row in windows} == runs
+    assert all(row["depth_max"] != "" and row["floor_claim_calls"] != "" for row in windows)
 
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["strategies"]) == set(STRATEGIES)
@@ -46,6 +51,7 @@ def test_short_bench_writes_samples_summary_and_charts_for_every_strategy(
             p50 = summary["strategies"][strategy][mode]["claim_p50_end_ms"]
             assert isinstance(p50, float), (strategy, mode, p50)
     assert summary["command"].endswith(f"--out {out}")
+    assert all("floor claim" in run["windows"]["kinds"] for run in summary["runs"])
 
     for chart in CHARTS:
         assert (out / chart).stat().st_size > 0, chart

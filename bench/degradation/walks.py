@@ -1,0 +1,298 @@
+"""What each claim and scan of a worker walks while a long transaction holds the horizon.
+
+    python -m bench.degradation.walks [--dsn DSN] [--dead N] [--steps K] [--batch B]
+
+On a fresh schema (dropped at the end) it parks a few scheduled jobs a day ahead, registers
+one worker, holds a REPEATABLE READ snapshot on a connection of its own (after
+`SELECT txid_current()`, as the degradation bench's long-runner does), then moves N jobs
+through the real statements a worker runs: job_insert, job_claim_unkeyed from the hint (the
+last position claimed) and job_finish_many, B at a time. Every such job leaves a dead entry in
+jobs_claim_idx and jobs_running_idx (and a dead heap tuple) that nothing may remove while the
+snapshot is held. At 0 dead and after each of K steps up to N it leaves a live end of 100
+queued jobs and 10 running ones, then runs EXPLAIN (ANALYZE, BUFFERS) on each statement a
+worker or its rescuer and maintenance run in a transaction that is rolled back, so nothing
+moves: the shared buffers each touched and its time. A statement whose buffers grow with N
+walks the dead entries. Prints one table (kind, buffers and ms per step) and writes nothing.
+Small enough for a 2-core machine: 300,000 jobs take about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench import options
+from bench.degradation.run import create_schema, drop_schema
+from bench.server import database
+from pgqueue.queries import query
+from pgqueue.store.jobs import finish_rows_params
+
+QUEUE = "default"
+FLOOR = (-32768, 0)
+CEILING = (32767, 2**63 - 1)
+LIVE_QUEUED = 100
+LIVE_RUNNING = 10
+CLAIM_LIMIT = 10  # a worker's default concurrency: its largest claim
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One statement to measure: its name in the table, the named query, its parameters."""
+
+    name: str
+    query: str
+    params: Callable[[State], dict[str, Any]]
+
+
+@dataclass
+class State:
+    """Where the churn stands: the worker's id, the hint (last position claimed)."""
+
+    worker_id: int
+    hint: tuple[int, int] = FLOOR
+
+
+def _claim(after: tuple[int, int], s: State, *, limit: int = CLAIM_LIMIT) -> dict[str, Any]:
+    return {
+        "queue": QUEUE,
+        "after_priority": after[0],
+        "after_id": after[1],
+        "before_priority": CEILING[0],
+        "before_id": CEILING[1],
+        "limit": limit,
+        "worker_id": s.worker_id,
+        "now": None,
+        "limited_tasks": [],
+    }
+
+
+KINDS: list[Kind] = [
+    Kind("hinted claim (unkeyed)", "job_claim_unkeyed", lambda s: _claim(s.hint, s)),
+    Kind("floor claim (unkeyed)", "job_claim_unkeyed", lambda s: _claim(FLOOR, s)),
+    Kind("floor claim (keyed)", "job_claim", lambda s: _claim(FLOOR, s)),
+    Kind(
+        "fair claim (from vtime 0)",
+        "job_claim_fair",
+        lambda s: {
+            "queue": QUEUE,
+            "after_priority": FLOOR[0],
+            "after_vtime": 0.0,
+            "limit": CLAIM_LIMIT,
+            "worker_id": s.worker_id,
+            "now": None,
+        },
+    ),
+    Kind(
+        "promotion of due jobs",
+        "job_promote_due",
+        lambda s: {"queues": [QUEUE], "limit": 1000, "now": None},
+    ),
+    Kind(
+        "rescuer: out-of-range jobs",
+        "job_fail_out_of_range",
+        lambda s: {"queues": [QUEUE], "limit": 1000, "now": None, "keep_history": True},
+    ),
+    Kind(
+        "rescuer: stranded jobs",
+        "job_find_stranded",
+        lambda s: {"lease": 30.0, "limit": 1000, "now": None},
+    ),
+    Kind("rescuer: orphaned jobs", "job_find_orphaned", lambda s: {"limit": 1000}),
+    Kind(
+        "rescuer: dead workers",
+        "worker_delete_dead",
+        lambda s: {"lease": 30.0, "now": None},
+    ),
+    Kind(
+        "history prune",
+        "job_history_prune",
+        lambda s: {
+            "after": None,
+            "limit": 1000,
+            "now": None,
+            "older_than": 7 * 86400.0,
+            "queue": None,
+            "statuses": None,
+        },
+    ),
+    Kind(
+        "history partitions step",
+        "history_partitions_step",
+        lambda s: {"ahead": 2, "lock_ms": 100},
+    ),
+    Kind("steps prune", "job_steps_prune", lambda s: {"after": None, "limit": 1000}),
+    Kind(
+        "periodic ticks prune",
+        "periodic_tick_prune",
+        lambda s: {"after": None, "limit": 1000, "now": None, "older_than": 86400.0},
+    ),
+    Kind("fairness starts prune", "fairness_starts_prune", lambda s: {"now": None}),
+    Kind(
+        "cancel check (running ids)",
+        "job_list_cancel_requested",
+        lambda s: {"ids": [], "worker_id": s.worker_id},
+    ),
+]
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.degradation.walks", description=__doc__)
+    parser.add_argument("--dsn", help="PostgreSQL to use (default: an embedded server)")
+    parser.add_argument("--dead", type=int, default=300_000, help="jobs moved through (300000)")
+    parser.add_argument("--steps", type=int, default=3, help="measurements after 0 dead (3)")
+    parser.add_argument("--batch", type=int, default=2000, help="jobs per insert/claim/finish")
+    args = parser.parse_args(argv)
+    for flag in ("dead", "steps", "batch"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag} must be greater than 0, got {getattr(args, flag)}")
+    return args
+
+
+def _insert(conn: psycopg.Connection[Any], schema: str, n: int, **extra: Any) -> list[int]:
+    job = {"queue": QUEUE, "task": "noop", "args": {}, "priority": 0, "max_attempts": 3}
+    jobs = [job | extra] * n
+    params = {"jobs": json.dumps(jobs), "now": None, "trace_context": None}
+    return [row[0] for row in conn.execute(query("job_insert", schema), params).fetchall()]
+
+
+def _claim_ids(
+    conn: psycopg.Connection[Any], schema: str, s: State, limit: int
+) -> list[tuple[int, int, int]]:
+    """(id, priority, attempt) of the jobs a hinted claim took; the hint moves past them."""
+    rows = conn.execute(query("job_claim_unkeyed", schema), _claim(s.hint, s, limit=limit))
+    got = [(r[0], r[3], r[4]) for r in rows.fetchall() if r[0] is not None]
+    if got:
+        s.hint = max((p, i) for i, p, _ in got)
+    return got
+
+
+def _finish(
+    conn: psycopg.Connection[Any], schema: str, s: State, got: list[tuple[int, int, int]]
+) -> None:
+    rows = [
+        {"id": i, "attempt": a, "worker_id": s.worker_id, "status": "succeeded"} for i, _, a in got
+    ]
+    conn.execute(query("job_finish_many", schema), finish_rows_params(rows, keyed=False))
+
+
+def churn(conn: psycopg.Connection[Any], schema: str, s: State, n: int, batch: int) -> None:
+    """Move n jobs through enqueue, a hinted claim and a finish, as a worker would."""
+    left = n
+    while left > 0:
+        size = min(batch, left)
+        _insert(conn, schema, size)
+        got = _claim_ids(conn, schema, s, size)
+        _finish(conn, schema, s, got)
+        left -= len(got)
+        if not got:
+            raise RuntimeError("the churn's claim found nothing it had just enqueued")
+
+
+def live_end(conn: psycopg.Connection[Any], schema: str, s: State) -> None:
+    """LIVE_QUEUED queued jobs after the hint, LIVE_RUNNING of them running."""
+    _insert(conn, schema, LIVE_QUEUED)
+    _claim_ids(conn, schema, s, LIVE_RUNNING)
+
+
+def explain(conn: psycopg.Connection[Any], schema: str, kind: Kind, s: State) -> tuple[int, float]:
+    """Shared buffers touched and milliseconds of one run of `kind`, rolled back."""
+    statement = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + query(kind.query, schema)
+    with conn.transaction(force_rollback=True):
+        row = conn.execute(statement, kind.params(s)).fetchone()
+    plan = row[0][0] if row else {}
+    top = plan.get("Plan", {})
+    buffers = int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+    return buffers, float(plan.get("Execution Time", 0.0))
+
+
+def measure(conn: psycopg.Connection[Any], schema: str, s: State) -> dict[str, tuple[int, float]]:
+    """Each kind twice; the second run's figures (the first may read pages in)."""
+    found = {}
+    for kind in KINDS:
+        explain(conn, schema, kind, s)
+        found[kind.name] = explain(conn, schema, kind, s)
+    return found
+
+
+def setup(conn: psycopg.Connection[Any], schema: str) -> State:
+    create_schema(conn, schema)
+    conn.execute(query("session_prefer_indexes", schema))  # as the worker's own sessions
+    row = conn.execute(
+        query("worker_register", schema),
+        {
+            "name": "walks",
+            "hostname": "bench",
+            "pid": os.getpid(),
+            "queues": [QUEUE],
+            "concurrency": CLAIM_LIMIT,
+            "client_pid": None,
+        },
+    ).fetchone()
+    s = State(worker_id=int(row[0]) if row else 0)
+    _insert(conn, schema, 100, delay=86400.0)  # scheduled a day ahead: promotion finds none
+    conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+    return s
+
+
+def walks(dsn: str, dead: int, steps: int, batch: int) -> list[tuple[int, dict[str, Any]]]:
+    schema = f"bench_walks_{os.getpid()}"
+    results: list[tuple[int, dict[str, Any]]] = []
+    with (
+        psycopg.connect(dsn, autocommit=True, application_name="bench:walks") as conn,
+        psycopg.connect(dsn, application_name="bench:long-runner") as holder,
+    ):
+        try:
+            s = setup(conn, schema)
+            holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT txid_current()")
+            done = 0
+            for step in range(steps + 1):
+                target = dead * step // steps
+                started = time.monotonic()
+                churn(conn, schema, s, target - done, batch)
+                done = target
+                live_end(conn, schema, s)
+                print(
+                    f"walks: {done:,} dead ({time.monotonic() - started:.1f} s to churn)",
+                    file=sys.stderr,
+                )
+                results.append((done, measure(conn, schema, s)))
+                # The next churn claims from the hint: the live end is part of it.
+        finally:
+            holder.rollback()
+            drop_schema(dsn, schema)
+    return results
+
+
+def table(results: list[tuple[int, dict[str, Any]]]) -> str:
+    heads = [f"{n:,} dead" for n, _ in results]
+    lines = [
+        "| kind | " + " | ".join(f"{h}: buffers | ms" for h in heads) + " |",
+        "|---|" + "---:|---:|" * len(heads),
+    ]
+    for kind in KINDS:
+        cells = [f"{r[kind.name][0]:,} | {r[kind.name][1]:.2f}" for _, r in results]
+        lines.append(f"| {kind.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    with database(options.dsn(args.dsn)) as server:
+        results = walks(server.dsn, args.dead, args.steps, args.batch)
+        print(f"PostgreSQL {server.version}, {CLAIM_LIMIT}-job claims, hint at the live end")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
