@@ -166,7 +166,14 @@ def _claim(conn: psycopg.Connection[Any], schema: str, queue_name: str, limit: i
     'waiting' if their concurrency key is full. Returns how many it picked."""
     worker = conn.execute(
         query("worker_register", schema),
-        {"name": "test", "hostname": "test", "pid": 1, "queues": [queue_name], "concurrency": 1},
+        {
+            "name": "test",
+            "hostname": "test",
+            "pid": 1,
+            "queues": [queue_name],
+            "concurrency": 1,
+            "client_pid": None,  # no session recorded: a hand-made worker
+        },
     ).fetchone()
     assert worker is not None
     params = claim_params(queue_name, limit, worker[0])
