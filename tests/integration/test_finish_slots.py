@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -43,7 +42,7 @@ def test_a_batch_of_jobs_without_keys_looks_for_no_slot_to_lock(
     task = apps.noop.with_options(concurrency_key="tenant:1") if keyed else apps.noop
     queue.enqueue_many([task.job() for _ in range(JOBS)])
     # The worker's own sessions count their function calls (a superuser's setting).
-    counted = dsn + ("&" if "?" in dsn else "?") + "options=" + quote("-c track_functions=pl")
+    counted = psycopg.conninfo.make_conninfo(dsn, options="-c track_functions=pl")
     log = tmp_path / "worker.log"
     proc = worker_process(counted, schema, "--burst", "--concurrency", "10", log=log)
     try:
