@@ -65,3 +65,16 @@ def test_no_module_of_the_worker_but_worker_py_imports_the_worker() -> None:
         if path.name != "worker.py"
     }
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_no_module_of_the_client_imports_the_worker() -> None:
+    """An application that only enqueues and waits loads pgqueue/queue/, never the worker:
+    imports inside functions and under TYPE_CHECKING count too."""
+    reaching = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in _imported(path) if name.startswith("pgqueue.worker")
+        )
+        for path in sorted((LIBRARY / "queue").rglob("*.py"))
+    }
+    assert reaching
+    assert {path: names for path, names in reaching.items() if names} == {}
