@@ -45,7 +45,7 @@ from pgqueue.store.workers import WorkersStore
 from pgqueue.worker.observe import StepEvent, outcome_name
 
 if TYPE_CHECKING:
-    from pgqueue.worker.executor import Outcome
+    from pgqueue.worker.outcome import Outcome
     from pgqueue.worker.worker import Worker
 
 log = logging.getLogger("pgqueue.metrics")
@@ -231,7 +231,7 @@ class WorkerMetrics(Collector):
             yield family
 
 
-# The durable-call counters (pgqueue/durable.py), each told by a (kind, what) pair of a
+# The durable-call counters (pgqueue/worker/durable.py), each told by a (kind, what) pair of a
 # StepEvent ("*": any kind).
 _DURABLE_COUNTED = {
     ("step", "recorded"): "pgqueue_steps_recorded",

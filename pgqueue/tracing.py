@@ -4,9 +4,9 @@ of the enqueue that made it.
 Owns: `instrument()`, which registers the enqueue spans' hook (pgqueue/hooks.py) in this
 process, and JobTracer, the worker's observer behind `pgqueue worker --trace`: a span per job
 attempt, a child span per durable step that runs, and an event on the attempt's span for each
-other durable call (a step replayed, a sleep, a signal wait; pgqueue/durable.py). The enqueuer's
-context travels in the job's row (its trace_context column, W3C trace context as OTel's
-propagator writes it), so the link holds across processes and machines. Attributes follow
+other durable call (a step replayed, a sleep, a signal wait; pgqueue/worker/durable.py). The
+enqueuer's context travels in the job's row (its trace_context column, W3C trace context as
+OTel's propagator writes it), so the link holds across processes and machines. Attributes follow
 OpenTelemetry's messaging conventions: messaging.system "pgqueue", the queue as
 messaging.destination.name, the job's id as messaging.message.id.
 
@@ -35,7 +35,7 @@ from pgqueue.store.jobs import trace_context
 from pgqueue.worker.observe import StepEvent, outcome_name
 
 if TYPE_CHECKING:
-    from pgqueue.worker.executor import Outcome
+    from pgqueue.worker.outcome import Outcome
 
 SYSTEM = "pgqueue"
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from pgqueue.models import ClaimedJob
 
 if TYPE_CHECKING:
-    from pgqueue.worker.executor import Outcome
+    from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -37,7 +37,7 @@ log = logging.getLogger("pgqueue.worker")
 class JobObserver(Protocol):
     """Told of each job a worker starts and finishes, and of each claim statement. An
     observer that also has a `step_event(event: StepEvent)` method is told of each durable
-    call of a job (pgqueue/durable.py) too."""
+    call of a job (pgqueue/worker/durable.py) too."""
 
     def job_started(self, job: ClaimedJob) -> None: ...
 
