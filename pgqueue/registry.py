@@ -31,7 +31,7 @@ from pgqueue.models import (
     NewJob,
     TaskDeclaration,
     TaskPolicy,
-    check_name,
+    check_identifier,
     duration,
 )
 from pgqueue.steps import Steps
@@ -294,7 +294,7 @@ class Task(Generic[P, R]):
         atomic: bool = False,
     ) -> None:
         self.fn = fn
-        self.name = check_name("task", name, TASK_NAME)
+        self.name = check_identifier("task", name, TASK_NAME)
         self.options = options
         self.policy = policy
         self.atomic = atomic

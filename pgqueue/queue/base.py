@@ -50,7 +50,7 @@ from pgqueue.models import (
     StatusName,
     TaskPolicy,
     Workflow,
-    check_name,
+    check_identifier,
     duration,
 )
 from pgqueue.queries import Migration, channel
@@ -609,7 +609,7 @@ def _task_name(task: str | Task[..., Any]) -> str:
         return task.name
     if not isinstance(task, str):
         raise ConfigurationError(f"name a task, or pass the task itself; got {task!r}")
-    return check_name("task", task, TASK_NAME)
+    return check_identifier("task", task, TASK_NAME)
 
 
 def _queue_names(queues: str | Sequence[str]) -> list[str]:
@@ -617,7 +617,7 @@ def _queue_names(queues: str | Sequence[str]) -> list[str]:
     names = [queues] if isinstance(queues, str) else list(queues)
     if not names:
         raise ConfigurationError("name at least one queue")
-    return list(dict.fromkeys(check_name("queue", name, QUEUE_NAME) for name in names))
+    return list(dict.fromkeys(check_identifier("queue", name, QUEUE_NAME) for name in names))
 
 
 _RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
