@@ -45,6 +45,7 @@ from pgqueue.errors import (
     StepMismatchError,
     StepResultError,
 )
+from pgqueue.hooks import StepEvent
 from pgqueue.models import LONGEST_WAIT, ClaimedJob, duration
 from pgqueue.registry import CancelSignal, Snooze
 from pgqueue.steps import KEY_MAX, check_label
@@ -52,7 +53,7 @@ from pgqueue.store.plan import Plan
 from pgqueue.store.signals import park_plan, take_plan, timeout_plan, wait_read_plan
 from pgqueue.store.steps import Journal, Recorded, StepRecord, read_plan, record_plan
 from pgqueue.worker.checkpoints import Backend, JobLostError
-from pgqueue.worker.observe import Observers, StepEvent
+from pgqueue.worker.observe import Observers
 
 T = TypeVar("T")
 

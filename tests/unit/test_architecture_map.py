@@ -78,3 +78,13 @@ def test_no_module_of_the_client_imports_the_worker() -> None:
     }
     assert reaching
     assert {path: names for path, names in reaching.items() if names} == {}
+
+
+def test_metrics_and_tracing_read_the_worker_through_hooks_only() -> None:
+    """Observers implement and read the protocols of pgqueue/hooks.py, never the worker's
+    modules: a change inside worker/ cannot break them unseen."""
+    reaching = {
+        name: sorted(m for m in _imported(LIBRARY / name) if m.startswith("pgqueue.worker"))
+        for name in ("metrics.py", "tracing.py")
+    }
+    assert reaching == {"metrics.py": [], "tracing.py": []}
