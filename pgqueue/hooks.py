@@ -6,7 +6,8 @@ jobs an enqueue stores (tracing opens its span there, and the jobs' rows carry i
 a `ConnectionAdapter` gives the psycopg connection under another library's connection object,
 so that `conn=` takes it (pgqueue/contrib/sqlalchemy.py is one).
 
-Invariants: with no enqueue hook registered, an enqueue pays one check. An adapter is found by
+Invariants: with no enqueue hook registered, an enqueue pays one check. A Queue's own hooks
+(`Queue(hooks=[...])`) run for its enqueues only, inside the registered ones. An adapter is found by
 the top-level package of the object's type: a registered one first, else the one an installed
 distribution declares under the entry point group `pgqueue.connection_adapters`, named after
 that package (pgqueue declares SQLAlchemy's), loaded the first time such an object is passed.
@@ -101,14 +102,34 @@ def unregister(hook: Hook) -> None:
         del _adapters[hook.library]
 
 
-def enqueuing(batch: Sequence[NewJob]) -> AbstractContextManager[list[int]] | None:
-    """The registered enqueue hooks around `batch`, as one context whose list the caller
-    fills with the stored jobs' ids; None when no hook is registered."""
-    if not _enqueue_hooks:
+def enqueue_hooks(given: Sequence[EnqueueHook]) -> tuple[EnqueueHook, ...]:
+    """The enqueue hooks given to one Queue, checked, each once, in order; ConfigurationError
+    for one that is not an enqueue hook."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ConfigurationError(f"hooks= takes a list of enqueue hooks, got {given!r}")
+    for hook in given:
+        if not isinstance(hook, EnqueueHook):
+            raise ConfigurationError(
+                f"{hook!r} is not an enqueue hook: hooks= takes objects with an "
+                "enqueue(batch) method (pgqueue.hooks.EnqueueHook)"
+            )
+    return tuple(hook for i, hook in enumerate(given) if hook not in given[:i])
+
+
+def enqueuing(
+    batch: Sequence[NewJob], own: tuple[EnqueueHook, ...] = ()
+) -> AbstractContextManager[list[int]] | None:
+    """The registered enqueue hooks around `batch`, then a queue's `own`, each inside the
+    ones before it, as one context whose list the caller fills with the stored jobs' ids;
+    None when there is no hook. A hook both registered and a queue's runs once, as registered."""
+    around = _enqueue_hooks
+    if own:
+        around += tuple(hook for hook in own if hook not in _enqueue_hooks)
+    if not around:
         return None
-    if len(_enqueue_hooks) == 1:
-        return _enqueue_hooks[0].enqueue(batch)
-    return _nested(_enqueue_hooks, batch)
+    if len(around) == 1:
+        return around[0].enqueue(batch)
+    return _nested(around, batch)
 
 
 @contextmanager

@@ -155,7 +155,7 @@ class AsyncQueue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        hooked = hooks.enqueuing(batch)
+        hooked = hooks.enqueuing(batch, self.enqueue_hooks)
         if hooked is None:
             return await self._store(batch, conn)
         with hooked as seen:

@@ -24,6 +24,7 @@ from pgqueue.errors import (
     InvalidArgumentsError,
     JobNotFoundError,
 )
+from pgqueue.hooks import EnqueueHook, enqueue_hooks
 from pgqueue.models import (
     ATOMIC_DEFAULT_TIMEOUT,
     ATOMIC_MAX_TIMEOUT,
@@ -217,12 +218,15 @@ class _Base(abc.ABC):
         keep_history: bool = True,
         max_payload_bytes: int = 10 * 1024 * 1024,
         prepare: bool = True,
+        hooks: Sequence[EnqueueHook] = (),
     ) -> None:
         """`dsn` is for the queue's own pooled connection, used when a call gets no `conn=`,
         and the database a worker of this application uses unless told another. `prepare`
         False: no server-side prepared statements on that pool, for a dsn that goes through
         PgBouncer in transaction pooling mode. Without `dsn`, PGQUEUE_DSN, else DATABASE_URL,
-        read now (pgqueue.dsn: the rule the `pgqueue` command follows too)."""
+        read now (pgqueue.dsn: the rule the `pgqueue` command follows too). `hooks`: enqueue
+        hooks (pgqueue.hooks.EnqueueHook) around this queue's enqueues only, inside those
+        registered for the whole process (hooks.register)."""
         self.dsn = dsn_rule.resolve(dsn)
         self.settings = QueueSettings(
             schema=schema,
@@ -232,6 +236,7 @@ class _Base(abc.ABC):
         )
         self.registry = Registry()
         self.periodics = Schedules()
+        self.enqueue_hooks = enqueue_hooks(hooks)
 
     @property
     def schema(self) -> str:

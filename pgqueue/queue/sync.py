@@ -104,7 +104,7 @@ class Queue(_Base):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        hooked = hooks.enqueuing(batch)
+        hooked = hooks.enqueuing(batch, self.enqueue_hooks)
         if hooked is None:
             return self._store(batch, conn)
         with hooked as seen:
