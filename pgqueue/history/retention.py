@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.history.partitions import LOCK_MS
+from pgqueue.migrate import LOCK_MS
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Loop
 from pgqueue.store.history import partitions_drop_plan, prune_batch_plan, steps_prune_plan
