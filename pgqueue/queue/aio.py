@@ -31,27 +31,31 @@ from pgqueue.models import (
     Workflow,
 )
 from pgqueue.queue import outcomes
+from pgqueue.queue.arguments import (
+    _jobs_only,
+    _message,
+    _task_name,
+    _workflow_jobs,
+    _workflow_jobs_ended,
+)
 from pgqueue.queue.base import (
     P,
     R,
     T,
     TaskT,
-    _adapter,
-    _alone,
     _AsyncRegistering,
     _AsyncScheduling,
     _Base,
-    _connect_async,
     _document_twin,
-    _jobs_only,
-    _message,
     _names,
+)
+from pgqueue.queue.connections import (
+    _adapter,
+    _alone,
+    _connect_async,
     _require,
     _running_loop,
-    _task_name,
     _usable,
-    _workflow_jobs,
-    _workflow_jobs_ended,
 )
 from pgqueue.queue.outcomes import JobHandle, JobOutcome, WorkflowHandle
 from pgqueue.queue.sync import Queue

@@ -4,32 +4,22 @@ building, argument checks and the connection rules. Each twin is a few lines per
 from __future__ import annotations
 
 import abc
-import asyncio
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, overload
 
 import psycopg
-from pydantic import ValidationError
 from typing_extensions import TypeVar
 
 from pgqueue import dsn as dsn_rule
-from pgqueue import hooks
 from pgqueue.codec import step_json
-from pgqueue.dsn import redact
 from pgqueue.errors import (
     ConfigurationError,
-    DatabaseError,
     InvalidArgumentsError,
-    JobNotFoundError,
 )
 from pgqueue.hooks import EnqueueHook, enqueue_hooks
 from pgqueue.models import (
-    ATOMIC_DEFAULT_TIMEOUT,
-    ATOMIC_MAX_TIMEOUT,
-    QUEUE_NAME,
-    TASK_NAME,
     Cancellation,
     DeadMessage,
     Enqueued,
@@ -51,10 +41,10 @@ from pgqueue.models import (
     StatusName,
     TaskPolicy,
     Workflow,
-    check_identifier,
     duration,
 )
 from pgqueue.queries import Migration, channel
+from pgqueue.queue.arguments import _atomic_timeout, _message_id, _queue_names, _rate
 from pgqueue.queue.outcomes import checked_job_id
 from pgqueue.registry import AsyncTask, EnqueueOptions, JobContext, Registry, Task, derived_name
 from pgqueue.schedule import RecurringJob, Schedules
@@ -565,195 +555,8 @@ class _Base(abc.ABC):
         return signals_store.send_plan(self.schema, key, encoded)
 
 
-def _atomic_timeout(timeout: timedelta | None) -> timedelta:
-    """An atomic job holds a transaction for its whole run, which holds back VACUUM: its
-    time is always bounded."""
-    if timeout is None:
-        return ATOMIC_DEFAULT_TIMEOUT
-    if timeout > ATOMIC_MAX_TIMEOUT:
-        raise ConfigurationError(
-            f"atomic tasks hold a transaction open for their whole run; timeout={timeout} is "
-            f"over the {ATOMIC_MAX_TIMEOUT} limit: use a lease (non-atomic) task instead"
-        )
-    return timeout
-
-
-def _message_id(value: object) -> int:
-    """An outbox id as stage returns it."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
-        raise ConfigurationError(
-            f"message ids are whole numbers from 1 to 2**63-1 (as stage returns them), got "
-            f"{value!r}"
-        )
-    return value
-
-
-def _message(
-    destination: str,
-    message: Any,
-    key: str | None,
-    headers: dict[str, str] | None,
-    message_id: str | None,
-) -> Message:
-    """stage()'s arguments as a Message, or an InvalidArgumentsError that says what is wrong."""
-    try:
-        return Message(
-            destination=destination,
-            message=message,
-            key=key,
-            headers=headers,
-            message_id=message_id,
-        )
-    except ValidationError as exc:
-        raise InvalidArgumentsError(f"a message for {destination!r}: {exc}") from None
-
-
-def _task_name(task: str | Task[..., Any]) -> str:
-    """A task's name, from the task or as a string checked as task names are."""
-    if isinstance(task, Task):
-        return task.name
-    if not isinstance(task, str):
-        raise ConfigurationError(f"name a task, or pass the task itself; got {task!r}")
-    return check_identifier("task", task, TASK_NAME)
-
-
-def _queue_names(queues: str | Sequence[str]) -> list[str]:
-    """One queue name or several, each checked as an enqueue checks it."""
-    names = [queues] if isinstance(queues, str) else list(queues)
-    if not names:
-        raise ConfigurationError("name at least one queue")
-    return list(dict.fromkeys(check_identifier("queue", name, QUEUE_NAME) for name in names))
-
-
-_RATE_UNITS = {"s": 1, "m": 60, "h": 3600}
-MAX_RATE_STARTS = 10_000
-
-
-def _rate(limit: int | str, per: timedelta | float | None) -> tuple[int, float]:
-    """(max_starts, seconds) from `100, per=60` or "100/m" ("N/s", "N/m", "N/h")."""
-    if isinstance(limit, str):
-        count, _, unit = limit.strip().partition("/")
-        if per is not None or unit not in _RATE_UNITS or not count.strip().isdigit():
-            raise ConfigurationError(
-                f"a rate limit is 'N/s', 'N/m' or 'N/h', or N with per= seconds; got {limit!r}"
-            )
-        limit, seconds = int(count), float(_RATE_UNITS[unit])
-    else:
-        window = duration(per, "per")
-        if window is None:
-            raise ConfigurationError("give the window: set_rate_limit(queue, 100, per=60)")
-        seconds = window.total_seconds()
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RATE_STARTS:
-        raise ConfigurationError(
-            f"a rate limit lets 1 to {MAX_RATE_STARTS:,} jobs start, got {limit!r}"
-        )
-    if not 0 < seconds <= 86400:
-        raise ConfigurationError(
-            f"a rate limit's window is over 0 s and at most a day, got {seconds} s"
-        )
-    return limit, seconds
-
-
-def _jobs_only(jobs: Iterable[NewJob]) -> list[NewJob]:
-    batch = list(jobs)
-    for item in batch:
-        if not isinstance(item, NewJob):
-            raise TypeError(
-                f"enqueue_many takes jobs built with task.job(...), got {type(item).__name__}"
-            )
-    return batch
-
-
-def _alone(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """Whether a statement on `conn` is a transaction of its own (autocommit, no block open)."""
-    return conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def _require(conn: object, kind: type, method: str) -> None:
-    if not isinstance(conn, kind):
-        raise _wrong_connection(conn, kind, method)
-
-
-def _adapter(conn: object, kind: type, method: str) -> hooks.ConnectionAdapter:
-    """The adapter that gives the psycopg connection under `conn`, another library's
-    connection object (a SQLAlchemy Session, through pgqueue/contrib/sqlalchemy.py)."""
-    adapter = hooks.adapter_for(conn)
-    if adapter is None:
-        raise _wrong_connection(conn, kind, method)
-    return adapter
-
-
-def _wrong_connection(conn: object, kind: type, method: str) -> TypeError:
-    return TypeError(
-        f"{method} needs a {kind.__module__}.{kind.__name__}, got {type(conn).__name__}"
-    )
-
-
-def _workflow_jobs(found: Workflow | None, workflow_id: int) -> list[int]:
-    if found is None:
-        raise JobNotFoundError(f"no job belongs to a workflow with id {workflow_id}")
-    return [job.id for job in found.jobs]
-
-
-def _workflow_jobs_ended(found: Workflow | None, workflow_id: int) -> Workflow:
-    if found is None:  # its history was pruned between the wait and the read
-        raise JobNotFoundError(
-            f"the jobs of workflow {workflow_id} finished, but their records are gone "
-            "(keep_history=False, or pruned by retention)"
-        )
-    return found
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _connect(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
-    """A connection of the queue's own; fails fast and clearly on a malformed DSN or an
-    unreachable server, before a pool would retry in the background until its timeout."""
-    _check_dsn(dsn)
-    try:
-        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10)
-    except psycopg.Error as exc:
-        raise _unreachable(dsn, exc) from None
-
-
-async def _connect_async(dsn: str, *, autocommit: bool = False) -> psycopg.AsyncConnection[Any]:
-    """`_connect` for the async twin, without blocking the event loop."""
-    _check_dsn(dsn)
-    try:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=10)
-    except psycopg.Error as exc:
-        raise _unreachable(dsn, exc) from None
-
-
-def _check_dsn(dsn: str) -> None:
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(f"invalid DSN: {exc}") from None
-
-
-def _unreachable(dsn: str, exc: psycopg.Error) -> DatabaseError:
-    return DatabaseError(f"cannot connect to {redact(dsn)}: {exc}".strip())
-
-
 def _names(applied: list[Migration]) -> list[str]:
     return [f"{m.version:04d}_{m.name}" for m in applied]
-
-
-def _usable(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Refuse a connection no statement can run on, before trying one."""
-    if conn.closed:
-        raise DatabaseError("the connection passed as conn= is closed: pass an open one")
-    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
-        raise DatabaseError(
-            "the transaction of the connection passed as conn= was aborted by an earlier "
-            "error: roll it back (conn.rollback()) before using it again"
-        )
 
 
 def _document_twin(sync: type, twin: type) -> None:

@@ -31,21 +31,15 @@ from pgqueue.models import (
     Workflow,
 )
 from pgqueue.queue import outcomes
-from pgqueue.queue.base import (
-    T,
-    _adapter,
-    _alone,
-    _Base,
-    _connect,
+from pgqueue.queue.arguments import (
     _jobs_only,
     _message,
-    _names,
-    _require,
     _task_name,
-    _usable,
     _workflow_jobs,
     _workflow_jobs_ended,
 )
+from pgqueue.queue.base import T, _Base, _names
+from pgqueue.queue.connections import _adapter, _alone, _connect, _require, _usable
 from pgqueue.queue.outcomes import JobHandle, JobOutcome, WorkflowHandle
 from pgqueue.queue.waiting import STARTING, BackgroundWaiters, WaitSettings, new_hub
 from pgqueue.registry import EnqueueOptions, Task
