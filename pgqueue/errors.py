@@ -20,7 +20,9 @@
     ├── WorkerStateError        a Worker was started while it was already running
     └── EmbeddedServerError     the throwaway local PostgreSQL could not start
 
-Messages say what was wrong, with the offending value, and what to do about it.
+Messages say what was wrong, with the offending value, and what to do about it. `translate`
+turns a database error into the pgqueue error it stands for, for the client's calls and its
+wait hub alike.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ the queue uses its own pooled connection and commits.
 
 Nothing here imports pgqueue.worker: an application that only enqueues loads none of the
 worker (a unit test parses these files to keep it so). base.py holds what the twins share,
-sync.py and aio.py the twins, outcomes.py what a finished job means to a waiter, waiting.py
-the hub that hears jobs finish.
+sync.py and aio.py the twins, arguments.py and connections.py the checks of what a caller
+passes, outcomes.py what a finished job means to a waiter, waiting.py the hub that hears jobs
+finish.
 """
 
 from pgqueue.queue.aio import AsyncQueue
