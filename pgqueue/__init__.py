@@ -42,11 +42,11 @@ from pgqueue.models import (
     Workflow,
     WorkflowJob,
 )
-from pgqueue.outcomes import JobOutcome
 from pgqueue.queue import AsyncQueue, Queue
+from pgqueue.queue.outcomes import JobOutcome
+from pgqueue.queue.waiting import WaitSettings
 from pgqueue.registry import AsyncTask, JobContext, Signature, Snooze, Task
 from pgqueue.tenants import ConcurrencyLimit, FairShare
-from pgqueue.waiting import WaitSettings
 from pgqueue.worker.worker import Worker
 from pgqueue.workflow import Chain, Chord, Group, chain, chord, group
 

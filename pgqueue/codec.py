@@ -154,7 +154,7 @@ def to_json_result(value: Any, max_bytes: int | None = None) -> Any:
 
 
 def step_json(value: Any, max_bytes: int | None = None) -> str:
-    """A durable step's result (pgqueue/durable.py) as the JSON text recorded; ValueError if
+    """A durable step's result (pgqueue/worker/durable.py) as the JSON text recorded; ValueError if
     it is not JSON as it is (only dicts with string keys, lists, strings, numbers, booleans
     and None: a replay must give back what the first run gave), or is over `max_bytes`."""
     try:

@@ -20,7 +20,9 @@
     ├── WorkerStateError        a Worker was started while it was already running
     └── EmbeddedServerError     the throwaway local PostgreSQL could not start
 
-Messages say what was wrong, with the offending value, and what to do about it.
+Messages say what was wrong, with the offending value, and what to do about it. `translate`
+turns a database error into the pgqueue error it stands for, for the client's calls and its
+wait hub alike.
 """
 
 from __future__ import annotations
@@ -142,3 +144,43 @@ class WaitTimeoutError(PgQueueError, TimeoutError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.job_ids, self.timeout))
+
+
+def translate(exc: BaseException | None, schema: str) -> None:
+    """Raise the pgqueue error that a database error from one call stands for (a call of the
+    client's, or the wait hub's). Serialization
+    failures and deadlocks pass unchanged: callers retry those by their psycopg class."""
+    if not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.errors.TransactionRollback):
+        return
+    missing = (
+        psycopg.errors.UndefinedTable,
+        psycopg.errors.UndefinedFunction,
+        psycopg.errors.InvalidSchemaName,
+    )
+    if isinstance(exc, missing):
+        option = "" if schema == "pgqueue" else f" --schema {schema}"
+        raise DatabaseError(
+            f"schema {schema!r} lacks pgqueue's tables or functions: run `pgqueue "
+            f"migrate{option}` (or queue.migrate()) first ({exc})"
+        ) from exc
+    if connection_lost(exc):
+        raise ConnectionLostError(f"the connection was closed or lost: {exc}".strip()) from exc
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        raise DatabaseError(
+            f"{exc.diag.message_primary or exc}: this role lacks a grant this call needs; "
+            "`pgqueue grant ROLE --kind worker|app|read|operator` grants what each needs"
+        ) from exc
+    if isinstance(exc, psycopg.errors.InFailedSqlTransaction):
+        raise DatabaseError(
+            "the transaction was aborted by an earlier error: roll it back first"
+        ) from exc
+    raise DatabaseError(f"{type(exc).__name__}: {exc}".strip()) from exc
+
+
+def connection_lost(exc: psycopg.Error) -> bool:
+    """A closed or broken connection: psycopg's own (no SQLSTATE), a connection exception
+    (class 08) or the server shutting the session down (57P01-57P03)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")

@@ -1,29 +1,40 @@
 """Hooks: where an integration plugs into the core, so that the core imports none of them.
 
-Owns: the two kinds of hook and their registry. An `EnqueueHook` is around each batch of
+Owns every protocol an integration implements or reads. Around enqueues: the two kinds of
+hook and their registry. An `EnqueueHook` is around each batch of
 jobs an enqueue stores (tracing opens its span there, and the jobs' rows carry its context);
 a `ConnectionAdapter` gives the psycopg connection under another library's connection object,
 so that `conn=` takes it (pgqueue/contrib/sqlalchemy.py is one).
 
-Invariants: with no enqueue hook registered, an enqueue pays one check. An adapter is found by
+Invariants: with no enqueue hook registered, an enqueue pays one check. A Queue's own hooks
+(`Queue(hooks=[...])`) run for its enqueues only, inside the registered ones. An adapter is found by
 the top-level package of the object's type: a registered one first, else the one an installed
 distribution declares under the entry point group `pgqueue.connection_adapters`, named after
 that package (pgqueue declares SQLAlchemy's), loaded the first time such an object is passed.
 Registering a hook twice registers it once. Registering something that is neither kind of
 hook raises ConfigurationError.
+
+Around a worker: a `JobObserver` is told of each job a worker starts and finishes
+(`AttemptOutcome`, the public face of the worker's outcome) and of each claim, and, with a
+`step_event` method, of each durable call (`StepEvent`); an `ObservedWorker` is what metrics
+read of a worker (`pgqueue.Worker` is one). Metrics (pgqueue/metrics.py), traces
+(pgqueue/tracing.py) and the worker's own log (pgqueue/worker/observe.py) are observers, so
+none of them needs to import the worker's runtime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
 import psycopg
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import NewJob
+from pgqueue.models import ClaimedJob, NewJob
 
 ADAPTER_GROUP = "pgqueue.connection_adapters"
 
@@ -91,14 +102,34 @@ def unregister(hook: Hook) -> None:
         del _adapters[hook.library]
 
 
-def enqueuing(batch: Sequence[NewJob]) -> AbstractContextManager[list[int]] | None:
-    """The registered enqueue hooks around `batch`, as one context whose list the caller
-    fills with the stored jobs' ids; None when no hook is registered."""
-    if not _enqueue_hooks:
+def enqueue_hooks(given: Sequence[EnqueueHook]) -> tuple[EnqueueHook, ...]:
+    """The enqueue hooks given to one Queue, checked, each once, in order; ConfigurationError
+    for one that is not an enqueue hook."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ConfigurationError(f"hooks= takes a list of enqueue hooks, got {given!r}")
+    for hook in given:
+        if not isinstance(hook, EnqueueHook):
+            raise ConfigurationError(
+                f"{hook!r} is not an enqueue hook: hooks= takes objects with an "
+                "enqueue(batch) method (pgqueue.hooks.EnqueueHook)"
+            )
+    return tuple(hook for i, hook in enumerate(given) if hook not in given[:i])
+
+
+def enqueuing(
+    batch: Sequence[NewJob], own: tuple[EnqueueHook, ...] = ()
+) -> AbstractContextManager[list[int]] | None:
+    """The registered enqueue hooks around `batch`, then a queue's `own`, each inside the
+    ones before it, as one context whose list the caller fills with the stored jobs' ids;
+    None when there is no hook. A hook both registered and a queue's runs once, as registered."""
+    around = _enqueue_hooks
+    if own:
+        around += tuple(hook for hook in own if hook not in _enqueue_hooks)
+    if not around:
         return None
-    if len(_enqueue_hooks) == 1:
-        return _enqueue_hooks[0].enqueue(batch)
-    return _nested(_enqueue_hooks, batch)
+    if len(around) == 1:
+        return around[0].enqueue(batch)
+    return _nested(around, batch)
 
 
 @contextmanager
@@ -122,3 +153,101 @@ def adapter_for(conn: object) -> ConnectionAdapter | None:
             register(found)  # refuses what is not an adapter
             break
     return found
+
+
+# -- what a worker tells observers, and what metrics read of it ------------------------------
+
+
+class AttemptOutcome(Protocol):
+    """How one attempt of a job ended, as observers read it (the worker's Outcome)."""
+
+    @property
+    def status(self) -> str:
+        """succeeded, failed, retry or cancelled."""
+        ...
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds the attempt ran; None when nobody saw it end (a rescued job)."""
+        ...
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """The recorded error (its "error", "type", "traceback"), for an attempt that failed."""
+        ...
+
+    @property
+    def retry_in(self) -> float:
+        """Seconds until the next attempt, for a retry."""
+        ...
+
+    @property
+    def snooze(self) -> bool:
+        """A retry that gives its attempt back (a Snooze, a durable sleep)."""
+        ...
+
+
+# Outcome.status as observers name it: a retry is "retried", a snooze "snoozed".
+def outcome_name(outcome: AttemptOutcome) -> str:
+    if outcome.status == "retry":
+        return "snoozed" if outcome.snooze else "retried"
+    return outcome.status
+
+
+class JobObserver(Protocol):
+    """Told of each job a worker starts and finishes, and of each claim statement. An
+    observer that also has a `step_event(event: StepEvent)` method is told of each durable
+    call of a job (pgqueue/worker/durable.py) too."""
+
+    def job_started(self, job: ClaimedJob) -> None: ...
+
+    def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None: ...
+
+    def claimed(self, seconds: float, jobs: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """What a job's durable call did, told in the handler's thread or task, between the
+    job's job_started and job_finished.
+
+    `what`, by kind: a step is "started" then "recorded" (or "failed", with `error`, when its
+    function raised or its result could not be recorded); a sleep is "recorded" when it
+    begins, then "sleeping" each time it gives back the job's slot (with `until`); a wait for
+    a signal is "parked" when the job parks (with `key` and its timeout as `until`),
+    "recorded" when it takes a signal, "timed out" when its timeout passed first. Any of
+    them is "replayed" when a run of the job returns what an earlier one recorded, and
+    "mismatch" when it finds another call recorded there (the job then fails)."""
+
+    job: ClaimedJob
+    seq: int
+    name: str
+    kind: str  # step, sleep or signal
+    what: str
+    duration: float | None = None  # seconds, for a step recorded or failed
+    until: datetime | None = None
+    key: str | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """What one worker holds now, as a metrics scrape reads it."""
+
+    running: int  # jobs it runs, lease and atomic
+    free_slots: int  # jobs it could start now: its concurrency less its lease jobs running
+    rescued: int  # jobs of dead workers it put back or failed since it started
+
+
+class ObservedWorker(Protocol):
+    """A worker as metrics read it: `pgqueue.Worker` is one."""
+
+    schema: str
+
+    def add_observer(self, observer: JobObserver) -> None:
+        """Tell `observer` of this worker's jobs from now on, for every run."""
+        ...
+
+    def load(self) -> WorkerLoad:
+        """What the worker holds now; cheap, read at each scrape."""
+        ...

@@ -24,7 +24,7 @@ import logging
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from prometheus_client import CollectorRegistry, start_http_server
@@ -38,15 +38,11 @@ from prometheus_client.registry import Collector
 
 from pgqueue import health
 from pgqueue.errors import DatabaseError
+from pgqueue.hooks import AttemptOutcome, ObservedWorker, StepEvent, outcome_name
 from pgqueue.models import ClaimedJob
 from pgqueue.store import concurrency, fairness
 from pgqueue.store.plan import run
 from pgqueue.store.workers import WorkersStore
-from pgqueue.worker.observe import StepEvent, outcome_name
-
-if TYPE_CHECKING:
-    from pgqueue.worker.executor import Outcome
-    from pgqueue.worker.worker import Worker
 
 log = logging.getLogger("pgqueue.metrics")
 
@@ -104,7 +100,7 @@ class WorkerMetrics(Collector):
                 waits = self.wait_seconds[job.queue] = _Histogram(RUN_BUCKETS)
             waits.observe(max(job.waited, 0.0))
 
-    def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
+    def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None:
         name = outcome_name(outcome)
         task = (job.queue, job.task)
         with self._lock:
@@ -231,7 +227,7 @@ class WorkerMetrics(Collector):
             yield family
 
 
-# The durable-call counters (pgqueue/durable.py), each told by a (kind, what) pair of a
+# The durable-call counters (pgqueue/worker/durable.py), each told by a (kind, what) pair of a
 # StepEvent ("*": any kind).
 _DURABLE_COUNTED = {
     ("step", "recorded"): "pgqueue_steps_recorded",
@@ -247,26 +243,23 @@ _DURABLE_COUNTED = {
 class WorkerCollector(Collector):
     """What one worker holds now, read at scrape time."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: ObservedWorker) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Metric]:
-        w = self.worker
-        lease_jobs = len(w.fetch_loop.running) if w.fetch_loop is not None else 0
-        running = lease_jobs + sum(not lane.idle for lane in w.atomic_lanes)
+        load = self.worker.load()
         yield GaugeMetricFamily(
-            "pgqueue_worker_jobs_running", "Jobs this worker runs now.", running
+            "pgqueue_worker_jobs_running", "Jobs this worker runs now.", load.running
         )
         yield GaugeMetricFamily(
             "pgqueue_worker_free_slots",
             "Jobs this worker could start now (its concurrency less those running).",
-            max(w.settings.concurrency - lease_jobs, 0),
+            load.free_slots,
         )
-        rescuer = getattr(w, "rescuer", None)
         yield CounterMetricFamily(
             "pgqueue_jobs_rescued",
             "Jobs of dead workers that this worker put back or failed.",
-            rescuer.rescued if rescuer is not None else 0,
+            load.rescued,
         )
 
 
@@ -405,13 +398,15 @@ def tenant_metrics(conn: psycopg.Connection[Any], schema: str) -> list[Metric]:
     return [key_jobs, key_limit, share]
 
 
-def registry_for_worker(worker: Worker, dsn: str, *, database: bool = True) -> CollectorRegistry:
+def registry_for_worker(
+    worker: ObservedWorker, dsn: str, *, database: bool = True
+) -> CollectorRegistry:
     """A registry with `worker`'s metrics, its collector and (unless not `database`: a
     supervised worker, whose supervisor reads them once for all) the database's, and the
     worker told of its jobs."""
     registry = CollectorRegistry()
     metrics = WorkerMetrics()
-    worker.observers.all.append(metrics)
+    worker.add_observer(metrics)
     registry.register(metrics)
     registry.register(WorkerCollector(worker))
     if database:

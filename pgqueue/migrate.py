@@ -3,24 +3,37 @@
 Owns: the schema's `migrations` table. All pending migrations apply in one transaction under
 an advisory lock, so applying twice is a no-op and two processes migrating at once are safe
 (the second waits, then finds nothing to do). A failing migration rolls everything back and
-raises MigrationError.
+raises MigrationError. And the history partitions' upkeep that follows each migrate, which
+the workers' HistoryPartitions (history/partitions.py) repeat every hour.
 """
 
 from __future__ import annotations
 
+import logging
+
 from psycopg.pq import TransactionStatus
 
-from pgqueue.history import partitions
 from pgqueue.queries import Migration, migrations
+from pgqueue.store.history import partitions_step_plan
 from pgqueue.store.migrations import apply_plan, grant_sql, pending
 from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
-__all__ = ["apply", "apply_async", "grant_role", "grant_sql", "is_migrated", "pending", "render"]
+__all__ = [
+    "apply",
+    "apply_async",
+    "grant_role",
+    "grant_sql",
+    "is_migrated",
+    "pending",
+    "render",
+    "upkeep",
+    "upkeep_async",
+]
 
 
 def apply(conn: SyncConn, schema: str) -> list[Migration]:
     """Apply pending migrations in one transaction; returns those applied (maybe none).
-    Then, on an autocommit connection, the history partitions' upkeep (history/partitions.py), each
+    Then, on an autocommit connection, the history partitions' upkeep (`upkeep`, below), each
     step its own transaction, so that a new schema keeps history by day from its first job
     (inside a caller's transaction, the workers do it).
 
@@ -29,7 +42,7 @@ def apply(conn: SyncConn, schema: str) -> list[Migration]:
     with conn.transaction():
         applied = run(conn, apply_plan(schema), together=False)
     if _own_transactions(conn):
-        partitions.upkeep(conn, schema)
+        upkeep(conn, schema)
     return applied
 
 
@@ -38,7 +51,7 @@ async def apply_async(conn: AsyncConn, schema: str) -> list[Migration]:
     async with conn.transaction():
         applied = await run_async(conn, apply_plan(schema), together=False)
     if _own_transactions(conn):
-        await partitions.upkeep_async(conn, schema)
+        await upkeep_async(conn, schema)
     return applied
 
 
@@ -67,3 +80,38 @@ def grant_role(conn: SyncConn, schema: str, role: str, kind: str) -> None:
     nothing else. The role must exist; run after migrating. Commits."""
     with conn.transaction():
         conn.execute(grant_sql(schema, role, kind))
+
+
+# -- the history's partitions, made ahead by each migrate and by the workers
+# (history/partitions.py) --------------------------------------------------------------------
+
+log = logging.getLogger("pgqueue.retention")
+AHEAD_DAYS = 3
+LOCK_MS = 500
+MAX_STEPS = 4 + AHEAD_DAYS  # the upgrade's steps and a partition a day, with room to spare
+
+
+def upkeep(conn: SyncConn, schema: str) -> list[str]:
+    """Run upkeep steps on `conn` (autocommit, each step its own transaction) until none is
+    left to do; what they did."""
+    done: list[str] = []
+    for _ in range(MAX_STEPS):
+        step = run(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS), together=False)
+        if step is None:
+            break
+        log.info("history partitions: %s", step)
+        done.append(step)
+    return done
+
+
+async def upkeep_async(conn: AsyncConn, schema: str) -> list[str]:
+    """`upkeep` on an async connection."""
+    done: list[str] = []
+    for _ in range(MAX_STEPS):
+        plan = partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)
+        step = await run_async(conn, plan, together=False)
+        if step is None:
+            break
+        log.info("history partitions: %s", step)
+        done.append(step)
+    return done

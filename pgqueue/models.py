@@ -74,8 +74,10 @@ def matching(value: str, pattern: re.Pattern[str], what: str) -> str:
     return value
 
 
-def check_name(kind: str, value: str, pattern: re.Pattern[str]) -> str:
-    """Return value if it matches pattern, else raise ConfigurationError naming the rule."""
+def check_identifier(kind: str, value: str, pattern: re.Pattern[str]) -> str:
+    """A task's, queue's or schema's name: `value` if it matches `pattern` (the identifier
+    rules above), else ConfigurationError naming the rule. Step names and signal keys are
+    free text, checked by steps.check_label."""
     if not isinstance(value, str) or not pattern.fullmatch(value):
         rule = _NAME_RULES.get(pattern.pattern, f"it must match {pattern.pattern}")
         raise ConfigurationError(f"invalid {kind} name {value!r}: {rule}")

@@ -89,7 +89,7 @@ def outbox_channel(schema: str) -> str:
 
 def done_channel(schema: str) -> str:
     """The channel that tells waiters a job they wait for finished (payload: its id;
-    pgqueue/waiting.py parses it)."""
+    pgqueue/queue/waiting.py parses it)."""
     return f"{schema}_done"
 
 

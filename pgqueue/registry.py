@@ -31,15 +31,14 @@ from pgqueue.models import (
     NewJob,
     TaskDeclaration,
     TaskPolicy,
-    check_name,
+    check_identifier,
     duration,
 )
+from pgqueue.steps import Steps
 from pgqueue.tenants import check_templates, resolve_keys, templated
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-    from pgqueue.durable import Durable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -115,8 +114,8 @@ class JobContext:
     progress: Progress | None = None
     worker_id: int | None = None
     """The worker running this attempt (its row in `pgqueue workers`)."""
-    durable: Durable | None = None
-    """This attempt's steps, sleeps and signals (pgqueue/durable.py), set by the worker."""
+    durable: Steps | None = None
+    """This attempt's steps, sleeps and signals (pgqueue/worker/durable.py), set by the worker."""
 
     def set_progress(self, fraction: float | None = None, message: str = "", **meta: Any) -> None:
         """Report how far the job has come (`fraction`, 0.0 to 1.0), what it is doing, and
@@ -214,7 +213,7 @@ class JobContext:
         """`wait_for_signal` for an `async def` handler."""
         return await self._durable().await_for_signal(key, timeout, name)
 
-    def _durable(self) -> Durable:
+    def _durable(self) -> Steps:
         if self.durable is None:
             raise ConfigurationError(
                 "durable calls (ctx.step, ctx.sleep, ctx.wait_for_signal) run inside a "
@@ -295,7 +294,7 @@ class Task(Generic[P, R]):
         atomic: bool = False,
     ) -> None:
         self.fn = fn
-        self.name = check_name("task", name, TASK_NAME)
+        self.name = check_identifier("task", name, TASK_NAME)
         self.options = options
         self.policy = policy
         self.atomic = atomic

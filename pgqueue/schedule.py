@@ -22,7 +22,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import TASK_NAME, NewJob, Settings, check_name, one_of
+from pgqueue.models import TASK_NAME, NewJob, Settings, check_identifier, one_of
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 SECOND = timedelta(seconds=1)
@@ -54,7 +54,7 @@ class RecurringJob(Settings):
     @field_validator("name", "task")
     @classmethod
     def _names(cls, value: str) -> str:
-        return check_name("periodic task", value, TASK_NAME)
+        return check_identifier("periodic task", value, TASK_NAME)
 
     @field_validator("every")
     @classmethod

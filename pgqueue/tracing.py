@@ -4,9 +4,9 @@ of the enqueue that made it.
 Owns: `instrument()`, which registers the enqueue spans' hook (pgqueue/hooks.py) in this
 process, and JobTracer, the worker's observer behind `pgqueue worker --trace`: a span per job
 attempt, a child span per durable step that runs, and an event on the attempt's span for each
-other durable call (a step replayed, a sleep, a signal wait; pgqueue/durable.py). The enqueuer's
-context travels in the job's row (its trace_context column, W3C trace context as OTel's
-propagator writes it), so the link holds across processes and machines. Attributes follow
+other durable call (a step replayed, a sleep, a signal wait; pgqueue/worker/durable.py). The
+enqueuer's context travels in the job's row (its trace_context column, W3C trace context as
+OTel's propagator writes it), so the link holds across processes and machines. Attributes follow
 OpenTelemetry's messaging conventions: messaging.system "pgqueue", the queue as
 messaging.destination.name, the job's id as messaging.message.id.
 
@@ -24,18 +24,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from pgqueue import hooks
+from pgqueue.hooks import AttemptOutcome, StepEvent, outcome_name
 from pgqueue.models import ClaimedJob, NewJob
 from pgqueue.store.jobs import trace_context
-from pgqueue.worker.observe import StepEvent, outcome_name
-
-if TYPE_CHECKING:
-    from pgqueue.worker.executor import Outcome
 
 SYSTEM = "pgqueue"
 
@@ -153,7 +150,7 @@ class JobTracer:
         token = context.attach(trace.set_span_in_context(span))
         self._open[job.id] = (span, token)
 
-    def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
+    def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None:
         opened = self._open.pop(job.id, None)
         if opened is None:
             return
@@ -165,7 +162,7 @@ class JobTracer:
         context.detach(token)  # type: ignore[arg-type]
 
     @staticmethod
-    def _outcome(span: trace.Span, outcome: Outcome) -> None:
+    def _outcome(span: trace.Span, outcome: AttemptOutcome) -> None:
         span.set_attribute("pgqueue.outcome", outcome_name(outcome))
         if outcome.error is not None:
             span.set_attribute("error.type", str(outcome.error.get("type") or "error"))

@@ -26,7 +26,6 @@ from typing import Any
 
 import psycopg
 
-from bench.steady.bound import BareProducer
 from bench.throughput import raw
 from bench.throughput.systems import RECORDER, SCHEMA, PgQueue, Producer
 
@@ -56,7 +55,7 @@ class BarePython:
         self.enqueue_bulk(dsn, range(jobs), 5000)
 
     def enqueue_sequential(self, dsn: str, seqs: Sequence[int]) -> None:
-        producer = BareProducer(dsn)
+        producer = raw.BareProducer(dsn)
         try:
             for seq in seqs:
                 producer.enqueue(seq)
@@ -76,7 +75,7 @@ class BarePython:
             )
 
     def producer(self, dsn: str) -> Producer:
-        return BareProducer(dsn)
+        return raw.BareProducer(dsn)
 
     def settings(self, concurrency: int | None) -> dict[str, dict[str, Any]]:
         return {SETTING: {}}

@@ -21,7 +21,6 @@ backends.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from multiprocessing.context import BaseContext
@@ -52,21 +51,8 @@ def _pgbench(
     return [*command, dsn]
 
 
-class BareProducer:
-    """insert_one.sql's INSERT from psycopg, one job per transaction, on its own connection."""
-
-    def __init__(self, dsn: str) -> None:
-        self.conn = psycopg.connect(dsn, autocommit=True)
-
-    def enqueue(self, seq: int) -> None:
-        self.conn.execute(raw.INSERT_ONE, [json.dumps({"seq": seq})])
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 def bare_producer(dsn: str) -> Producer:
-    return BareProducer(dsn)
+    return raw.BareProducer(dsn)
 
 
 def run_point(

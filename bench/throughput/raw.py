@@ -15,6 +15,7 @@ pgbench is found on PATH or at /usr/bin/pgbench; if it is missing, RuntimeError 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -220,6 +221,20 @@ async def _lifecycle(dsn: str, batch: int, shape: str) -> tuple[int, float]:
 
 
 INSERT_ONE = f"INSERT INTO {SCHEMA}.jobs (queue, task, args) VALUES ('default', 'noop', %s::jsonb)"
+
+
+class BareProducer:
+    """INSERT_ONE (insert_one.sql's INSERT) from psycopg, one job per transaction, on its own
+    connection: the producer of the steady suite's bounds."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+
+    def enqueue(self, seq: int) -> None:
+        self.conn.execute(INSERT_ONE, [json.dumps({"seq": seq})])
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 def psycopg_insert(dsn: str, jobs: int, clients: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.models import ALL_QUEUES, QUEUE_NAME, SCHEMA_NAME, check_name
+from pgqueue.models import ALL_QUEUES, QUEUE_NAME, SCHEMA_NAME, check_identifier
 
 
 def _whole(text: str, least: int) -> int:
@@ -98,7 +98,7 @@ def queues(text: str) -> tuple[str, ...]:
 
 def _name(kind: str, text: str, pattern: re.Pattern[str]) -> str:
     try:
-        return check_name(kind, text, pattern)
+        return check_identifier(kind, text, pattern)
     except ConfigurationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -5,7 +5,8 @@ Serve it with `pgqueue dashboard`, or mount `create_app(...)` in your own ASGI a
 Needs the `dashboard` extra; the core never imports this package.
 """
 
-from pgqueue.dashboard.app import Dashboard, create_app
+from pgqueue.dashboard.app import create_app
+from pgqueue.dashboard.board import Dashboard
 from pgqueue.dashboard.security import Access
 
 __all__ = ["Access", "Dashboard", "create_app"]

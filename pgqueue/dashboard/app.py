@@ -1,9 +1,8 @@
 """The dashboard as an ASGI application: its routes, its connections, and what every
 response carries.
 
-Owns: the connection pools (reads, and actions, which may run as another role), opened at the
-first request so a host application that mounts the dashboard needs no lifespan hook; the
-routes (pages in views.py, actions in actions.py); and the guard in front of them all.
+Owns: the routes (pages in views.py, actions in actions.py, over the Dashboard of board.py)
+and the guard in front of them all.
 
 Invariants: every request but the login form and static files passes Access before any view
 runs. Every response carries the CSRF cookie when the browser has none, and headers that
@@ -13,14 +12,12 @@ holding `<script>` cannot run even if a template forgot to escape it.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -29,15 +26,15 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgqueue.dashboard import pages, series
+from pgqueue.dashboard import pages
 from pgqueue.dashboard.actions import Actions
+from pgqueue.dashboard.board import Dashboard
 from pgqueue.dashboard.security import (
     CSRF_COOKIE,
     NEW_CSRF,
     Access,
 )
 from pgqueue.dashboard.views import set_cookie
-from pgqueue.queue import Queue
 
 HERE = Path(__file__).parent
 SECURITY_HEADERS = {
@@ -46,74 +43,6 @@ SECURITY_HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "same-origin",
 }
-
-
-class Dashboard:
-    """The dashboard of one pgqueue schema. `dsn` is read with (the read role will do);
-    `actions_dsn`, if given, is what actions run with (a role granted `operator`)."""
-
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        schema: str = "pgqueue",
-        access: Access | None = None,
-        actions_dsn: str | None = None,
-        horizon_warning: timedelta = pages.HORIZON_WARNING,
-    ) -> None:
-        self.queue = Queue(schema=schema)  # its calls take the pools' connections
-        self.schema = self.queue.schema
-        self.access = access or Access()
-        self.horizon_warning = horizon_warning
-        self.series = series.Series(self.schema)
-        self._dsns = {"read": dsn, "act": actions_dsn or dsn}
-        self._pools: dict[str, ConnectionPool] = {}
-        self._lock = threading.Lock()
-        self._metrics: Any = None
-
-    def pool(self, kind: str = "read") -> ConnectionPool:
-        with self._lock:
-            if kind not in self._pools:
-                pool = ConnectionPool(
-                    self._dsns[kind],
-                    min_size=1,
-                    max_size=4,
-                    kwargs={"autocommit": True, "application_name": f"pgqueue:dashboard-{kind}"},
-                    open=False,
-                    name=f"pgqueue-dashboard-{kind}",
-                )
-                pool.open(wait=False)
-                self._pools[kind] = pool
-            return self._pools[kind]
-
-    def read(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with self.pool().connection(timeout=10) as conn:
-            return fn(conn, *args)
-
-    def act(self, fn: Callable[..., Any], *args: Any) -> Any:
-        with self.pool("act").connection(timeout=10) as conn:
-            return fn(conn, *args)
-
-    def close(self) -> None:
-        with self._lock:
-            for pool in self._pools.values():
-                pool.close()
-            self._pools.clear()
-        if self._metrics is not None:
-            self._metrics.close()
-
-    def metrics_text(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-
-        from pgqueue.metrics import DatabaseCollector
-
-        with self._lock:
-            if self._metrics is None:
-                registry = CollectorRegistry()
-                self._metrics = DatabaseCollector(self._dsns["read"], self.schema)
-                registry.register(self._metrics)
-                self._registry = registry
-        return generate_latest(self._registry), CONTENT_TYPE_LATEST
 
 
 def create_app(

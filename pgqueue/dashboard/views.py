@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from jinja2 import StrictUndefined, UndefinedError
@@ -24,11 +24,9 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from pgqueue.dashboard import pages, series, workflows
+from pgqueue.dashboard.board import Dashboard
 from pgqueue.dashboard.security import CSRF_FIELD, TOKEN_COOKIE, csrf_token, csrf_valid
 from pgqueue.errors import PgQueueError
-
-if TYPE_CHECKING:
-    from pgqueue.dashboard.app import Dashboard
 
 TEMPLATES = Path(__file__).parent / "templates"
 # What a schema not migrated (or migrated by an older pgqueue) answers.

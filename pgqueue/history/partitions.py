@@ -1,6 +1,7 @@
 """The history's daily partitions: made ahead of time by every worker, dropped by retention.
 
-Owns: the upkeep rounds that call history_partitions_step (sql/migrations/0016_history_
+Owns: the upkeep rounds (pgqueue/migrate.py's upkeep, which a migrate runs too) that call
+history_partitions_step (sql/migrations/0016_history_
 partitions.sql) until it has nothing left to do: at the worker's start and then every
 PARTITION_INTERVAL (± 50%). A round makes the partitions of the next AHEAD_DAYS days, and on
 an installation upgraded with history in place, first moves the old rows from the default
@@ -19,42 +20,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from pgqueue.migrate import upkeep_async
 from pgqueue.runtime.link import connect
 from pgqueue.runtime.service import Loop
-from pgqueue.store.history import partitions_step_plan
-from pgqueue.store.plan import AsyncConn, SyncConn, run, run_async
 
 log = logging.getLogger("pgqueue.retention")
-AHEAD_DAYS = 3
-LOCK_MS = 500
 PARTITION_INTERVAL = timedelta(hours=1)
-MAX_STEPS = 4 + AHEAD_DAYS  # the upgrade's steps and a partition a day, with room to spare
-
-
-def upkeep(conn: SyncConn, schema: str) -> list[str]:
-    """Run upkeep steps on `conn` (autocommit, each step its own transaction) until none is
-    left to do; what they did."""
-    done: list[str] = []
-    for _ in range(MAX_STEPS):
-        step = run(conn, partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS), together=False)
-        if step is None:
-            break
-        log.info("history partitions: %s", step)
-        done.append(step)
-    return done
-
-
-async def upkeep_async(conn: AsyncConn, schema: str) -> list[str]:
-    """`upkeep` on an async connection."""
-    done: list[str] = []
-    for _ in range(MAX_STEPS):
-        plan = partitions_step_plan(schema, AHEAD_DAYS, LOCK_MS)
-        step = await run_async(conn, plan, together=False)
-        if step is None:
-            break
-        log.info("history partitions: %s", step)
-        done.append(step)
-    return done
 
 
 class HistoryPartitions(Loop):

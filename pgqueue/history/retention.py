@@ -5,10 +5,10 @@ with no filter, first the history's daily partitions that lie wholly before the 
 dropped at once (history/partitions.py); then what is left, in bounded batches,
 `DELETE ... WHERE id IN (SELECT ... LIMIT n)`, each batch its own short transaction; when no
 filter is given, periodic ticks older than the cutoff; and last, in batches too, the durable
-steps (durable.py) of jobs that are in neither the hot table nor the history any more. Workers with
-`history_retention` set prune every `prune_interval` (± 50%), one worker at a time: each batch
-first takes a try-advisory lock, and a worker that finds it taken stops until its next
-interval. Nothing on the hot path reads history, so pruning never slows claims.
+steps (worker/durable.py) of jobs that are in neither the hot table nor the history any
+more. Workers with `history_retention` set prune every `prune_interval` (± 50%), one worker
+at a time: each batch first takes a try-advisory lock, and a worker that finds it taken stops
+until its next interval. Nothing on the hot path reads history, so pruning never slows claims.
 
 Fails: a bad status or duration is a ConfigurationError; database errors reach the caller
 (the CLI), or are logged by the worker's pruner, which tries again next interval.
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.history.partitions import LOCK_MS
+from pgqueue.migrate import LOCK_MS
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Loop
 from pgqueue.store.history import partitions_drop_plan, prune_batch_plan, steps_prune_plan

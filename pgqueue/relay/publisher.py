@@ -42,7 +42,7 @@ from psycopg import sql
 
 from pgqueue.dsn import redact
 from pgqueue.errors import ConfigurationError, DatabaseError
-from pgqueue.models import SCHEMA_NAME, RelayState, check_name
+from pgqueue.models import SCHEMA_NAME, RelayState, check_identifier
 from pgqueue.queries import outbox_channel
 from pgqueue.relay.sinks import Outgoing, Sink
 from pgqueue.runtime.link import connect
@@ -102,7 +102,7 @@ class Relay:
             raise ConfigurationError("batch_size is 1 to 10000 and publishers 1 to 256")
         self.sinks = dict(sinks)
         self.dsn = dsn
-        self.schema = check_name("schema", schema, SCHEMA_NAME)
+        self.schema = check_identifier("schema", schema, SCHEMA_NAME)
         self.batch_size = batch_size
         self.publishers = publishers
         self.poll_interval = poll_interval.total_seconds()
@@ -130,7 +130,7 @@ class Relay:
         if not dsn:
             raise ConfigurationError("give the Relay a dsn, or pass one to run()")
         self._stopping = asyncio.Event()
-        self._store = OutboxStore(check_name("schema", self.schema, SCHEMA_NAME))
+        self._store = OutboxStore(check_identifier("schema", self.schema, SCHEMA_NAME))
         try:
             for name, sink in self.sinks.items():
                 await self._open(name, sink)

@@ -65,7 +65,7 @@ class StepsPruned:
 
 
 def steps_prune_plan(schema: str, after: int | None, limit: int) -> Plan[list[int]]:
-    """Delete the recorded steps (pgqueue/durable.py) of at most `limit` jobs that are in
+    """Delete the recorded steps (pgqueue/worker/durable.py) of at most `limit` jobs that are in
     neither the hot table nor the history, of ids above `after`; their ids, in order."""
     rows = yield query("job_steps_prune", schema), {"after": after, "limit": limit}
     return [row.job_id for row in rows_as(StepsPruned, rows)]

@@ -1,4 +1,4 @@
-"""The steps a job recorded, and the transactions of an atomic job's segments (durable.py).
+"""The steps a job recorded, and the transactions of an atomic job's segments (worker/durable.py).
 Runs sql/queries/steps.sql."""
 
 from __future__ import annotations

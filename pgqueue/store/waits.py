@@ -1,6 +1,6 @@
 """The waiters of jobs' results: their rows, their channel and the outcomes they read. Runs
 sql/queries/waits.sql, always on the one connection that a queue's waiters share
-(pgqueue/waiting.py): a row belongs to the session that LISTENs."""
+(pgqueue/queue/waiting.py): a row belongs to the session that LISTENs."""
 
 from __future__ import annotations
 

@@ -54,8 +54,9 @@ from pgqueue.store.steps import (
     segment_end_plan,
     segment_savepoint_plan,
 )
-from pgqueue.worker.executor import Executor, Outcome
+from pgqueue.worker.executor import Executor
 from pgqueue.worker.observe import Observers
+from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker")
 _BACKSTOP_MARGIN_MS = 30_000

@@ -1,4 +1,4 @@
-"""Where a job's durable records commit (pgqueue/durable.py): on the worker's steps link
+"""Where a job's durable records commit (pgqueue/worker/durable.py): on the worker's steps link
 (lease jobs), where the step records that the worker's jobs reach at the same time commit
 together, one statement per round (StepRecorder), each caller waiting for its own; or in the
 segments of the job's own transaction (atomic jobs: a record commits the segment with what

@@ -22,7 +22,7 @@ import psycopg
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.store.jobs import JobsStore
-from pgqueue.worker.executor import Outcome
+from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker")
 # Outcomes written by one statement, at most. Each write is a commit that waits for its WAL

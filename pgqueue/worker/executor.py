@@ -20,14 +20,12 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 
-from pgqueue.codec import encode_json, to_json_result
-from pgqueue.durable import Durable, Parked
+from pgqueue.codec import to_json_result
 from pgqueue.errors import (
     InvalidArgumentsError,
     StepMismatchError,
@@ -46,61 +44,14 @@ from pgqueue.worker.checkpoints import (
     LeaseBackend,
     StepRecorder,
 )
+from pgqueue.worker.durable import Durable, Parked
 from pgqueue.worker.observe import Observers
+from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.threads import Handoff, Threads
 
 log = logging.getLogger("pgqueue.job")
 _TRACEBACK_LIMIT = 16_000
 _DEFAULT_RETRY = RetryPolicy()
-# A plain success as job_finish_many's JSON object, formatted directly: building a dict and
-# encoding it stood out in a short job's profile. The keys it leaves out (error, result,
-# retry_in, snooze, progress) the statement reads as null, as it reads them when they are
-# null; the duration is given to the microsecond, what history keeps.
-_SUCCEEDED_ROW = '{"id":%d,"attempt":%d,"worker_id":%d,"status":"succeeded","duration":%.6f}'
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What happened to one attempt; `status` is succeeded, failed, retry or cancelled.
-
-    `duration` is None when nobody saw the attempt end (a rescued job): history then records
-    the rescue time as its finish."""
-
-    job: ClaimedJob
-    status: str
-    duration: float | None
-    error: dict[str, Any] | None = None
-    result: Any = None
-    retry_in: float = 0.0
-    snooze: bool = False  # a retry that gives its attempt back
-    settled: bool = False  # already written by the handler's own statement (a parked job)
-    progress: dict[str, Any] | None = None  # the last report, if the row may not have it
-
-    def as_row(self) -> dict[str, Any]:
-        return {
-            "id": self.job.id,
-            "attempt": self.job.attempt,
-            "worker_id": self.job.worker_id,
-            "status": self.status,
-            "error": self.error,
-            "result": self.result,
-            "duration": self.duration,
-            "retry_in": self.retry_in,
-            "snooze": self.snooze,
-            "progress": self.progress,
-        }
-
-    def as_json(self) -> str:
-        """This outcome as job_finish_many's JSON object."""
-        if (
-            self.status == "succeeded"
-            and self.result is None
-            and self.progress is None
-            and self.duration is not None
-        ):
-            job = self.job
-            return _SUCCEEDED_ROW % (job.id, job.attempt, job.worker_id, self.duration)
-        return encode_json(self.as_row())
 
 
 class Executor:

@@ -1,6 +1,7 @@
 """What a worker tells observers as it works: each job's start and outcome, and each claim.
 
-Owns: the JobObserver protocol, the worker's own tally (WorkerTally, which its heartbeat
+Owns: the telling of the worker's observers (JobObserver, pgqueue/hooks.py), each shielded
+from the others; the worker's own tally (WorkerTally, which its heartbeat
 reports for the dashboard), what its claims did (WorkerStats, which testing.drain returns),
 and the JSON log observer behind `pgqueue worker --log-format json`. Metrics
 (pgqueue/metrics.py) and traces (pgqueue/tracing.py) are observers too.
@@ -24,50 +25,15 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from pgqueue.hooks import AttemptOutcome, JobObserver, StepEvent, outcome_name
 from pgqueue.models import ClaimedJob
 
 if TYPE_CHECKING:
-    from pgqueue.worker.executor import Outcome
+    from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.worker")
-
-
-class JobObserver(Protocol):
-    """Told of each job a worker starts and finishes, and of each claim statement. An
-    observer that also has a `step_event(event: StepEvent)` method is told of each durable
-    call of a job (pgqueue/durable.py) too."""
-
-    def job_started(self, job: ClaimedJob) -> None: ...
-
-    def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None: ...
-
-    def claimed(self, seconds: float, jobs: int) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StepEvent:
-    """What a job's durable call did, told in the handler's thread or task, between the
-    job's job_started and job_finished.
-
-    `what`, by kind: a step is "started" then "recorded" (or "failed", with `error`, when its
-    function raised or its result could not be recorded); a sleep is "recorded" when it
-    begins, then "sleeping" each time it gives back the job's slot (with `until`); a wait for
-    a signal is "parked" when the job parks (with `key` and its timeout as `until`),
-    "recorded" when it takes a signal, "timed out" when its timeout passed first. Any of
-    them is "replayed" when a run of the job returns what an earlier one recorded, and
-    "mismatch" when it finds another call recorded there (the job then fails)."""
-
-    job: ClaimedJob
-    seq: int
-    name: str
-    kind: str  # step, sleep or signal
-    what: str
-    duration: float | None = None  # seconds, for a step recorded or failed
-    until: datetime | None = None
-    key: str | None = None
-    error: BaseException | None = None
 
 
 class Observers:
@@ -109,13 +75,6 @@ class Observers:
                 log.exception("observer %r failed on job %s's step", observer, event.job.id)
 
 
-# Outcome.status as observers name it: a retry is "retried", a snooze "snoozed".
-def outcome_name(outcome: Outcome) -> str:
-    if outcome.status == "retry":
-        return "snoozed" if outcome.snooze else "retried"
-    return outcome.status
-
-
 RECENT_CLAIMS = 4096
 
 
@@ -150,7 +109,7 @@ class WorkerTally:
     def job_started(self, job: ClaimedJob) -> None:
         pass
 
-    def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
+    def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None:
         name = outcome_name(outcome)
         with self._lock:
             self.outcomes[name] += 1
@@ -183,7 +142,7 @@ class JsonLog:
     def job_started(self, job: ClaimedJob) -> None:
         self._started[job.id] = time.monotonic()
 
-    def job_finished(self, job: ClaimedJob, outcome: Outcome) -> None:
+    def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None:
         self._started.pop(job.id, None)
         event: dict[str, Any] = {
             "at": datetime.now(timezone.utc).isoformat(),

@@ -49,7 +49,7 @@ from pgqueue.store.jobs import JobsStore
 from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workers import GoneSession, WorkersStore
 from pgqueue.worker.events import Bus, JobsClaimable
-from pgqueue.worker.executor import Outcome
+from pgqueue.worker.outcome import Outcome
 
 log = logging.getLogger("pgqueue.rescuer")
 _DEFAULT = TaskPolicy()

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from pgqueue.errors import ConfigurationError, WorkerStateError
 from pgqueue.history.partitions import HistoryPartitions
 from pgqueue.history.retention import Pruner
+from pgqueue.hooks import JobObserver, WorkerLoad
 from pgqueue.models import ALL_QUEUES, QueueSettings, WorkerSettings
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import Link
@@ -55,7 +56,7 @@ from pgqueue.worker.interest import WakeInterest
 from pgqueue.worker.loop import FetchLoop, Stop
 from pgqueue.worker.notices import warn_paused, warn_unserved
 from pgqueue.worker.notifier import Notifier
-from pgqueue.worker.observe import JobObserver, Observers, WorkerStats, WorkerTally
+from pgqueue.worker.observe import Observers, WorkerStats, WorkerTally
 from pgqueue.worker.registration import Registration, identity
 from pgqueue.worker.rescuer import Rescuer
 from pgqueue.worker.scheduler import Scheduler
@@ -120,7 +121,7 @@ class Worker:
             known = tuple(self.registry.queues())
             self.settings = self.settings.model_copy(update={"queues": known})
         self.tally = WorkerTally()
-        # Others may join later (metrics.registry_for_worker), and stay for every run.
+        # Others may join later (add_observer: metrics), and stay for every run.
         self.observers = Observers([self.tally, *observers])
         # Guards the start and stop of a run against a second start or a stop from another
         # thread; reentrant, so a stop() from a signal handler of the same thread cannot block.
@@ -354,6 +355,23 @@ class Worker:
         if not self.settings.poll_only:
             return ""
         return " (poll only, listening apart)" if self.listening else " (poll only)"
+
+    def add_observer(self, observer: JobObserver) -> None:
+        """Tell `observer` of this worker's jobs from now on, for every run (metrics join
+        this way)."""
+        self.observers.all.append(observer)
+
+    def load(self) -> WorkerLoad:
+        """What this worker holds now: jobs running, slots free, jobs of dead workers it
+        rescued. Cheap: read at each metrics scrape."""
+        lease_jobs = len(self.fetch_loop.running) if self.fetch_loop is not None else 0
+        running = lease_jobs + sum(not lane.idle for lane in self.atomic_lanes)
+        rescuer: Rescuer | None = getattr(self, "rescuer", None)  # made when serving starts
+        return WorkerLoad(
+            running=running,
+            free_slots=max(self.settings.concurrency - lease_jobs, 0),
+            rescued=rescuer.rescued if rescuer is not None else 0,
+        )
 
     @property
     def horizon_checks(self) -> int:

@@ -1,6 +1,6 @@
 -- 0027: a finished job tells whoever waits for its result, and nobody else.
 --
--- Queue.wait (pgqueue/waiting.py) registers the jobs it waits for here, one row per job and
+-- Queue.wait (pgqueue/queue/waiting.py) registers the jobs it waits for here, one row per job and
 -- listening session; the statements that finish jobs call notify_waiters() with the ids they
 -- finished, which sends the job's id on the schema's done channel for those that have a row.
 -- A finish nobody waits for costs one probe of this table's index, which is empty or small:
@@ -21,7 +21,7 @@ CREATE TABLE {schema}.result_waiters (
     PRIMARY KEY (job_id, pid)
 );
 
--- The payload is the job's id; pgqueue/waiting.py is its one parser. notify_waiters() runs as
+-- The payload is the job's id; pgqueue/queue/waiting.py is its one parser. notify_waiters() runs as
 -- its caller, like wake(): every role that finishes or cancels jobs reads this table.
 CREATE FUNCTION {schema}.notify_waiters(ids bigint[]) RETURNS bigint
 LANGUAGE plpgsql

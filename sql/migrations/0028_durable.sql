@@ -4,7 +4,7 @@
 -- (ctx.sleep) and wait for a signal (ctx.wait_for_signal). Each of these records a row here,
 -- numbered in the order the handler reached it; when the job runs again (a retry, a rescue, the
 -- end of a sleep) the handler is replayed and each recorded call returns what it recorded
--- instead of running again (pgqueue/durable.py).
+-- instead of running again (pgqueue/worker/durable.py).
 --
 -- The rows are keyed by job id, with no foreign key: a job moves from `jobs` to `job_history`
 -- when it finishes and keeps its steps there for the dashboard to show; retention deletes

@@ -1,5 +1,5 @@
 -- Signals: sent in the sender's transaction, taken once by a job that waits for their key
--- (sql/migrations/0028_durable.sql, pgqueue/durable.py).
+-- (sql/migrations/0028_durable.sql, pgqueue/worker/durable.py).
 
 -- name: signal_lock
 -- Serialises, per key, a sender (signal_send takes the same lock) with a job about to park: held until the end of the

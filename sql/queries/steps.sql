@@ -1,5 +1,5 @@
 -- Durable execution: the steps a job recorded (sql/migrations/0028_durable.sql), and the
--- transactions an atomic job's steps commit in (pgqueue/durable.py).
+-- transactions an atomic job's steps commit in (pgqueue/worker/durable.py).
 
 -- name: job_steps_read
 -- The steps a job recorded, in order, each with the database's clock now (a sleep compares

@@ -1,9 +1,9 @@
--- Waiting for jobs' results (pgqueue/waiting.py): the waiters' rows (migration 0027), their
+-- Waiting for jobs' results (pgqueue/queue/waiting.py): the waiters' rows (migration 0027), their
 -- channel, and the outcomes they read. Every statement runs on the one connection that a
 -- Queue's waiters share and that LISTENs, so a row's session is the statement's own.
 
 -- name: wait_listen
--- Subscribes to the schema's done channel (pgqueue/waiting.py reads its payloads).
+-- Subscribes to the schema's done channel (pgqueue/queue/waiting.py reads its payloads).
 LISTEN {done};
 
 -- name: wait_register

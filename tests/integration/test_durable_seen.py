@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pgqueue import JobContext, Queue, RetryPolicy, SignalTimeoutError, Worker
-from pgqueue.worker.observe import StepEvent
+from pgqueue.hooks import StepEvent
 
 
 class Steps:

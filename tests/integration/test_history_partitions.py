@@ -16,9 +16,9 @@ import pytest
 from psycopg import sql
 
 from pgqueue import Queue
-from pgqueue.history.partitions import AHEAD_DAYS, HistoryPartitions
+from pgqueue.history.partitions import HistoryPartitions
 from pgqueue.history.retention import Cutoff, prune
-from pgqueue.migrate import apply, grant_role
+from pgqueue.migrate import AHEAD_DAYS, apply, grant_role
 from pgqueue.queries import migrations, query
 from pgqueue.testing import drain
 

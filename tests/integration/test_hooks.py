@@ -151,3 +151,60 @@ def test_a_connection_adapter_lets_conn_take_another_librarys_object(
 def test_registering_what_is_no_hook_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="is not a pgqueue hook"):
         hooks.register(object())  # type: ignore[arg-type]
+
+
+class Entered:
+    """An enqueue hook that notes its name in `order` each time it is entered, and keeps the
+    ids of the batches it was around."""
+
+    def __init__(self, name: str, order: list[str]) -> None:
+        self.name = name
+        self.order = order
+        self.ids: list[list[int]] = []
+
+    @contextmanager
+    def enqueue(self, batch: Sequence[NewJob]) -> Iterator[list[int]]:
+        self.order.append(self.name)
+        ids: list[int] = []
+        yield ids
+        self.ids.append(list(ids))
+
+
+def test_a_queues_own_hooks_run_for_its_enqueues_only_after_the_registered_ones(
+    dsn: str, schema: str
+) -> None:
+    order: list[str] = []
+    registered, own = Entered("registered", order), Entered("own", order)
+    hooks.register(registered)
+    hooked, plain = Queue(dsn, schema=schema, hooks=[own, own]), Queue(dsn, schema=schema)
+    try:
+        first = hooked.enqueue(apps.noop.job())
+        second = plain.enqueue(apps.noop.job())
+    finally:
+        hooks.unregister(registered)
+        hooked.close()
+        plain.close()
+    assert order == ["registered", "own", "registered"]
+    assert own.ids == [[first]]
+    assert registered.ids == [[first], [second]]
+
+
+def test_an_async_queues_own_hooks_see_its_enqueues(dsn: str, schema: str) -> None:
+    own = Entered("own", [])
+
+    async def scenario() -> list[Enqueued]:
+        queue = AsyncQueue(dsn, schema=schema, hooks=[own])
+        try:
+            return await queue.enqueue_many([apps.noop.job(), apps.noop.job()])
+        finally:
+            await queue.close()
+
+    ids = asyncio.run(scenario())
+    assert own.ids == [ids]
+
+
+def test_a_queue_refuses_hooks_that_are_no_enqueue_hooks(dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="is not an enqueue hook"):
+        Queue(dsn, hooks=[object()])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match="takes a list of enqueue hooks"):
+        AsyncQueue(dsn, hooks=Entered("alone", []))  # type: ignore[arg-type]

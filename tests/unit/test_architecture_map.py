@@ -65,3 +65,26 @@ def test_no_module_of_the_worker_but_worker_py_imports_the_worker() -> None:
         if path.name != "worker.py"
     }
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_no_module_of_the_client_imports_the_worker() -> None:
+    """An application that only enqueues and waits loads pgqueue/queue/, never the worker:
+    imports inside functions and under TYPE_CHECKING count too."""
+    reaching = {
+        str(path.relative_to(ROOT)): sorted(
+            name for name in _imported(path) if name.startswith("pgqueue.worker")
+        )
+        for path in sorted((LIBRARY / "queue").rglob("*.py"))
+    }
+    assert reaching
+    assert {path: names for path, names in reaching.items() if names} == {}
+
+
+def test_metrics_and_tracing_read_the_worker_through_hooks_only() -> None:
+    """Observers implement and read the protocols of pgqueue/hooks.py, never the worker's
+    modules: a change inside worker/ cannot break them unseen."""
+    reaching = {
+        name: sorted(m for m in _imported(LIBRARY / name) if m.startswith("pgqueue.worker"))
+        for name in ("metrics.py", "tracing.py")
+    }
+    assert reaching == {"metrics.py": [], "tracing.py": []}

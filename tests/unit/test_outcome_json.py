@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pgqueue.models import ClaimedJob
-from pgqueue.worker.executor import Outcome
+from pgqueue.worker.outcome import Outcome
 
 JOB = ClaimedJob(9_007_199_254_740_993, "t", {}, 0, 3, 5, "default", 2**40 + 7)
 DEFAULTS: dict[str, Any] = {"error": None, "result": None, "retry_in": 0.0, "snooze": False}

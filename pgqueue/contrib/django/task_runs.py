@@ -19,18 +19,21 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from django.tasks import Task as DjangoTask
 from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
-from pgqueue.contrib import django as integration
+from pgqueue.contrib.django import project as integration
 from pgqueue.errors import ConfigurationError
 from pgqueue.registry import JobContext
 from pgqueue.store import django_tasks
 
 
-def runner(task: DjangoTask) -> Any:
+def runner(task: DjangoTask, kind: type[BaseTaskBackend]) -> Any:
+    """The pgqueue handler of `task`, whose backends are of the class `kind` (tasks.Backend)."""
+
     def run(
         job: JobContext,
         args: list[Any],
@@ -42,7 +45,9 @@ def runner(task: DjangoTask) -> Any:
     ) -> Any:
         close_old_connections()  # as a request would: a worker's connections outlive many
         try:
-            attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after, started_at)
+            attempt = _Attempt(
+                task, kind, job, args, kwargs, backend, enqueued_at, run_after, started_at
+            )
             if attempt.keeps_first_start:
                 _keep_first_start(job, attempt.started_at)
             task_started.send(attempt.sender, task_result=attempt.result)
@@ -60,7 +65,9 @@ def runner(task: DjangoTask) -> Any:
     return run
 
 
-def async_runner(task: DjangoTask) -> Any:
+def async_runner(task: DjangoTask, kind: type[BaseTaskBackend]) -> Any:
+    """`runner` for a task whose function is a coroutine."""
+
     async def run(
         job: JobContext,
         args: list[Any],
@@ -70,7 +77,9 @@ def async_runner(task: DjangoTask) -> Any:
         run_after: datetime | None = None,
         started_at: datetime | None = None,
     ) -> Any:
-        attempt = _Attempt(task, job, args, kwargs, backend, enqueued_at, run_after, started_at)
+        attempt = _Attempt(
+            task, kind, job, args, kwargs, backend, enqueued_at, run_after, started_at
+        )
         if attempt.keeps_first_start:
             await sync_to_async(_keep_first_start)(job, attempt.started_at)
         await task_started.asend(attempt.sender, task_result=attempt.result)
@@ -112,6 +121,7 @@ class _Attempt:
     def __init__(
         self,
         task: DjangoTask,
+        kind: type[BaseTaskBackend],
         job: JobContext,
         args: list[Any],
         kwargs: dict[str, Any],
@@ -120,10 +130,8 @@ class _Attempt:
         run_after: datetime | None,
         first_started_at: datetime | None,
     ) -> None:
-        from pgqueue.contrib.django.tasks import Backend  # which imports this module
-
         backend = task_backends[alias]
-        if not isinstance(backend, Backend):
+        if not isinstance(backend, kind):
             raise ConfigurationError(f"TASKS[{alias!r}] is no longer a pgqueue backend")
         self.sender = type(backend)
         self.job = job

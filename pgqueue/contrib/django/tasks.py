@@ -46,7 +46,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 from pydantic import ValidationError
 
-from pgqueue.contrib import django as integration
+from pgqueue.contrib.django import project as integration
 from pgqueue.contrib.django import task_args, task_discovery, task_runs
 from pgqueue.errors import (
     ConfigurationError,
@@ -343,7 +343,7 @@ def _handler(task: DjangoTask) -> Task[..., Any]:
     handler = _handlers.get(name)
     if handler is None:
         coroutine = inspect.iscoroutinefunction(task.func)
-        run = task_runs.async_runner(task) if coroutine else task_runs.runner(task)
+        run = (task_runs.async_runner if coroutine else task_runs.runner)(task, Backend)
         handler = Task(run, name=name, options=JobOptions(), policy=TaskPolicy())
         handler = _handlers.setdefault(name, handler)
     return handler

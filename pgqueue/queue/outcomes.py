@@ -2,7 +2,7 @@
 
 Owns: `JobOutcome` (a finished job's result, or the error it stands for), the decoding of a
 job's record into one, and `wait`, `wait_many` and `as_completed` as coroutines over a
-`Waiters` hub (pgqueue/waiting.py), which Queue runs on its hub's thread and AsyncQueue on
+`Waiters` hub (pgqueue/queue/waiting.py), which Queue runs on its hub's thread and AsyncQueue on
 the caller's loop: the twins wait through this code alone.
 
 Guarantees:
@@ -38,8 +38,8 @@ from pgqueue.errors import (
     WaitTimeoutError,
 )
 from pgqueue.models import EnqueuedWorkflow, Job, JobStatus, Workflow, duration
+from pgqueue.queue.waiting import Waiters
 from pgqueue.store.waits import JobEnd
-from pgqueue.waiting import Waiters
 
 JobHandle = int | Job  # a job id (what enqueue returns is one) or a job's record
 WorkflowHandle = int | EnqueuedWorkflow | Workflow
@@ -78,12 +78,19 @@ def outcome(end: JobEnd) -> JobOutcome:
     return JobOutcome(end.id, status, result=end.result)
 
 
+def checked_job_id(value: object) -> int:
+    """A job id as the API takes it: a whole number that a bigint column can hold."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise ConfigurationError(
+            f"job ids are whole numbers from 1 to 2**63-1 (as enqueue returns them), got {value!r}"
+        )
+    return value
+
+
 def job_ids(jobs: JobHandle | Iterable[JobHandle]) -> list[int]:
     """Job ids as the waits take them: ids (what enqueue returns) or records, checked."""
-    from pgqueue.queue import _job_id
-
     many = [jobs] if isinstance(jobs, (int, Job)) else list(jobs)
-    return [_job_id(job.id if isinstance(job, Job) else job) for job in many]
+    return [checked_job_id(job.id if isinstance(job, Job) else job) for job in many]
 
 
 def seconds(timeout: timedelta | float | None) -> float | None:

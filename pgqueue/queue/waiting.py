@@ -43,7 +43,7 @@ import psycopg
 from pydantic import field_validator
 
 from pgqueue import dsn as dsn_rule
-from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError
+from pgqueue.errors import ConfigurationError, DatabaseError, PgQueueError, translate
 from pgqueue.models import LONGEST_INTERVAL, QueueSettings, Settings
 from pgqueue.runtime.link import connect
 from pgqueue.store.plan import AsyncConn
@@ -291,10 +291,8 @@ async def _close(conn: AsyncConn, store: WaitsStore) -> None:
 
 def _translated(exc: psycopg.Error, schema: str) -> Exception:
     """The pgqueue error a database error stands for, as the queue's own calls raise it."""
-    from pgqueue.queue import _translate
-
     try:
-        _translate(exc, schema)
+        translate(exc, schema)
     except PgQueueError as error:
         return error
     return DatabaseError(f"{type(exc).__name__}: {exc}")

@@ -40,23 +40,22 @@ from typing import Any, TypeVar
 from pgqueue.codec import step_json
 from pgqueue.errors import (
     ConfigurationError,
-    InvalidArgumentsError,
     PgQueueError,
     SignalTimeoutError,
     StepMismatchError,
     StepResultError,
 )
+from pgqueue.hooks import StepEvent
 from pgqueue.models import LONGEST_WAIT, ClaimedJob, duration
 from pgqueue.registry import CancelSignal, Snooze
+from pgqueue.steps import KEY_MAX, check_label
 from pgqueue.store.plan import Plan
-from pgqueue.store.signals import park_plan, send_plan, take_plan, timeout_plan, wait_read_plan
+from pgqueue.store.signals import park_plan, take_plan, timeout_plan, wait_read_plan
 from pgqueue.store.steps import Journal, Recorded, StepRecord, read_plan, record_plan
 from pgqueue.worker.checkpoints import Backend, JobLostError
-from pgqueue.worker.observe import Observers, StepEvent
+from pgqueue.worker.observe import Observers
 
 T = TypeVar("T")
-KEY_MAX = 1000  # characters of a signal's key
-NAME_MAX = 200  # characters of a step's name
 
 
 class CancelRequested(PgQueueError):
@@ -216,7 +215,7 @@ class Durable:
     def step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        return self.drive(self.step_flow(check_name("step name", name), fn, args, kwargs))
+        return self.drive(self.step_flow(check_label("step name", name), fn, args, kwargs))
 
     async def astep(
         self,
@@ -225,20 +224,20 @@ class Durable:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        return await self.adrive(self.step_flow(check_name("step name", name), fn, args, kwargs))
+        return await self.adrive(self.step_flow(check_label("step name", name), fn, args, kwargs))
 
     def sleep(self, length: timedelta | float, name: str) -> None:
-        self.drive(self.sleep_flow(check_name("sleep name", name), sleep_seconds(length), None))
+        self.drive(self.sleep_flow(check_label("sleep name", name), sleep_seconds(length), None))
 
     async def asleep(self, length: timedelta | float, name: str) -> None:
-        flow = self.sleep_flow(check_name("sleep name", name), sleep_seconds(length), None)
+        flow = self.sleep_flow(check_label("sleep name", name), sleep_seconds(length), None)
         await self.adrive(flow)
 
     def sleep_until(self, when: datetime, name: str) -> None:
-        self.drive(self.sleep_flow(check_name("sleep name", name), None, aware(when)))
+        self.drive(self.sleep_flow(check_label("sleep name", name), None, aware(when)))
 
     async def asleep_until(self, when: datetime, name: str) -> None:
-        await self.adrive(self.sleep_flow(check_name("sleep name", name), None, aware(when)))
+        await self.adrive(self.sleep_flow(check_label("sleep name", name), None, aware(when)))
 
     def wait_for_signal(self, key: str, timeout: timedelta | float | None, name: str | None) -> Any:
         return self.drive(self._wait(key, timeout, name))
@@ -249,8 +248,8 @@ class Durable:
         return await self.adrive(self._wait(key, timeout, name))
 
     def _wait(self, key: str, timeout: timedelta | float | None, name: str | None) -> Flow[Any]:
-        key = check_name("signal key", key, KEY_MAX)
-        name = key if name is None else check_name("wait name", name)
+        key = check_label("signal key", key, KEY_MAX)
+        name = key if name is None else check_label("wait name", name)
         return self.wait_flow(key, name, timeout_seconds(timeout))
 
     # -- the calls --------------------------------------------------------------------------
@@ -396,15 +395,6 @@ class Durable:
         return recorded
 
 
-def check_name(kind: str, name: str, longest: int = NAME_MAX) -> str:
-    """A step's name or a signal's key: a non-empty string of at most `longest` characters."""
-    if not isinstance(name, str) or not name or len(name) > longest or "\x00" in name:
-        raise ConfigurationError(
-            f"a {kind} is a non-empty string of at most {longest} characters, got {name!r}"
-        )
-    return name
-
-
 def sleep_seconds(value: timedelta | float) -> float:
     """A sleep's length in seconds: 0 to LONGEST_WAIT."""
     wait = duration(value, "sleep")
@@ -471,17 +461,3 @@ def _delivered(recorded: Recorded, key: str) -> Any:
 def _call(kind: str, name: str) -> str:
     what = {"step": "step", "sleep": "sleep", "signal": "wait for signal"}.get(kind, kind)
     return f"{what} {name!r}"
-
-
-def signal_plan(schema: str, key: str, payload: Any, max_bytes: int) -> Plan[int]:
-    """Queue.signal's plan: the key and payload checked, then the signal stored and its
-    oldest waiter woken; the signal's id. InvalidArgumentsError for a payload that is not
-    JSON, ConfigurationError for a bad key."""
-    key = check_name("signal key", key, KEY_MAX)
-    try:
-        encoded = step_json(payload, max_bytes)
-    except ValueError as exc:
-        raise InvalidArgumentsError(
-            f"signal {key!r}: its payload cannot be stored: {exc}"
-        ) from None
-    return send_plan(schema, key, encoded)
