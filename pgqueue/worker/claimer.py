@@ -377,6 +377,7 @@ class Claimer:
 
     async def _claim_plain(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
         hint = self._hints[queue]
+        left = hint.after  # where the claims before left it, before a step back or a drop
         self._absorb(hint)
         jobs, walked = await self._claim_urgent(queue, hint, want)
         if walked == want:
@@ -420,7 +421,7 @@ class Claimer:
             hint.after = hint.before if quiet and hint.before is not None else CEILING
         else:
             hint.after = after
-        watch_from = self._watch_from(hint, main.top) if dropped else after or FLOOR
+        watch_from = self._watch_from(hint, left, after or FLOOR, main.top)
         hint.unheard = hint.unheard and not dropped
         self._track(queue, hint, after or FLOOR, main, start or after or FLOOR, watch_from)
         jobs += main.jobs
@@ -445,25 +446,31 @@ class Claimer:
             return None
         return first
 
-    def _watch_from(self, hint: _QueueHint, top: Position | None) -> Position:
-        """Where a claim from the floor watches the transactions it could not see from.
+    def _watch_from(
+        self, hint: _QueueHint, left: Position | None, began: Position, top: Position | None
+    ) -> Position:
+        """Where a claim that began at `began` watches the transactions it could not see
+        from, when the claims before it left the hint at `left` and it stepped back from
+        there (a rewind, an announced job) or dropped it (a claim from the floor).
 
         Those already watched keep their older start (_track merges them). A new one took
-        its id after the claims that left the hint at `before` had taken their snapshots
-        (those watched, or followed as an unnamed range, every transaction then in progress),
-        so it drew its job ids after every id they saw: its jobs lie after `before` at
-        `before`'s priority and at less urgent ones. A more urgent job of its is announced,
-        as wake_range keeps `before`'s priority as the bound of the rows while the hint is
-        dropped; the claim's own top priority is taken in too, should it be more urgent
-        (its range then narrows to it). From the floor only when there is no `before` (the
-        first claim, a hint parked past everything) or after the listener was lost, when
-        nothing can be said of the wake-ups: watched from the floor, each transaction's end
-        would send the next claim to the floor, and it would watch the next ones from there
-        (test_steady_wake.py pins the rule)."""
-        before = hint.before
-        if hint.unheard or before is None:
-            return FLOOR
-        return before if top is None else min(before, (top[0], before[1]))
+        its id after the claims that left the hint at `left` had taken their snapshots
+        (they watched, or followed as an unnamed range, every transaction then in
+        progress), so it drew its job ids after every id they saw: its jobs lie after
+        `left` at `left`'s priority and at less urgent ones. A more urgent job of its is
+        announced: the rows skip no priority more urgent than the hint's, and while the hint
+        is dropped, than where it was (wake_range). The claim's own top priority is taken in
+        too, should it be more urgent (the rows then narrow to it). Watched from where the
+        claim began instead, each transaction's end would send the next claim back there,
+        and it would watch the next ones from there: a claim from the floor, or from an old
+        step back, every other claim for as long as a transaction is in progress at each
+        (test_steady_wake.py pins the rule). From `began` when there is no `left` (the
+        first claim, a hint parked past everything) and after the listener was lost, when
+        nothing can be said of the wake-ups."""
+        if hint.unheard or left is None or left == CEILING:
+            return began
+        bound = left if top is None else min(left, (top[0], left[1]))
+        return max(began, bound)
 
     def _track(
         self,

@@ -574,14 +574,19 @@ def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
     # every dead entry of the claim index; a floor claim that watched those transactions
     # from the floor sent the next claim there, every other round, for as long as the
     # stream lasted. Watched from where the hint was, the reset costs one claim from the
-    # floor. The control loses the listener instead: nothing can be assumed about the
-    # wake-ups missed, so that claim watches from the floor, and one more follows.
+    # floor. The same holds for steps back: a claim that starts at one watches from where
+    # the hint was before it, or the position would be handed on from claim to claim and
+    # each would walk back over every job claimed since. The control loses the listener
+    # instead: nothing can be assumed about the wake-ups missed, so that claim watches from
+    # the floor, and one more follows.
     @queue.task(name="noop")
     def noop() -> None:
         pass
 
-    async def scenario() -> tuple[int, int, int]:
+    async def scenario() -> tuple[int, int, int, int]:
         async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            hint = claimer._hints["default"]
+            back = 0  # claims that watch from before where the hint was left
             enqueued = [queue.enqueue(noop.job(), conn=conn)]
             claimed = len((await claimer.claim_round(10))[0])
             if relistened:
@@ -593,12 +598,16 @@ def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
                 with psycopg.connect(dsn) as held:
                     enqueued.append(queue.enqueue(noop.job(), conn=held))  # in progress
                     enqueued.append(queue.enqueue(noop.job(), conn=conn))
+                    left = hint.after
                     claimed += len((await claimer.claim_round(10))[0])
+                    assert left is not None and hint.watch
+                    back += min(w.at for w in hint.watch.values()) < left
                     held.commit()
             for _ in range(2):  # the last one in progress, committed
                 claimed += len((await claimer.claim_round(10))[0])
-            return claimer.stats.unhinted_claims - floor, claimed, len(enqueued)
+            return claimer.stats.unhinted_claims - floor, back, claimed, len(enqueued)
 
-    floor_claims, claimed, enqueued = asyncio.run(scenario())
+    floor_claims, back, claimed, enqueued = asyncio.run(scenario())
     assert claimed == enqueued  # none left behind
     assert floor_claims == (2 if relistened else 1)
+    assert back == (1 if relistened else 0)
