@@ -19,14 +19,16 @@ Invariants:
   more than the cooldown's wait. While such a transaction is young, each claim starts
   where it was passed instead (_early), so its job is found by the first claim after its
   commit.
-- A claim from the floor watches the transactions it could not see from where the hint was
-  before the drop (or from its own top priority at that id, if more urgent), not from the
-  floor: a transaction new to its snapshot drew its job ids after every id the claims before
-  it saw, and while the hint is dropped the rows skip no priority more urgent than where it
-  was (wake_range), so a more urgent job of its is announced. Otherwise each claim from the
-  floor would send the next one there, for as long as a transaction is in progress at each,
-  and under a long transaction each walks every dead entry. From the floor still for the
-  first claim, after a hint parked past everything, and after the listener was lost.
+- A claim that stepped back (a rewind, an announced job) or started from the floor watches
+  the transactions new to its snapshot from where the claims before it left the hint (or
+  from its own top priority at that id, if more urgent), not from where it began: such a
+  transaction drew its job ids after every id those claims saw, and while the hint is
+  dropped the rows skip no priority more urgent than where it was (wake_range), so a more
+  urgent job of its is announced. Otherwise each claim from the floor, or from an old
+  rewind, would send the next one back there for as long as a transaction is in progress
+  at each, and under a long transaction each walks every dead entry since (_watch_from).
+  From the floor still for the first claim, after a hint parked past everything, and
+  after the listener was lost.
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
