@@ -539,6 +539,10 @@ def test_a_late_commit_seen_only_by_a_claim_from_the_floor_is_found_at_once(
                 listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
                 queue.enqueue(noop.job(), conn=conn)
                 assert len((await claimer.claim_round(10))[0]) == 1
+                # Other sessions of a shared server, watched from the floor by the first
+                # claim, would add claims from the floor as they end.
+                claimer._hints["default"].watch.clear()
+                claimer._hints["default"].unnamed = None
                 claimer.forget_hints()  # the safety net's reset
                 dropped = await _skip_as_steady(claimer, schema)
                 with psycopg.connect(dsn) as held:
@@ -586,9 +590,14 @@ def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
     async def scenario() -> tuple[int, int, int, int]:
         async with claimer_by_hand(dsn, schema) as (claimer, conn):
             hint = claimer._hints["default"]
-            back = 0  # claims that watch from before where the hint was left
+            back = 0  # held transactions watched from before where the hint was left
             enqueued = [queue.enqueue(noop.job(), conn=conn)]
             claimed = len((await claimer.claim_round(10))[0])
+            # The first claim has nowhere but the floor to watch from; on a shared server
+            # other sessions' transactions may be in progress then, and their ends would
+            # add claims from the floor this test is not about.
+            hint.watch.clear()
+            hint.unnamed = None
             if relistened:
                 claimer._relistened()
             else:
@@ -597,11 +606,12 @@ def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
             for _ in range(8):
                 with psycopg.connect(dsn) as held:
                     enqueued.append(queue.enqueue(noop.job(), conn=held))  # in progress
+                    xid = held.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
                     enqueued.append(queue.enqueue(noop.job(), conn=conn))
                     left = hint.after
                     claimed += len((await claimer.claim_round(10))[0])
-                    assert left is not None and hint.watch
-                    back += min(w.at for w in hint.watch.values()) < left
+                    assert left is not None and xid is not None
+                    back += hint.watch[xid[0]].at < left
                     held.commit()
             for _ in range(2):  # the last one in progress, committed
                 claimed += len((await claimer.claim_round(10))[0])
@@ -609,5 +619,7 @@ def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
 
     floor_claims, back, claimed, enqueued = asyncio.run(scenario())
     assert claimed == enqueued  # none left behind
-    assert floor_claims == (2 if relistened else 1)
+    # Other sessions of a shared server, watched from the floor after the lost listener,
+    # may add to the control's as they end.
+    assert floor_claims == 1 if not relistened else floor_claims >= 2
     assert back == (1 if relistened else 0)
