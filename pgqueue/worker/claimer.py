@@ -488,11 +488,11 @@ class Claimer:
         Every insert into jobs gives its transaction an id before it draws job ids, so a job
         this claim passed unseen (below where the hint now is) belongs to a transaction in
         progress in its snapshot. Each is remembered with where the first claim that passed
-        it began (`watch_from`: a claim from the floor says where its own unseen jobs can
-        be, _watch_from); when a later claim's snapshot shows it ended, a steady queue's hint
-        moves back there: that job skipped its wake-up. Other queues' jobs announce
-        themselves, but for those seen while the queue was steady, whose wake-ups the rows
-        skipped then.
+        it began, or, for a claim that stepped back or began at the floor, from where the
+        hint was left before it (`watch_from`, _watch_from); when a later claim's snapshot
+        shows it ended, a steady queue's hint moves back there: that job skipped its
+        wake-up. Other queues' jobs announce themselves, but for those seen while the queue
+        was steady, whose wake-ups the rows skipped then.
 
         A snapshot names the transactions in progress only below its xmax (the newest to
         have ended). One newer than that may still own a job the claim passed: its id came
