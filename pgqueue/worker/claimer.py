@@ -19,6 +19,16 @@ Invariants:
   more than the cooldown's wait. While such a transaction is young, each claim starts
   where it was passed instead (_early), so its job is found by the first claim after its
   commit.
+- A claim that stepped back (a rewind, an announced job) or started from the floor watches
+  the transactions new to its snapshot from where the claims before it left the hint (or
+  from its own top priority at that id, if more urgent), not from where it began: such a
+  transaction drew its job ids after every id those claims saw, and while the hint is
+  dropped the rows skip no priority more urgent than where it was (wake_range), so a more
+  urgent job of its is announced. Otherwise each claim from the floor, or from an old
+  rewind, would send the next one back there for as long as a transaction is in progress
+  at each, and under a long transaction each walks every dead entry since (_watch_from).
+  From the floor still for the first claim, after a hint parked past everything, and
+  after the listener was lost.
 - Parked jobs (their concurrency key is full) are not run, but count as walked.
 - A paused queue is left out of claim rounds. Its pause is learnt from the pause notice
   (wakeup.py) and from the queue_pauses table, read at the first round, after the listener
@@ -128,6 +138,9 @@ class _QueueHint:
     rewind: Position | None = None  # the next claim starts here if `after` is past it
     # Where `after` was when it was last dropped for a claim from the floor.
     before: Position | None = None
+    # Wake-ups may have been missed (the listener was lost): the next claim from the floor
+    # watches what it could not see from the floor, not from `before` (_watch_from).
+    unheard: bool = False
     # Transaction ids that a claim which moved `after` could not name (its snapshot names
     # none from its xmax on, up to the claim's own id): one of them may own a job it passed.
     # Kept as a watch entry is, until a claim's snapshot names every id in the range.
@@ -193,6 +206,8 @@ class Claimer:
         """Wake-ups and pause notices sent while nothing listened were missed: claim from the
         floor and read the pauses again."""
         self.forget_hints()
+        for hint in self._hints.values():
+            hint.unheard = True
         self.reread_controls()
 
     def announce(self, queue: str, position: Position | None) -> None:
@@ -266,7 +281,13 @@ class Claimer:
             return self._fair.wake_range(queue)
         hint = self._hints[queue]
         if hint.forget or hint.after is None:
-            return FLOOR[0], CEILING[0]
+            # A claim from the floor is next: it finds every job committed by then, and what
+            # it cannot see is watched from where the hint was (_watch_from), so a new job
+            # more urgent than that must still be announced.
+            was = hint.after if hint.forget else hint.before
+            if hint.unheard or was is None or was == CEILING:
+                return FLOOR[0], CEILING[0]
+            return was[0], CEILING[0]
         if hint.after != CEILING:
             return hint.after[0], CEILING[0]
         if len(hint.urgent) == 1:
@@ -358,11 +379,13 @@ class Claimer:
 
     async def _claim_plain(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
         hint = self._hints[queue]
+        left = hint.after  # where the claims before left it, before a step back or a drop
         self._absorb(hint)
         jobs, walked = await self._claim_urgent(queue, hint, want)
         if walked == want:
             return jobs, True
         after, rest = hint.after, want - walked
+        dropped = after is None  # this claim starts from the floor
         start = self._early(queue, hint)
         main = await self._claim(queue, start or after or FLOOR, CEILING, rest)
         if main.throttled:
@@ -400,7 +423,9 @@ class Claimer:
             hint.after = hint.before if quiet and hint.before is not None else CEILING
         else:
             hint.after = after
-        self._track(queue, hint, after or FLOOR, main, start or after or FLOOR)
+        watch_from = self._watch_from(hint, left, after or FLOOR, main.top)
+        hint.unheard = hint.unheard and not dropped
+        self._track(queue, hint, after or FLOOR, main, start or after or FLOOR, watch_from)
         jobs += main.jobs
         return jobs, walked + main.walked == want
 
@@ -423,17 +448,51 @@ class Claimer:
             return None
         return first
 
+    def _watch_from(
+        self, hint: _QueueHint, left: Position | None, began: Position, top: Position | None
+    ) -> Position:
+        """Where a claim that began at `began` watches the transactions it could not see
+        from, when the claims before it left the hint at `left` and it stepped back from
+        there (a rewind, an announced job) or dropped it (a claim from the floor).
+
+        Those already watched keep their older start (_track merges them). A new one took
+        its id after the claims that left the hint at `left` had taken their snapshots
+        (they watched, or followed as an unnamed range, every transaction then in
+        progress), so it drew its job ids after every id they saw: its jobs lie after
+        `left` at `left`'s priority and at less urgent ones. A more urgent job of its is
+        announced: the rows skip no priority more urgent than the hint's, and while the hint
+        is dropped, than where it was (wake_range). The claim's own top priority is taken in
+        too, should it be more urgent (the rows then narrow to it). Watched from where the
+        claim began instead, each transaction's end would send the next claim back there,
+        and it would watch the next ones from there: a claim from the floor, or from an old
+        step back, every other claim for as long as a transaction is in progress at each
+        (test_steady_wake.py pins the rule). From `began` when there is no `left` (the
+        first claim, a hint parked past everything) and after the listener was lost, when
+        nothing can be said of the wake-ups."""
+        if hint.unheard or left is None or left == CEILING:
+            return began
+        bound = left if top is None else min(left, (top[0], left[1]))
+        return max(began, bound)
+
     def _track(
-        self, queue: str, hint: _QueueHint, began: Position, batch: _Batch, walked_from: Position
+        self,
+        queue: str,
+        hint: _QueueHint,
+        began: Position,
+        batch: _Batch,
+        walked_from: Position,
+        watch_from: Position,
     ) -> None:
         """Follow the transactions a claim could not see.
 
         Every insert into jobs gives its transaction an id before it draws job ids, so a job
         this claim passed unseen (below where the hint now is) belongs to a transaction in
         progress in its snapshot. Each is remembered with where the first claim that passed
-        it began; when a later claim's snapshot shows it ended, a steady queue's hint moves
-        back there: that job skipped its wake-up. Other queues' jobs announce themselves, but
-        for those seen while the queue was steady, whose wake-ups the rows skipped then.
+        it began, or, for a claim that stepped back or began at the floor, from where the
+        hint was left before it (`watch_from`, _watch_from); when a later claim's snapshot
+        shows it ended, a steady queue's hint moves back there: that job skipped its
+        wake-up. Other queues' jobs announce themselves, but for those seen while the queue
+        was steady, whose wake-ups the rows skipped then.
 
         A snapshot names the transactions in progress only below its xmax (the newest to
         have ended). One newer than that may still own a job the claim passed: its id came
@@ -441,7 +500,8 @@ class Claimer:
         The claim's own transaction id, drawn after its snapshot, bounds them; that range is
         followed until a later snapshot names every id in it, and since those that ended
         meanwhile cannot be told apart, the claim after that starts where the range's claim
-        began. Not after a claim from the floor: each would send the next one to the floor."""
+        began. Not after a claim watching from the floor: each would send the next one to
+        the floor."""
         snapshot = batch.snapshot
         if snapshot is None:
             return
@@ -466,11 +526,11 @@ class Claimer:
             hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
             self.rewinds += 1
         if hint.after != began:  # it moved past what this snapshot could not see
-            now = _Seen(began, time.monotonic(), steady)
+            now = _Seen(watch_from, time.monotonic(), steady)
             for xid in seen:
                 hint.watch[xid] = hint.watch.get(xid, now).merged(now)
             named, own = snapshot.xmax, snapshot.xid
-            if named is not None and own is not None and own > named and began != FLOOR:
+            if named is not None and own is not None and own > named and watch_from != FLOOR:
                 lo, hi, unnamed = hint.unnamed or (named, own, now)
                 hint.unnamed = (min(lo, named), max(hi, own), unnamed.merged(now))
 

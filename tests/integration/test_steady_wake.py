@@ -22,8 +22,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgqueue import Queue, Worker
+from pgqueue import Queue, Worker, wakeup
 from pgqueue.queries import channel, query
+from pgqueue.store.workers import WorkersStore
+from pgqueue.wakeup import Position
 from pgqueue.worker import claimer as claimer_module
 from tests.apps import tasks as apps
 from tests.conftest import (
@@ -489,3 +491,135 @@ async def _claims_after(claimer: Any, probe: int | None) -> list[int]:
     for _ in range(3):
         found += [j.id - probe for j in (await claimer.claim_round(10))[0]]
     return found
+
+
+async def _skip_as_steady(claimer: claimer_module.Claimer, schema: str) -> tuple[int, int]:
+    """Write the claimer's wake_listeners row as a steady worker's loop does before it sleeps
+    (its wake_range, new jobs only); returns the range written."""
+    found = claimer.wake_range("default")
+    assert found is not None
+    store = WorkersStore(schema)
+    ranges = {"default": (*found, True)}
+    await claimer.link.run(lambda c: store.skip_wakes(c, claimer.worker_id, ranges))
+    return found
+
+
+def _hear(
+    listener: psycopg.Connection[Any], claimer: claimer_module.Claimer
+) -> list[Position | None]:
+    """Pass the wake-ups sent so far to the claimer, as the notifier would."""
+    heard = []
+    for note in listener.notifies(timeout=0.2):
+        wake = wakeup.parse(note.payload)
+        if isinstance(wake, wakeup.Wake):
+            claimer.announce(wake.queue, wake.position)
+            heard.append(wake.position)
+    return heard
+
+
+@pytest.mark.parametrize("priority", [0, -1], ids=["hint-priority", "more-urgent"])
+def test_a_late_commit_seen_only_by_a_claim_from_the_floor_is_found_at_once(
+    queue: Queue, dsn: str, schema: str, priority: int
+) -> None:
+    # The hint is dropped (a reset) while the queue is steady, its row written as the loop
+    # writes it. A probe's transaction takes its id after the last claim, so only the claim
+    # from the floor sees it in progress; that claim passes it (a later job committed). The
+    # floor claim watches it from where the hint was, not from the floor: at the hint's
+    # priority the probe lies after that, and a more urgent one is announced, since the
+    # row keeps the hint's priority as its bound while the hint is dropped. Either way the
+    # claims after its commit take it (the step back, or the announced range), without
+    # walking from the floor again.
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def scenario() -> tuple[list[int], int, tuple[int, int], list[Position | None]]:
+        async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            with psycopg.connect(dsn, autocommit=True) as listener:
+                listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+                queue.enqueue(noop.job(), conn=conn)
+                assert len((await claimer.claim_round(10))[0]) == 1
+                # Other sessions of a shared server, watched from the floor by the first
+                # claim, would add claims from the floor as they end.
+                claimer._hints["default"].watch.clear()
+                claimer._hints["default"].unnamed = None
+                claimer.forget_hints()  # the safety net's reset
+                dropped = await _skip_as_steady(claimer, schema)
+                with psycopg.connect(dsn) as held:
+                    probe = queue.enqueue(noop.job(), conn=held, priority=priority)
+                    later = queue.enqueue(noop.job(), conn=conn)
+                    floor = claimer.stats.unhinted_claims
+                    got = [j.id for j in (await claimer.claim_round(10))[0]]
+                    assert got == [later.id]  # passed the probe, unseen
+                    assert claimer.stats.unhinted_claims == floor + 1
+                    held.commit()
+                heard = _hear(listener, claimer)
+                assert probe.id is not None
+                found = []
+                for _ in range(2):  # one to see the commit, one to step back
+                    found += [j.id - probe.id for j in (await claimer.claim_round(10))[0]]
+                return found, claimer.stats.unhinted_claims - floor, dropped, heard
+
+    found, floor_claims, dropped, heard = asyncio.run(scenario())
+    assert dropped == (0, 32767)  # the hint's priority and after, not every priority
+    assert found == [0]
+    assert floor_claims == 1
+    # Announced only when more urgent than the hint: at its priority, a steady row skips it.
+    assert len(heard) == (1 if priority < 0 else 0)
+
+
+@pytest.mark.parametrize("relistened", [False, True], ids=["reset", "control-relistened"])
+def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
+    queue: Queue, dsn: str, schema: str, relistened: bool
+) -> None:
+    # bench/degradation/floor_chain.py's scenario: the hint of a steady queue is dropped
+    # once, then each round has an enqueue in progress during the claim (it commits after)
+    # and a later one committed. Under a long transaction each claim from the floor walks
+    # every dead entry of the claim index; a floor claim that watched those transactions
+    # from the floor sent the next claim there, every other round, for as long as the
+    # stream lasted. Watched from where the hint was, the reset costs one claim from the
+    # floor. The same holds for steps back: a claim that starts at one watches from where
+    # the hint was before it, or the position would be handed on from claim to claim and
+    # each would walk back over every job claimed since. The control loses the listener
+    # instead: nothing can be assumed about the wake-ups missed, so that claim watches from
+    # the floor, and one more follows.
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            hint = claimer._hints["default"]
+            back = 0  # held transactions watched from before where the hint was left
+            enqueued = [queue.enqueue(noop.job(), conn=conn)]
+            claimed = len((await claimer.claim_round(10))[0])
+            # The first claim has nowhere but the floor to watch from; on a shared server
+            # other sessions' transactions may be in progress then, and their ends would
+            # add claims from the floor this test is not about.
+            hint.watch.clear()
+            hint.unnamed = None
+            if relistened:
+                claimer._relistened()
+            else:
+                claimer.forget_hints()
+            floor = claimer.stats.unhinted_claims
+            for _ in range(8):
+                with psycopg.connect(dsn) as held:
+                    enqueued.append(queue.enqueue(noop.job(), conn=held))  # in progress
+                    xid = held.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                    enqueued.append(queue.enqueue(noop.job(), conn=conn))
+                    left = hint.after
+                    claimed += len((await claimer.claim_round(10))[0])
+                    assert left is not None and xid is not None
+                    back += hint.watch[xid[0]].at < left
+                    held.commit()
+            for _ in range(2):  # the last one in progress, committed
+                claimed += len((await claimer.claim_round(10))[0])
+            return claimer.stats.unhinted_claims - floor, back, claimed, len(enqueued)
+
+    floor_claims, back, claimed, enqueued = asyncio.run(scenario())
+    assert claimed == enqueued  # none left behind
+    # Other sessions of a shared server, watched from the floor after the lost listener,
+    # may add to the control's as they end.
+    assert floor_claims == 1 if not relistened else floor_claims >= 2
+    assert back == (1 if relistened else 0)
