@@ -31,7 +31,7 @@ EXCLUDED: dict[str, str] = {
         "asserts the backend is an instance of Django's DummyBackend class, with no OPTIONS"
     ),
     "test_dummy_backend.py::DummyBackendTestCase::test_get_missing_result": (
-        _SYNC_READ_IN_ASYNC.format(call="the backend's get_result()", twin="aget_result()")
+        _SYNC_READ_IN_ASYNC.format(call="backend.get_result()", twin="aget_result()")
     ),
     "test_dummy_backend.py::DummyBackendTestCase::test_refresh_result": _SET_IN_MEMORY,
     "test_dummy_backend.py::DummyBackendTestCase::test_refresh_result_async": _SET_IN_MEMORY,
