@@ -183,7 +183,10 @@ def _supervise(args: argparse.Namespace, processes: int, dsn: str, schema: str) 
         registry.register(collector)
         registry.register(metrics.DatabaseCollector(dsn, schema))
         _serve_metrics(args, registry)
-    return Supervisor(args.argv, processes, burst=args.burst, dsn=dsn, metrics=collector).run()
+    # Each child runs the supervisor's own command (`pgqueue worker`, or a framework's)
+    # with --processes 1 appended: the last one given wins.
+    command = getattr(args, "child_command", None) or [sys.executable, "-m", "pgqueue", *args.argv]
+    return Supervisor(command, processes, burst=args.burst, dsn=dsn, metrics=collector).run()
 
 
 def _serve_metrics(args: argparse.Namespace, registry: Any) -> None:

@@ -165,6 +165,13 @@ def _worker(p: argparse.ArgumentParser) -> None:
         metavar="MODULE:ATTR",
         help="your pgqueue Queue or AsyncQueue (default: --app, else PGQUEUE_APP)",
     )
+    processes_option(p)
+    worker_options(p)
+    p.set_defaults(handler=commands.worker)
+
+
+def processes_option(p: argparse.ArgumentParser) -> None:
+    """--processes, for `pgqueue worker` and a framework's worker command alike."""
     p.add_argument(
         "--processes",
         type=argtypes.processes,
@@ -174,8 +181,6 @@ def _worker(p: argparse.ArgumentParser) -> None:
         " stopped by one supervisor that serves their --metrics-port; auto: one per core"
         " (default: 1, no supervisor)",
     )
-    worker_options(p)
-    p.set_defaults(handler=commands.worker)
 
 
 def worker_options(p: argparse.ArgumentParser) -> None:

@@ -1,9 +1,9 @@
 """`pgqueue worker --processes N`: one supervisor and the N worker processes it owns.
 
-Owns: its children, each `python -m pgqueue worker` on the supervisor's own command line with
-`--processes 1` (a fresh interpreter that inherits only the environment and the working
-directory), which it alone starts, restarts and stops; the private metrics port of each
-(pgqueue/cli/merged_metrics.py serves their sum).
+Owns: its children, each the supervisor's own command line (`python -m pgqueue worker ...`,
+or `manage.py pgqueue_worker ...`) with `--processes 1` (a fresh interpreter that inherits
+only the environment and the working directory), which it alone starts, restarts and stops;
+the private metrics port of each (pgqueue/cli/merged_metrics.py serves their sum).
 
 Invariants: a child that ends while the supervisor runs is started again after a backoff that
 doubles from 1 s to 30 s and starts over once a child has lived a minute; with --burst a child
@@ -24,7 +24,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from types import FrameType
@@ -61,18 +60,19 @@ class Child:
 
 
 class Supervisor:
-    """Runs `processes` workers on the command line `argv` until they are done or stopped."""
+    """Runs `processes` workers, each the command line `command`, until they are done or
+    stopped."""
 
     def __init__(
         self,
-        argv: list[str],
+        command: list[str],
         processes: int,
         *,
         burst: bool,
         dsn: str,
         metrics: ChildrenCollector | None = None,
     ) -> None:
-        self.argv = argv
+        self.command = command
         self.burst = burst
         self.dsn = dsn
         self.metrics = metrics
@@ -135,7 +135,7 @@ class Supervisor:
 
     def _start(self, child: Child, now: float) -> None:
         env = os.environ | {"PGQUEUE_DSN": self.dsn} | child.slot.environ()
-        command = [sys.executable, "-m", "pgqueue", *self.argv, "--processes", "1"]
+        command = [*self.command, "--processes", "1"]
         if self.metrics is not None:
             port = _free_port()
             command += ["--metrics-port", str(port), "--metrics-host", "127.0.0.1"]

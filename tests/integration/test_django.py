@@ -58,3 +58,23 @@ def test_a_project_without_the_setting_is_told_what_to_set(own_database: str) ->
     assert ran.returncode != 0
     assert "ConfigurationError" in ran.stderr
     assert 'PGQUEUE = {"QUEUE": "yourapp.jobs:queue"}' in ran.stderr
+
+
+def test_pgqueue_worker_with_two_processes_runs_each_as_the_same_command(
+    own_database: str,
+) -> None:
+    migrated = _manage(own_database, "manage.py", "migrate", "--noinput")
+    assert migrated.returncode == 0, migrated.stderr  # type: ignore[attr-defined]
+    ran = _manage(own_database, "scenarios.py")
+    assert ran.returncode == 0, ran.stderr  # type: ignore[attr-defined]
+
+    worked = _manage(own_database, "manage.py", "pgqueue_worker", "--processes", "2", "--burst")
+    err = worked.stderr  # type: ignore[attr-defined]
+    assert worked.returncode == 0, err
+    # Both children started, each a Django process: its lines carry its tag.
+    assert "[worker 1/2]" in err and "[worker 2/2]" in err, err
+    with psycopg.connect(own_database) as conn:
+        sent = conn.execute(
+            "SELECT item FROM shop_order WHERE receipt_sent ORDER BY item"
+        ).fetchall()
+    assert [r[0] for r in sent] == ["jam", "pie", "tea"]

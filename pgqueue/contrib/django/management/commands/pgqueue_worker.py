@@ -1,8 +1,9 @@
 """`manage.py pgqueue_worker [options]`: `pgqueue worker` for the project's Queue on the
 project's database, with Django set up, so tasks use the ORM. Takes the worker's options
-(`pgqueue worker --help`) beside every management command's own (--settings, --verbosity,
---pythonpath, --traceback, ...), on Django's parser. pgqueue's errors are CommandErrors with
-the exit codes of `pgqueue worker`: 2 for a bad option or setting, 1 for a failure.
+(`pgqueue worker --help`; with --processes N each child is this command again) beside every
+management command's own (--settings, --verbosity, --pythonpath, --traceback, ...), on
+Django's parser. pgqueue's errors are CommandErrors with the exit codes of `pgqueue worker`:
+2 for a bad option or setting, 1 for a failure.
 
 Logging: Django has configured it from LOGGING. The worker adds its stderr handler to the
 root logger, as `pgqueue worker` does, unless LOGGING gave the root one; that handler skips
@@ -52,6 +53,7 @@ class Command(BaseCommand):
             type=argtypes.schema,
             help="schema of the pgqueue tables (default: the project's Queue's)",
         )
+        cli_parser.processes_option(parser)
         cli_parser.worker_options(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -67,6 +69,8 @@ class Command(BaseCommand):
                     "app_loaded": app,
                     "dsn": options["dsn"] or integration.dsn(),
                     "schema": options["schema"] or app.schema,
+                    # --processes N: each child is this same management command.
+                    "child_command": [sys.executable, *sys.argv],
                 }
             )
             code = commands.worker(worker_args)
