@@ -5,8 +5,8 @@ The sampler reads the workers' shared counters and one cheap statement of server
 tuples, the oldest transaction). Depth and running jobs are accounted from the counters
 (committed by the producer, claimed and finished by the workers); every COUNT_INTERVAL_SECONDS
 they are also counted in the table (`depth_counted`) as a check. The bench must not compete
-with what it measures: counting a heap with a million dead tuples every second took up to
-266 ms of each second on PostgreSQL 15 (bench/README.md), load the control run did not have.
+with what it measures: counting a heap with a million dead tuples every second takes a large
+share of each second, load the control run did not have.
 The prober times the index walk of pgqueue's `job_claim` (the same filter, order and limit on
 the same partial index) without its row locks, so it never takes work and never makes a worker
 skip a job: every PROBE_INTERVAL_SECONDS with a realistic hint, and every

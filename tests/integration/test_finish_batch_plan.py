@@ -2,8 +2,8 @@
 
 job_finish_many looks each job's outcome up by key, never through a join with the outcomes:
 a join was planned as a nested loop over every outcome for every row, quadratic in the batch,
-or with stale statistics as a walk of every running row once per outcome (bench/README.md,
-the throughput bench). test_finish_plan.py checks which index each of a worker's writes reads.
+or with stale statistics as a walk of every running row once per outcome (as the throughput
+bench once found). test_finish_plan.py checks which index each of a worker's writes reads.
 """
 
 from __future__ import annotations
