@@ -507,6 +507,24 @@ def _claim_chart(plt: Any, path: Path, results: dict[str, Any], where: str) -> N
     plt.close(fig)
 
 
+def raw_bound(results: dict[str, Any], workload: str, **params: Any) -> float | None:
+    """The best jobs/s of one raw-bound workload's rows matching `params`."""
+    return best([median(r, "jobs_per_s") for r in raw_rows(results, workload, **params)])
+
+
+def fastest_peer(results: dict[str, Any], section: str, **params: Any) -> dict[str, Any] | None:
+    """The row of the peer whose best setting did best at this workload."""
+    key, pick = RANKED_BY.get(section, ("jobs_per_s", max))
+    found = [
+        row
+        for name in PEERS
+        if not _unavailable(results, name)
+        and (row := find(results, section, name, **params)) is not None
+        and median(row, key) is not None
+    ]
+    return pick(found, key=lambda row: median(row, key) or 0.0) if found else None
+
+
 def readme_table(results: dict[str, Any]) -> str:
     """The README's "Performance" table, in ratios only (a shared machine's jobs/s move from
     day to day; what one run measured side by side does not): pgqueue over the fastest peer
@@ -525,19 +543,10 @@ def readme_table(results: dict[str, Any]) -> str:
         return "-" if value is None else f"{value:.2f}{times}"
 
     def raw(workload: str, **params: Any) -> float | None:
-        return best([median(r, rate) for r in raw_rows(results, workload, **params)])
+        return raw_bound(results, workload, **params)
 
     def peer(section: str, **params: Any) -> dict[str, Any] | None:
-        """The peer whose best setting did best at this workload."""
-        key, pick = RANKED_BY.get(section, (rate, max))
-        found = [
-            row
-            for name in PEERS
-            if not _unavailable(results, name)
-            and (row := find(results, section, name, **params)) is not None
-            and median(row, key) is not None
-        ]
-        return pick(found, key=lambda row: median(row, key) or 0.0) if found else None
+        return fastest_peer(results, section, **params)
 
     def against(ours: float | None, row: dict[str, Any] | None) -> str:
         if row is None:
