@@ -7,10 +7,12 @@ Invariants:
   (job_sweep_find): its walk is bounded by the slice, never by the dead rows a long
   transaction keeps, whatever the jobs' priorities and ids. Each job it finds at or before
   the hint is claimed at its own position, one claim index descent each.
-- A slice spans at least SWEEP_MIN_PAGES pages, and twice what the table grew by since the
-  slice before, so the sweep gains on the table however fast it grows. One slice per reset,
-  from the first page to the last, then again from the first: a cycle takes at most
-  pages / max(SWEEP_MIN_PAGES, pages the table grows by per reset) resets.
+- A slice spans at least SWEEP_MIN_PAGES pages, and GAIN times what the table grew by since
+  the slice before, so the sweep gains on the table however fast it grows. One slice per
+  reset, from the first page to the last, then again from the first: a cycle takes at most
+  pages / max(SWEEP_MIN_PAGES, (GAIN - 1) x pages the table grows by per reset) resets. With
+  a long transaction holding the horizon the table grows with its age, and a cycle takes
+  about a third of that age; without one, the table stays small and a slice or two cover it.
 - So a queued job no wake-up named is found within one cycle, wherever its row lies (an old
   retried or promoted job, at any priority). A job whose row moves behind the slice meanwhile
   was written, and written jobs are announced; one committed late is the claims' to find
@@ -29,6 +31,9 @@ from pgqueue.wakeup import Position
 # gone round in a bounded number of resets, and a slice reads no more than this in one go.
 SWEEP_MIN_PAGES = 1000
 SWEEP_FOUND = 100  # jobs one slice claims at most; more wait for the next reset
+# How much faster than the table grows a slice goes: a slice's walk grows with it, a cycle
+# shrinks (GAIN - 1 times the growth gained per reset).
+GAIN = 4
 
 
 @dataclass
@@ -45,7 +50,7 @@ class Sweep:
 
     def slice(self) -> tuple[int, int]:
         """The next slice's pages [lo, hi)."""
-        self.hi = self.at + max(SWEEP_MIN_PAGES, 2 * self.grown)
+        self.hi = self.at + max(SWEEP_MIN_PAGES, GAIN * self.grown)
         return self.at, self.hi
 
     def found(self, pages: int, jobs: list[Position]) -> None:
