@@ -117,12 +117,14 @@ def test_a_slice_reads_its_pages_however_many_dead_rows_a_held_snapshot_keeps(
     assert floor_2 > floor_1 + 50, found
 
 
+@pytest.mark.parametrize("priority", [0, -1], ids=["hint-priority", "more-urgent"])
 def test_a_job_no_wake_up_names_is_found_by_the_sweep_within_one_cycle(
-    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch, priority: int
 ) -> None:
     # A job locked by another session while the claims pass it, then released: nothing
     # announces it. The resets' slices (shrunk to a few pages here) go round the table
-    # and one of them finds it, without a claim from the floor.
+    # and one of them finds it, at the hint's priority or a more urgent one, without a
+    # claim from the floor.
     monkeypatch.setattr(sweep_module, "SWEEP_MIN_PAGES", 4)
     t = queue.task(name="t")(lambda: None)
     name = sql.Identifier(schema)
@@ -136,7 +138,7 @@ def test_a_job_no_wake_up_names_is_found_by_the_sweep_within_one_cycle(
                     " FROM generate_series(1, 2000)"
                 ).format(name)
             )
-            lonely = queue.enqueue(t.job(), conn=conn)
+            lonely = queue.enqueue(t.job(), conn=conn, priority=priority)
             with psycopg.connect(dsn) as locker:
                 locker.execute(
                     sql.SQL("SELECT id FROM {}.jobs WHERE id = %s FOR UPDATE").format(name),
