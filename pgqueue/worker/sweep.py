@@ -14,9 +14,9 @@ Invariants:
   a long transaction holding the horizon the table grows with its age, and a cycle takes
   about a third of that age; without one, the table stays small and a slice or two cover it.
 - So a queued job no wake-up named is found within one cycle, wherever its row lies (an old
-  retried or promoted job, at any priority). A job whose row moves behind the slice meanwhile
-  was written, and written jobs are announced; one committed late is the claims' to find
-  (its wake-up, or the transactions they watch), as for a claim from the floor.
+  retried or promoted job, at any priority). Its row moves only when it is written again,
+  and the writes that leave a job claimable announce it; one committed late is the claims'
+  to find (its wake-up, or the transactions they watch), as for a claim from the floor.
 - A slice that found SWEEP_FOUND jobs or more is looked at again at the next reset, not
   passed, since it may hold more.
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pgqueue.wakeup import Position
 
 # The least a slice spans, in pages of the jobs table: a table that grows slowly is still
-# gone round in a bounded number of resets, and a slice reads no more than this in one go.
+# gone round in a bounded number of resets, each reading about this many pages.
 SWEEP_MIN_PAGES = 1000
 SWEEP_FOUND = 100  # jobs one slice claims at most; more wait for the next reset
 # How much faster than the table grows a slice goes: a slice's walk grows with it, a cycle
