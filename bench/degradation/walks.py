@@ -9,9 +9,12 @@ through the real statements a worker runs: job_insert, job_claim_unkeyed from th
 last position claimed) and job_finish_many, B at a time. Every such job leaves a dead entry in
 jobs_claim_idx and jobs_running_idx (and a dead heap tuple) that nothing may remove while the
 snapshot is held. At 0 dead and after each of K steps up to N it leaves a live end of 100
-queued jobs and 10 running ones, then runs EXPLAIN (ANALYZE, BUFFERS) on each statement a
+queued jobs and 10 running ones (and from the start 10 running jobs of a worker whose row was
+removed: orphans), then runs EXPLAIN (ANALYZE, BUFFERS) on each statement a
 worker or its rescuer and maintenance run in a transaction that is rolled back, so nothing
-moves: the shared buffers each touched and its time. A statement whose buffers grow with N
+moves: the shared buffers each touched and its time. The safety net's kinds read the
+table's first SWEEP_PAGES pages, as a slice of pgqueue/worker/sweep.py does, and claim the
+job just after the hint at its own position. A statement whose buffers grow with N
 walks the dead entries. Prints one table (kind, buffers and ms per step) and writes nothing.
 Small enough for a 2-core machine: 300,000 jobs take about a minute.
 """
@@ -35,6 +38,7 @@ from bench.degradation.run import create_schema, drop_schema
 from bench.server import database
 from pgqueue.queries import query
 from pgqueue.store.jobs import finish_rows_params
+from pgqueue.worker.sweep import SWEEP_FOUND, SWEEP_MIN_PAGES
 
 QUEUE = "default"
 FLOOR = (-32768, 0)
@@ -42,6 +46,8 @@ CEILING = (32767, 2**63 - 1)
 LIVE_QUEUED = 100
 LIVE_RUNNING = 10
 CLAIM_LIMIT = 10  # a worker's default concurrency: its largest claim
+# The safety net's slice of the jobs table's pages (pgqueue/worker/sweep.py), from its start.
+SWEEP_PAGES = SWEEP_MIN_PAGES
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,19 @@ class State:
     hint: tuple[int, int] = FLOOR
 
 
-def _claim(after: tuple[int, int], s: State, *, limit: int = CLAIM_LIMIT) -> dict[str, Any]:
+def _claim(
+    after: tuple[int, int],
+    s: State,
+    *,
+    limit: int = CLAIM_LIMIT,
+    before: tuple[int, int] = CEILING,
+) -> dict[str, Any]:
     return {
         "queue": QUEUE,
         "after_priority": after[0],
         "after_id": after[1],
-        "before_priority": CEILING[0],
-        "before_id": CEILING[1],
+        "before_priority": before[0],
+        "before_id": before[1],
         "limit": limit,
         "worker_id": s.worker_id,
         "now": None,
@@ -79,6 +91,23 @@ KINDS: list[Kind] = [
     Kind("hinted claim (unkeyed)", "job_claim_unkeyed", lambda s: _claim(s.hint, s)),
     Kind("floor claim (unkeyed)", "job_claim_unkeyed", lambda s: _claim(FLOOR, s)),
     Kind("floor claim (keyed)", "job_claim", lambda s: _claim(FLOOR, s)),
+    Kind(
+        f"safety net: a slice of {SWEEP_PAGES:,} pages",
+        "job_sweep_find",
+        lambda s: {
+            "queue": QUEUE,
+            "lo": "(0,0)",
+            "hi": f"({SWEEP_PAGES},0)",
+            "hint_priority": s.hint[0],
+            "hint_id": s.hint[1],
+            "limit": SWEEP_FOUND,
+        },
+    ),
+    Kind(
+        "safety net: claim of a job it found",
+        "job_claim_unkeyed",
+        lambda s: _claim((0, s.hint[1]), s, before=(0, s.hint[1] + 2), limit=1),
+    ),
     Kind(
         "fair claim (from vtime 0)",
         "job_claim_fair",
@@ -240,7 +269,30 @@ def setup(conn: psycopg.Connection[Any], schema: str) -> State:
     s = State(worker_id=int(row[0]) if row else 0)
     _insert(conn, schema, 100, delay=86400.0)  # scheduled a day ahead: promotion finds none
     conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+    _orphans(conn, schema)  # after ANALYZE: the statistics as in the runs before it existed
     return s
+
+
+def _orphans(conn: psycopg.Connection[Any], schema: str) -> None:
+    """10 running jobs of a worker whose row was removed: what the orphan look finds."""
+    name = sql.Identifier(schema)
+    row = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+            " VALUES ('vanished', 'bench', 1, ARRAY[%s], 1) RETURNING id"
+        ).format(name),
+        [QUEUE],
+    ).fetchone()
+    vanished = int(row[0]) if row else 0
+    ids = _insert(conn, schema, LIVE_RUNNING)
+    conn.execute(
+        sql.SQL(
+            "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = %s,"
+            " started_at = now() WHERE id = ANY(%s)"
+        ).format(name),
+        [vanished, ids],
+    )
+    conn.execute(sql.SQL("DELETE FROM {}.workers WHERE id = %s").format(name), [vanished])
 
 
 def walks(dsn: str, dead: int, steps: int, batch: int) -> list[tuple[int, dict[str, Any]]]:

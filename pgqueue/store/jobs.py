@@ -570,6 +570,20 @@ class OutcomeRow(Protocol):
     def as_json(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class SweepFound:
+    """What job_sweep_find saw in one slice: the table's pages, and the positions of the
+    queued jobs at or before the hint (their priorities and ids, in claim order)."""
+
+    pages: int
+    priorities: list[int]
+    ids: list[int]
+
+    @property
+    def jobs(self) -> list[Position]:
+        return list(zip(self.priorities, self.ids, strict=True))
+
+
 @dataclass
 class Claimed:
     """One claim statement's result: the jobs to run, and the positions of the jobs it parked
@@ -895,6 +909,21 @@ class JobsStore:
             query("job_find_stranded", self.schema),
             {"lease": lease.total_seconds(), "limit": limit, "now": None},
         )
+
+    async def sweep_find(
+        self, conn: AsyncConn, queue: str, pages: tuple[int, int], hint: Position, limit: int
+    ) -> SweepFound:
+        """The queued jobs of `queue` at or before `hint` in the heap pages [lo, hi), and the
+        table's pages now (job_sweep_find)."""
+        params = {
+            "queue": queue,
+            "lo": f"({pages[0]},0)",
+            "hi": f"({pages[1]},0)",
+            "hint_priority": hint[0],
+            "hint_id": hint[1],
+            "limit": limit,
+        }
+        return await fetch_one(conn, SweepFound, query("job_sweep_find", self.schema), params)
 
     async def find_orphaned(self, conn: AsyncConn, limit: int) -> list[ClaimedJob]:
         """Running jobs whose worker row is gone, locked for the caller's transaction."""

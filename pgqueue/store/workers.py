@@ -217,6 +217,14 @@ class WorkersStore:
             {"lease": lease.total_seconds(), "now": None},
         )
 
+    async def prune_removed(self, conn: AsyncConn, lease: timedelta) -> None:
+        """Forget the removed workers that came back, and those long gone with no job left."""
+        await execute(
+            conn,
+            query("worker_removed_prune", self.schema),
+            {"lease": lease.total_seconds(), "now": None},
+        )
+
     async def notify_dead_job(self, conn: AsyncConn, job: Mapping[str, object]) -> None:
         """Tell the dead-job channel's listeners, at commit, that a job was abandoned."""
         await execute(

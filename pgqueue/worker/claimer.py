@@ -8,8 +8,12 @@ Invariants:
 - A job that becomes claimable below the hint is announced by its wake-up (wakeup.py), which
   moves the hint back, or opens a range at its more urgent priority. With no listener
   (poll_only without a listen DSN) a short hinted claim is retried from the floor at once.
-- The only unhinted claim is the safety net, after a jittered hint_reset_interval, for a job no
-  wake-up named. test_hint.py pins each case.
+- The safety net, for a job no wake-up named, is a sweep (sweep.py): after each jittered
+  hint_reset_interval, one slice of the table's pages is looked at and its jobs at or before
+  the hint claimed, each walk bounded by the slice; a cycle of slices reaches every job.
+  Claims from the floor are left for the first claim, a forgotten hint (forget_hints: a queue
+  resumed, the listener lost) and polling without a listener. test_hint.py and
+  test_sweep.py pin each case.
 - A queue in `steady` (its rows skip new jobs' wake-ups, loop.py) hears of no new job, late
   commits included. Every unkeyed claim names the transactions in progress in its snapshot;
   those in progress when a claim moved the hint are watched, and once one has ended the next
@@ -78,6 +82,7 @@ from pgqueue.wakeup import Position
 from pgqueue.worker.events import Bus, ControlsChanged, JobsAnnounced, PauseChanged, Relistened
 from pgqueue.worker.fair import FairHints
 from pgqueue.worker.observe import Observers, WorkerStats
+from pgqueue.worker.sweep import SWEEP_FOUND, Sweep
 
 FLOOR: Position = (-32768, 0)  # below every (priority, id): an unhinted claim
 MAX_ID = 2**63 - 1
@@ -167,6 +172,9 @@ class Claimer:
         self.stats = stats
         self.store = JobsStore(schema)
         self._hints = {q: _QueueHint() for q in settings.queues}
+        # The safety net's sweeps; without a listener short claims go to the floor anyway.
+        self._sweeps = {q: Sweep() for q in settings.queues} if listening else {}
+        self.sweeps = 0  # slices looked at
         # Queues where a job with a concurrency key was seen: claimed with job_claim, the
         # others with job_claim_unkeyed, which costs what claims cost before keys existed.
         self._keyed: set[str] = set()
@@ -380,8 +388,11 @@ class Claimer:
     async def _claim_plain(self, queue: str, want: int) -> tuple[list[ClaimedJob], bool]:
         hint = self._hints[queue]
         left = hint.after  # where the claims before left it, before a step back or a drop
-        self._absorb(hint)
+        self._absorb(hint, self._sweeps.get(queue))
         jobs, walked = await self._claim_urgent(queue, hint, want)
+        if walked < want:
+            swept, swept_walked = await self._claim_swept(queue, hint, want - walked)
+            jobs, walked = jobs + swept, walked + swept_walked
         if walked == want:
             return jobs, True
         after, rest = hint.after, want - walked
@@ -534,9 +545,14 @@ class Claimer:
                 lo, hi, unnamed = hint.unnamed or (named, own, now)
                 hint.unnamed = (min(lo, named), max(hi, own), unnamed.merged(now))
 
-    def _absorb(self, hint: _QueueHint) -> None:
-        """Fold the announcements since the last round into the hint, and a rewind."""
-        if hint.forget or (hint.after is not None and time.monotonic() >= hint.deadline):
+    def _absorb(self, hint: _QueueHint, sweep: Sweep | None) -> None:
+        """Fold the announcements since the last round into the hint, a rewind and a reset
+        (the sweep's next slice, or without one a claim from the floor)."""
+        expired = hint.after is not None and time.monotonic() >= hint.deadline
+        if expired and not hint.forget and sweep is not None:
+            sweep.due = True
+            self._reset_deadline(hint)
+        elif hint.forget or expired:
             self._drop(hint)
             hint.forget = False
             hint.announced.clear()
@@ -592,6 +608,35 @@ class Claimer:
             else:
                 hint.urgent[priority] = got.top[1]
                 break
+        return jobs, walked
+
+    async def _claim_swept(
+        self, queue: str, hint: _QueueHint, want: int
+    ) -> tuple[list[ClaimedJob], int]:
+        """The safety net: look at the sweep's next slice when a reset asked for it, and
+        claim the jobs it found at or before the hint, each at its own position; returns
+        the jobs and how many rows were walked."""
+        sweep = self._sweeps.get(queue)
+        if sweep is None or hint.after is None:
+            return [], 0  # a claim from the floor is next: it covers everything
+        if sweep.due and not sweep.pending:
+            sweep.due = False
+            pages, before = sweep.slice(), hint.after
+            found = await self.link.run(
+                lambda conn: self.store.sweep_find(conn, queue, pages, before, SWEEP_FOUND)
+            )
+            sweep.found(found.pages, found.jobs)
+            self.sweeps += 1
+        jobs: list[ClaimedJob] = []
+        walked = 0
+        while sweep.pending and walked < want:
+            priority, job_id = sweep.pending.pop(0)
+            got = await self._claim(queue, (priority, job_id - 1), (priority, job_id + 1), 1)
+            jobs += got.jobs
+            walked += got.walked
+            if got.throttled:  # the rate limit is full: this job waits for the next round
+                sweep.pending.insert(0, (priority, job_id))
+                return jobs, want
         return jobs, walked
 
     async def _claim(self, queue: str, after: Position, before: Position, limit: int) -> _Batch:

@@ -8,7 +8,8 @@ is stranded when its worker has not heartbeated for longer than lease_timeout: a
 are back within about lease + one rescue interval, never sooner, and a worker that keeps
 heartbeating never loses a job however long it runs. A running job whose worker row is gone
 (job_find_orphaned, sql/queries/jobs.sql) is looked for on the first pass and then every
-ORPHAN_PASSES passes, because that look walks every running entry of the table.
+ORPHAN_PASSES passes, among the running jobs of the workers whose rows were removed (each
+removal is recorded, migration 0042), so the look never walks the other running entries.
 
 Sooner when PostgreSQL saw the death: at start, then every SESSION_CHECK (± 50%) and as a
 suspect's grace ends, the loop also looks for workers whose recorded session the server no
@@ -152,6 +153,7 @@ class Rescuer(Loop):
             jobs = await self.store.find_stranded(conn, self.lease, limit)
             if self.passes % ORPHAN_PASSES == 0 and len(jobs) < limit:
                 jobs += await self.store.find_orphaned(conn, limit - len(jobs))
+                await self.workers.prune_removed(conn, self.lease)
             self.passes += 1
             if jobs:
                 await self._apply(conn, jobs)

@@ -9,6 +9,8 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.jobs, {schema}.job_history, {schema}.workers
     TO {role};
+-- Removing a worker row records it (migration 0042); the rescuer reads and prunes those.
+GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.workers_removed TO {role};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.migrations TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.periodic, {schema}.periodic_ticks TO {role};

@@ -632,6 +632,32 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT found FROM keyed)
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
        pg_current_xact_id_if_assigned()::text::bigint;
 
+-- name: job_sweep_find
+-- One slice of the safety net's sweep (pgqueue/worker/sweep.py): the queued jobs of the queue
+-- at or before the hint whose row lies in the heap pages [lo, hi), the first %(limit)s in
+-- claim order, and how many pages the table has now. A TID range scan: it reads the slice's
+-- pages once each and no other, so its walk is bounded by the slice however many dead rows
+-- a long transaction keeps, and whatever the jobs' priorities and ids. The status is compared
+-- with a value the planner does not know, so that it cannot pick jobs_claim_idx instead (with
+-- the ORDER BY and LIMIT, it did): that walk would be the claim from the floor again.
+WITH found AS (
+    SELECT j.priority::integer AS priority, j.id
+    FROM {schema}.jobs AS j
+    WHERE j.ctid >= %(lo)s::tid AND j.ctid < %(hi)s::tid
+      AND j.queue = %(queue)s
+      AND j.status = (SELECT 'queued'::text)
+      AND NOT j.atomic
+      AND (j.priority, j.id) <= (%(hint_priority)s::smallint, %(hint_id)s::bigint)
+    ORDER BY j.priority, j.id
+    LIMIT %(limit)s
+)
+SELECT pg_relation_size((quote_ident({schema_name}) || '.jobs')::regclass)
+           / current_setting('block_size')::bigint AS pages,
+       coalesce((SELECT array_agg(f.priority ORDER BY f.priority, f.id) FROM found AS f),
+                '{{}}') AS priorities,
+       coalesce((SELECT array_agg(f.id ORDER BY f.priority, f.id) FROM found AS f),
+                '{{}}') AS ids;
+
 -- name: job_promote_due
 -- Moves due scheduled jobs of these queues to queued, oldest first, in a bounded batch, and
 -- returns in how many seconds the next one falls due, so the worker can sleep until then: as
@@ -793,15 +819,21 @@ LIMIT %(limit)s;
 
 -- name: job_find_orphaned
 -- Running jobs whose worker row is gone: a worker presumed dead (its row removed) that claimed
--- before its next heartbeat put the row back, then died. Rare, and a walk over every running
--- entry, so the rescuer runs it on its first pass and then every ORPHAN_PASSES passes.
+-- before its next heartbeat put the row back, then died. Looked up per removed worker
+-- (workers_removed, migration 0042): one descent into jobs_running_idx each, so a long
+-- transaction's dead entries of the live workers' jobs are never walked.
 SELECT j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id
-FROM {schema}.jobs AS j
-WHERE j.status = 'running'
-  AND NOT EXISTS (SELECT 1 FROM {schema}.workers AS w WHERE w.id = j.worker_id)
+FROM {schema}.workers_removed AS r
+CROSS JOIN LATERAL (
+    SELECT o.id, o.task, o.args, o.priority, o.attempt, o.max_attempts, o.queue, o.worker_id
+    FROM {schema}.jobs AS o
+    WHERE o.worker_id = r.id AND o.status = 'running'
+      AND NOT EXISTS (SELECT 1 FROM {schema}.workers AS w WHERE w.id = r.id)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS j
 ORDER BY j.id
-LIMIT %(limit)s
-FOR UPDATE OF j SKIP LOCKED;
+LIMIT %(limit)s;
 
 -- name: job_find_of_workers
 -- The running jobs of these workers, found dead by their ended session and removed in this

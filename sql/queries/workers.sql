@@ -158,6 +158,17 @@ WHERE w.id IN (
     FOR UPDATE SKIP LOCKED
 );
 
+-- name: worker_removed_prune
+-- Forgets the removed workers that came back (a beat put the row back), and those removed
+-- longer ago than the lease that have no running job left: a claim of theirs in flight at
+-- the removal has committed by then, and any job it took was rescued first.
+DELETE FROM {schema}.workers_removed AS r
+WHERE EXISTS (SELECT 1 FROM {schema}.workers AS w WHERE w.id = r.id)
+   OR (r.removed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(lease)s)
+       AND NOT EXISTS (
+           SELECT 1 FROM {schema}.jobs AS j WHERE j.worker_id = r.id AND j.status = 'running'
+       ));
+
 -- name: transaction_bound_idle
 -- Server-side backstop for an atomic job's transaction: if its worker hangs while idle in the
 -- transaction past this many milliseconds, PostgreSQL ends the session and the job is freed.

@@ -36,6 +36,7 @@ STATEMENTS = [
     "job_find_stranded",
     "job_find_orphaned",
     "job_find_of_workers",
+    "job_sweep_find",
     "job_list_cancel_requested",
     "job_fail_out_of_range",
 ]
@@ -92,6 +93,10 @@ def mixed(dsn: str, schema: str) -> dict[str, Any]:
         "known": [1, 2],
         "lease": 30.0,
         "keep_history": True,
+        "lo": "(0,0)",
+        "hi": "(100,0)",
+        "hint_priority": 0,
+        "hint_id": 2**62,
     }
 
 

@@ -10,8 +10,8 @@ the difference: without wake-ups (poll_only) the late job waits for the whole ba
 A worker whose slots have all been busy for quiet_after asks only for the wake-ups of jobs
 more urgent than its hint (interest.py): a more urgent job still runs at once, while a job
 committed late at the hint's priority is found by the next claim from the floor, when the
-worker runs out of work or at the periodic reset. The late-commit tests that expect a wake-up
-run with quiet_after=None, every wake-up asked for.
+worker runs out of work, or by the periodic reset's sweep. The late-commit tests that expect
+a wake-up run with quiet_after=None, every wake-up asked for.
 
 A job no wake-up names (it was locked by someone else when the claims passed it) is found
 within one reset interval, and otherwise only once the worker runs out of work.

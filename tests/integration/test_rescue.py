@@ -144,16 +144,27 @@ def test_a_frozen_worker_that_wakes_after_its_jobs_were_rescued_cannot_overwrite
         assert frozen.wait(timeout=30) == 0, log.read_text()
 
 
-def _strand(conn: psycopg.Connection[Any], schema: str, ids: Sequence[int]) -> None:
-    """Mark jobs as running under worker 424242, which has no row: a vanished worker."""
+def _strand(conn: psycopg.Connection[Any], schema: str, ids: Sequence[int]) -> int:
+    """Mark jobs as running under a worker whose row is then removed: a vanished worker.
+    Returns its id."""
+    s = sql.Identifier(schema)
+    row = conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.workers (name, hostname, pid, queues, concurrency)"
+            " VALUES ('vanished', 'host', 1, '{{default}}', 1) RETURNING id"
+        ).format(s)
+    ).fetchone()
+    assert row is not None
     conn.execute(
         sql.SQL(
-            "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = 424242, "
+            "UPDATE {}.jobs SET status = 'running', attempt = 1, worker_id = %s, "
             "started_at = now() WHERE id = ANY(%s)"
-        ).format(sql.Identifier(schema)),
-        [ids],
+        ).format(s),
+        [row[0], ids],
     )
+    conn.execute(sql.SQL("DELETE FROM {}.workers WHERE id = %s").format(s), [row[0]])
     conn.commit()
+    return int(row[0])
 
 
 def test_lost_job_policies_fail_abandon_and_compensate(dsn: str, schema: str) -> None:
