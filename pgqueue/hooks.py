@@ -24,6 +24,7 @@ none of them needs to import the worker's runtime.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -46,7 +47,12 @@ class EnqueueHook(Protocol):
     def enqueue(self, batch: Sequence[NewJob]) -> AbstractContextManager[list[int]]:
         """A context entered before `batch` is stored, in the caller's thread and context,
         and exited after: it yields a list that holds the jobs' ids, in order, once they are
-        stored (empty if storing them raised, which then propagates through it)."""
+        stored (empty if storing them raised, which then propagates through it).
+
+        A hook that also has a `carrier()` method gives the stored jobs' rows their trace
+        context: called inside this context, before the jobs are stored, it returns the
+        context as W3C trace context's fields (a dict of strings) or None. Of several such
+        hooks, the innermost gives it."""
         ...
 
 
@@ -116,30 +122,48 @@ def enqueue_hooks(given: Sequence[EnqueueHook]) -> tuple[EnqueueHook, ...]:
     return tuple(hook for i, hook in enumerate(given) if hook not in given[:i])
 
 
+class Enqueuing:
+    """One enqueue call inside its hooks: the caller stores the jobs with `trace_context`
+    (JSON text for the rows' trace_context column, or None), then puts their ids in `ids`,
+    in order, before the hooks exit."""
+
+    __slots__ = ("ids", "trace_context")
+
+    def __init__(self, trace_context: str | None) -> None:
+        self.ids: list[int] = []
+        self.trace_context = trace_context
+
+
 def enqueuing(
     batch: Sequence[NewJob], own: tuple[EnqueueHook, ...] = ()
-) -> AbstractContextManager[list[int]] | None:
+) -> AbstractContextManager[Enqueuing] | None:
     """The registered enqueue hooks around `batch`, then a queue's `own`, each inside the
-    ones before it, as one context whose list the caller fills with the stored jobs' ids;
-    None when there is no hook. A hook both registered and a queue's runs once, as registered."""
+    ones before it, as one context; None when there is no hook. A hook both registered and a
+    queue's runs once, as registered."""
     around = _enqueue_hooks
     if own:
         around += tuple(hook for hook in own if hook not in _enqueue_hooks)
     if not around:
         return None
-    if len(around) == 1:
-        return around[0].enqueue(batch)
     return _nested(around, batch)
 
 
 @contextmanager
-def _nested(hooks: Sequence[EnqueueHook], batch: Sequence[NewJob]) -> Iterator[list[int]]:
+def _nested(hooks: Sequence[EnqueueHook], batch: Sequence[NewJob]) -> Iterator[Enqueuing]:
     with ExitStack() as stack:
         seen = [stack.enter_context(hook.enqueue(batch)) for hook in hooks]
-        ids: list[int] = []
-        yield ids
+        call = Enqueuing(_carried(hooks))
+        yield call
         for each in seen:
-            each.extend(ids)
+            each.extend(call.ids)
+
+
+def _carried(hooks: Sequence[EnqueueHook]) -> str | None:
+    for hook in reversed(hooks):
+        carrier = getattr(hook, "carrier", None)
+        if carrier is not None and (found := carrier()) is not None:
+            return json.dumps(found)
+    return None
 
 
 def adapter_for(conn: object) -> ConnectionAdapter | None:

@@ -432,11 +432,15 @@ class _Base(abc.ABC):
 
     # The statements and plans of each call, the same for both twins; each twin runs them.
 
-    def _insert(self, batch: Sequence[NewJob], *, alone: bool = False) -> Step:
-        return jobs_store.insert(batch, self.schema, self.settings.max_payload_bytes, alone=alone)
+    # `traced` is the trace context the enqueue hooks gave the jobs' rows (hooks.Enqueuing).
 
-    def _enqueue_plan(self, batch: Sequence[NewJob]) -> Plan[list[Enqueued]]:
-        return jobs_store.enqueue_plan(batch, self.schema, self.settings.max_payload_bytes)
+    def _insert(self, batch: Sequence[NewJob], alone: bool, traced: str | None) -> Step:
+        limit = self.settings.max_payload_bytes
+        return jobs_store.insert(batch, self.schema, limit, alone=alone, trace_context=traced)
+
+    def _enqueue_plan(self, batch: Sequence[NewJob], traced: str | None) -> Plan[list[Enqueued]]:
+        limit = self.settings.max_payload_bytes
+        return jobs_store.enqueue_plan(batch, self.schema, limit, traced)
 
     def _get_plan(self, job_id: int) -> Plan[Job | None]:
         return jobs_store.get_plan(checked_job_id(job_id), self.schema)
