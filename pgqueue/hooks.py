@@ -16,16 +16,19 @@ hook raises ConfigurationError.
 
 Around a worker: a `JobObserver` is told of each job a worker starts and finishes
 (`AttemptOutcome`, the public face of the worker's outcome) and of each claim, and, with a
-`step_event` method, of each durable call (`StepEvent`); an `ObservedWorker` is what metrics
-read of a worker (`pgqueue.Worker` is one). Metrics (pgqueue/metrics.py), traces
-(pgqueue/tracing.py) and the worker's own log (pgqueue/worker/observe.py) are observers, so
-none of them needs to import the worker's runtime.
+`step_event` method, of each durable call (`StepEvent`); a `JobMiddleware` wraps each
+attempt's handler (`Worker(middleware=[...])`), where an observer only watches; an
+`ObservedWorker` is what metrics read of a worker (`pgqueue.Worker` is one). Metrics
+(pgqueue/metrics.py), traces (pgqueue/tracing.py) and the worker's own log
+(pgqueue/worker/observe.py) are observers, so none of them needs to import the worker's
+runtime.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -228,6 +231,37 @@ class JobObserver(Protocol):
     def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None: ...
 
     def claimed(self, seconds: float, jobs: int) -> None: ...
+
+
+class JobMiddleware(Protocol):
+    """Around each attempt of a job in a worker: an `async` callable taking the claimed job
+    and `call_next`, which runs the rest of the chain (the next middleware, and last the
+    handler) and returns the handler's result or raises its exception. What the middleware
+    returns is the attempt's result; what it raises ends the attempt as the handler's
+    exception would (a retry under the task's policy, a `Snooze`...). It may run code
+    before and after, catch what `call_next` raises, not call it (the handler does not run),
+    or call it again (the handler runs again, in the same attempt). The first middleware of
+    the list is the outermost."""
+
+    def __call__(
+        self, job: ClaimedJob, call_next: Callable[[], Awaitable[Any]]
+    ) -> Awaitable[Any]: ...
+
+
+def job_middleware(given: Sequence[JobMiddleware]) -> tuple[JobMiddleware, ...]:
+    """A worker's middleware, checked, in order; ConfigurationError for one that is not an
+    async callable."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ConfigurationError(f"middleware= takes a list of job middleware, got {given!r}")
+    for each in given:
+        if not callable(each) or not (
+            inspect.iscoroutinefunction(each) or inspect.iscoroutinefunction(each.__call__)
+        ):
+            raise ConfigurationError(
+                f"{each!r} is not job middleware: middleware= takes async callables "
+                "(job, call_next) (pgqueue.hooks.JobMiddleware)"
+            )
+    return tuple(given)
 
 
 @dataclass(frozen=True, slots=True)

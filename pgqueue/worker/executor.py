@@ -19,7 +19,7 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -32,8 +32,9 @@ from pgqueue.errors import (
     StepResultError,
     UnknownTaskError,
 )
+from pgqueue.hooks import JobMiddleware
 from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
-from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze
+from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, Task
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
@@ -45,6 +46,7 @@ from pgqueue.worker.checkpoints import (
     StepRecorder,
 )
 from pgqueue.worker.durable import Durable, Parked
+from pgqueue.worker.middleware import chained, chained_in_thread
 from pgqueue.worker.observe import Observers
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.threads import Handoff, Threads
@@ -70,9 +72,11 @@ class Executor:
         schema: str = "pgqueue",
         prepare: bool = True,
         observers: Observers | None = None,
+        middleware: tuple[JobMiddleware, ...] = (),
     ) -> None:
         """`dsn` and `schema`: where lease jobs record their durable steps (durable.py), on
-        a connection opened at the first step; `observers` are told of each step."""
+        a connection opened at the first step; `observers` are told of each step;
+        `middleware` wraps each call of a handler (middleware.py)."""
         self.registry = registry
         self.threads = Threads(max_threads, "pgqueue-job")
         self.max_result_bytes = max_result_bytes
@@ -82,6 +86,7 @@ class Executor:
         )
         self._handoff: Handoff | None = None
         self.observers = observers
+        self.middleware = middleware
 
     async def start(self) -> None:
         """Nothing to start: threads start with the first sync jobs."""
@@ -109,7 +114,9 @@ class Executor:
         started = time.monotonic()
         try:
             task, args, kwargs = self._prepare(job, connection, cancel, progress)
-            if task.is_async:
+            if self.middleware:  # a branch, not a frame, for a worker without any
+                value = await self._wrapped(job, task, args, kwargs, cancel)
+            elif task.is_async:
                 _check_start(job)
                 if cancel is not None:
                     _interrupt_on_request(cancel)
@@ -135,6 +142,33 @@ class Executor:
             return self._cancelled(job, started)
         return self._succeeded(job, value, started)
 
+    def _wrapped(
+        self,
+        job: ClaimedJob,
+        task: Task[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        cancel: CancelSignal | None,
+    ) -> Awaitable[Any]:
+        """The handler's call inside the middleware, each call of `call_next` a new call of
+        the handler under its timeout, as `run` makes it."""
+        _check_start(job)
+        fn, timeout = task.fn, task.policy.timeout
+        assert fn is not None  # _prepare refuses a task without a handler
+        if task.is_async:
+            if cancel is not None:
+                _interrupt_on_request(cancel)
+            return chained(self.middleware, job, lambda: _call(fn(*args, **kwargs), timeout))
+
+        def in_thread() -> Awaitable[Any]:
+            # The middleware's context too, copied when the handler is called.
+            call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+            if job.start_by is not None:
+                call = functools.partial(_started_in_time, job, call)
+            return _within(self._thread(call), timeout)
+
+        return chained(self.middleware, job, in_thread)
+
     def _thread(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
         """Run `call` in the thread pool; the future has its result or exception."""
         loop = asyncio.get_running_loop()
@@ -151,7 +185,10 @@ class Executor:
         started = time.monotonic()
         try:
             task, args, kwargs = self._prepare(job, connection)
-            value = task.fn(*args, **kwargs)
+            if self.middleware:
+                value = chained_in_thread(self.middleware, job, lambda: task.fn(*args, **kwargs))
+            else:
+                value = task.fn(*args, **kwargs)
             limit = task.policy.timeout
             if limit is not None and time.monotonic() - started > limit.total_seconds():
                 raise JobTimeoutError(

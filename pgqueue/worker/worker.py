@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from pgqueue.errors import ConfigurationError, WorkerStateError
 from pgqueue.history.partitions import HistoryPartitions
 from pgqueue.history.retention import Pruner
-from pgqueue.hooks import JobObserver, WorkerLoad
+from pgqueue.hooks import JobMiddleware, JobObserver, WorkerLoad, job_middleware
 from pgqueue.models import ALL_QUEUES, QueueSettings, WorkerSettings
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import Link
@@ -90,9 +90,12 @@ class Worker:
         settings: WorkerSettings | None = None,
         schema: str | None = None,
         observers: Sequence[JobObserver] = (),
+        middleware: Sequence[JobMiddleware] = (),
         listen_dsn: str | None = None,
         **overrides: Any,
     ) -> None:
+        """`observers` are told of each job, claim and durable call; `middleware` wraps each
+        call of a handler, the first outermost (pgqueue.hooks.JobMiddleware)."""
         if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
             raise ConfigurationError(
                 f"Worker takes the application's Queue or AsyncQueue, got {type(queue).__name__}"
@@ -123,6 +126,7 @@ class Worker:
         self.tally = WorkerTally()
         # Others may join later (add_observer: metrics), and stay for every run.
         self.observers = Observers([self.tally, *observers])
+        self.middleware = job_middleware(middleware)
         # Guards the start and stop of a run against a second start or a stop from another
         # thread; reentrant, so a stop() from a signal handler of the same thread cannot block.
         self._state = threading.RLock()
@@ -280,6 +284,7 @@ class Worker:
             schema=self.schema,
             prepare=not s.poll_only,
             observers=self.observers,
+            middleware=self.middleware,
         )
         await services.start(self.executor)
         self.claimer = Claimer(
