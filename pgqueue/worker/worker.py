@@ -1,17 +1,19 @@
 """The worker: claim -> execute -> complete, with heartbeats and a clean shutdown.
 
-Owns: the wiring of a run and the order of its services (runtime/service.py), started in this
-order and stopped in reverse: the claim and completion connections, the worker's
-registration, the heartbeat, the completer, the executor, the rescuer, the cancel watch, the
-progress writer, the horizon watch, the periodic scheduler, the history partitions' upkeep
-and the history pruner (each only when there is something for it to do, never in burst
-mode), and the notifier (unless poll-only without a listen DSN). The services talk through
-the run's event bus (events.py), never calling back into the worker: the notifier, the
-heartbeat and the rescuer publish; the claimer (claimer.py), the wake interest (interest.py)
-and the fetch loop (loop.py), which claims jobs and runs them, at most `concurrency` at once,
-subscribe. Atomic jobs run on lanes of their own (atomic.py). Observers (observe.py: the
-worker's own tally, metrics, traces, JSON logs) hear of each job's start and outcome and of
-each claim.
+Owns: the wiring of a run and the order of its services (runtime/service.py), started in
+three steps and stopped in reverse. Registering: the claim and completion connections, the
+worker's registration, the heartbeat. Running: the completer, the executor, then the claimer,
+the wake interest, the jobs in flight (inflight.py) and the fetch loop (loop.py), which
+claims jobs and starts them, at most `concurrency` at once. Watching: the rescuer, the cancel
+watch, the progress writer, the horizon watch, the periodic scheduler, the history
+partitions' upkeep and the history pruner (each only when there is something for it to do,
+never in burst mode), the notifier (unless poll-only without a listen DSN), and last the
+atomic lanes (atomic.py). The services talk through the run's event bus (events.py), never
+calling back into the worker: the notifier, the heartbeat and the rescuer publish; the
+claimer (claimer.py), the wake interest (interest.py), the jobs in flight and the fetch loop
+subscribe. Observers (observe.py: the worker's own tally, metrics, traces, JSON logs) hear of
+each job's start and outcome and of each claim; middleware (middleware.py) runs around each
+handler.
 
 Cancellation of a running job reaches the worker as a notification, with the cancel watch as
 the fallback: an async handler is cancelled, a sync one sees `ctx.cancel_requested`; the job
@@ -52,6 +54,7 @@ from pgqueue.worker.events import Bus
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.horizon import HorizonWatch
+from pgqueue.worker.inflight import InFlight
 from pgqueue.worker.interest import WakeInterest
 from pgqueue.worker.loop import FetchLoop, Stop
 from pgqueue.worker.notices import warn_paused, warn_unserved
@@ -150,6 +153,7 @@ class Worker:
         self.horizon = None
         self.events: Bus | None = None  # what the run's services tell each other (events.py)
         self.fetch_loop: FetchLoop | None = None  # made once the services it uses have started
+        self.inflight: InFlight | None = None  # made with the fetch loop
         self.interest: WakeInterest | None = None  # made once registered; never when polling
         self.atomic_lanes: list[AtomicLane] = []
 
@@ -231,7 +235,8 @@ class Worker:
             self._stop.requested = True  # also after a burst ends: atomic lanes stop with it
             if self.fetch_loop is not None:
                 await self.fetch_loop.drain()
-                await self.fetch_loop.put_back_unfinished()
+            if self.inflight is not None:
+                await self.inflight.put_back_unfinished()
             await services.stop(STOP_GRACE)
             log.info(
                 "worker %s stopped: %s jobs claimed in %s claims (%s empty), %s put back",
@@ -239,17 +244,23 @@ class Worker:
                 self.stats.claimed,
                 self.stats.claims,
                 self.stats.empty_claims,
-                len(self.fetch_loop.unfinished) if self.fetch_loop is not None else 0,
+                len(self.inflight.unfinished) if self.inflight is not None else 0,
             )
 
     async def _start_services(self, services: Services, finish_link: Link) -> FetchLoop:
-        """Start the worker's services, each after those it uses (`services` stops them in
-        reverse), and make the fetch loop. The services publish what they see on the run's
-        bus; the claimer, the wake interest and the loop subscribe to it."""
+        """Start the worker's services in the three steps the module's docstring gives, each
+        after those it uses (`services` stops them in reverse), and make the fetch loop. The
+        services publish what they see on the run's bus; the claimer, the wake interest, the
+        jobs in flight and the loop subscribe to it."""
+        await self._register(services, finish_link)
+        fetch = await self._start_running(services, finish_link)
+        await self._start_watches(services, fetch)
+        return fetch
+
+    async def _register(self, services: Services, finish_link: Link) -> None:
+        """The connections, the tasks' declarations, the worker's row and its heartbeat."""
         s = self.settings
-        events = self.events
-        assert events is not None
-        keep_history = self.queue_settings.keep_history
+        assert self.events is not None
         await services.start(self._claims)
         await services.start(finish_link)
         # Before the worker's row: whoever sees the worker registered sees its declarations.
@@ -266,12 +277,22 @@ class Worker:
                 s.heartbeat_interval,
                 prepare=not s.poll_only,
                 session=not s.poll_only,  # a pooled session is not the worker's own
-                events=events,
+                events=self.events,
                 report=self.tally.report,
             )
         )
+
+    async def _start_running(self, services: Services, finish_link: Link) -> FetchLoop:
+        """The completer and the executor, then what claims and runs jobs: the claimer, the
+        wake interest, the jobs in flight and the fetch loop."""
+        s = self.settings
+        events = self.events
+        assert events is not None
         self.completer = Completer(
-            finish_link, self.schema, keep_history, max(s.batch_size, OUTCOME_BATCH)
+            finish_link,
+            self.schema,
+            self.queue_settings.keep_history,
+            max(s.batch_size, OUTCOME_BATCH),
         )
         await services.start(self.completer)
         # The headroom beyond `concurrency` is for sync jobs that ran past their timeout: they
@@ -302,23 +323,38 @@ class Worker:
                 self._claims, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
             )
             self.interest.subscribe(events)
-        self.fetch_loop = fetch = FetchLoop(
-            settings=s,
+        self.inflight = InFlight(
             registry=self.registry,
             worker_id=self.id,
             link=self._claims,
             jobs=self.jobs,
-            claimer=self.claimer,
-            interest=self.interest,
             completer=self.completer,
             executor=self.executor,
             observers=self.observers,
+        )
+        self.inflight.subscribe(events)
+        self.fetch_loop = fetch = FetchLoop(
+            settings=s,
+            worker_id=self.id,
+            jobs=self.jobs,
+            claimer=self.claimer,
+            interest=self.interest,
+            completer=self.completer,
+            inflight=self.inflight,
             events=events,
             stop=self._stop,
         )
         # Jobs a claim took but whose reply a broken connection lost: only the loop knows
         # which jobs are this worker's, and none were claimed before it was made.
         self._claims.on_reconnect = fetch.release_orphans
+        return fetch
+
+    async def _start_watches(self, services: Services, fetch: FetchLoop) -> None:
+        """What watches the jobs and the database: the rescuer, the cancel watch, the progress
+        writer, the horizon watch, the maintenance, the notifier; last the atomic lanes."""
+        s = self.settings
+        assert self.events is not None and self.inflight is not None
+        keep_history = self.queue_settings.keep_history
         self.rescuer = Rescuer(
             self.registry,
             self.schema,
@@ -326,19 +362,20 @@ class Worker:
             keep_history,
             link=self._claims,
             interval=s.rescue_interval,
-            events=events,
+            events=self.events,
             queues=s.queues,
             worker_id=self.id,
         )
         await services.start(self.rescuer)
-        await services.start(Every("cancel watch", s.rescue_interval, fetch.check_cancels))
-        await services.start(Every("progress", PROGRESS_INTERVAL, fetch.write_progress))
+        inflight = self.inflight
+        await services.start(Every("cancel watch", s.rescue_interval, inflight.check_cancels))
+        await services.start(Every("progress", PROGRESS_INTERVAL, inflight.write_progress))
         self.horizon = HorizonWatch(self._claims, self.schema, s.rescue_interval, s.horizon_warning)
         await services.start(self.horizon)
         for service in self._maintenance():
             await services.start(service)
         if self.listening:
-            await services.start(Notifier(self.listen_dsn, self.schema, set(s.queues), events))
+            await services.start(Notifier(self.listen_dsn, self.schema, set(s.queues), self.events))
         stop = self._stop
         self.atomic_lanes = make_lanes(
             self.registry,
@@ -354,7 +391,6 @@ class Worker:
             observers=self.observers,
         )
         fetch.start_atomic(self.atomic_lanes)
-        return fetch
 
     def _mode(self) -> str:
         if not self.settings.poll_only:
@@ -369,7 +405,7 @@ class Worker:
     def load(self) -> WorkerLoad:
         """What this worker holds now: jobs running, slots free, jobs of dead workers it
         rescued. Cheap: read at each metrics scrape."""
-        lease_jobs = len(self.fetch_loop.running) if self.fetch_loop is not None else 0
+        lease_jobs = len(self.inflight.running) if self.inflight is not None else 0
         running = lease_jobs + sum(not lane.idle for lane in self.atomic_lanes)
         rescuer: Rescuer | None = getattr(self, "rescuer", None)  # made when serving starts
         return WorkerLoad(
@@ -434,4 +470,4 @@ class Worker:
     def abandoned_threads(self) -> int:
         """How many sync handlers the last stop left running in their threads (their jobs
         were put back): a process that exits should not wait for them."""
-        return self.fetch_loop.abandoned_threads if self.fetch_loop is not None else 0
+        return self.inflight.abandoned_threads if self.inflight is not None else 0
