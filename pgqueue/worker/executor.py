@@ -18,9 +18,8 @@ import contextvars
 import functools
 import logging
 import time
-import traceback
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -33,7 +32,7 @@ from pgqueue.errors import (
     UnknownTaskError,
 )
 from pgqueue.hooks import JobMiddleware
-from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
+from pgqueue.models import ClaimedJob, RetryPolicy
 from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, Task
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
@@ -48,11 +47,10 @@ from pgqueue.worker.checkpoints import (
 from pgqueue.worker.durable import Durable, Parked
 from pgqueue.worker.middleware import chained, chained_in_thread
 from pgqueue.worker.observe import Observers
-from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.outcome import Outcome, cancelled, failed, late, snoozed
 from pgqueue.worker.threads import Handoff, Threads
 
 log = logging.getLogger("pgqueue.job")
-_TRACEBACK_LIMIT = 16_000
 _DEFAULT_RETRY = RetryPolicy()
 
 
@@ -279,31 +277,11 @@ class Executor:
         return cancelled(job, time.monotonic() - started)
 
     def _late(self, job: ClaimedJob, started: float) -> Outcome:
-        """Put back, attempt unspent: the handler could not start by the time its rate
-        limits (its queue's, task's or key's) count on (the worker's event loop or threads
-        were busy)."""
-        log.warning(
-            "job %s %s could not start within %g s of its claim, as rate limits require: "
-            "put back to run again",
-            job.id,
-            job.task,
-            RATE_START_MARGIN.total_seconds(),
-        )
-        return Outcome(job, "retry", time.monotonic() - started, retry_in=0.0, snooze=True)
+        return late(job, time.monotonic() - started)
 
     def _snoozed(self, job: ClaimedJob, snooze: Snooze, started: float) -> Outcome:
         settled = isinstance(snooze, Parked)
-        log.info(
-            "job %s %s attempt %s %s",
-            job.id,
-            job.task,
-            job.attempt,
-            "parked until its signal" if settled else f"snoozed for {snooze.seconds:g} s",
-        )
-        duration = time.monotonic() - started
-        return Outcome(
-            job, "retry", duration, retry_in=snooze.seconds, snooze=True, settled=settled
-        )
+        return snoozed(job, snooze.seconds, settled, time.monotonic() - started)
 
     def failed(self, job: ClaimedJob, exc: BaseException, duration: float) -> Outcome:
         """The outcome of an attempt that ran for `duration` seconds and then failed with
@@ -319,44 +297,9 @@ class Executor:
         retryable = not isinstance(
             exc, (InvalidArgumentsError, ResultError, StepMismatchError, StepResultError)
         )
-        retry = self._retry_policy(job.task)
-        duration = time.monotonic() - started
-        error = _error_record(job, exc, kind="result" if isinstance(exc, ResultError) else "error")
-        if retryable and job.attempt < job.max_attempts:
-            retry_in = retry.delay(job.attempt).total_seconds()
-            log.warning(
-                "job %s %s attempt %s/%s failed in %.1f ms, retrying in %.1f s: %s",
-                job.id,
-                job.task,
-                job.attempt,
-                job.max_attempts,
-                duration * 1000,
-                retry_in,
-                error["error"],
-            )
-            return Outcome(job, "retry", duration, error=error, retry_in=retry_in)
-        log.error(
-            "job %s %s attempt %s/%s failed in %.1f ms, giving up: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            duration * 1000,
-            error["error"],
-        )
-        return Outcome(job, "failed", duration, error=error)
-
-
-def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
-    """The outcome of an attempt stopped because its cancellation was requested."""
-    error = {
-        "attempt": job.attempt,
-        "at": datetime.now(timezone.utc).isoformat(),
-        "kind": "cancelled",
-        "error": "cancelled on request",
-        "traceback": "",
-    }
-    return Outcome(job, "cancelled", duration, error=error)
+        kind = "result" if isinstance(exc, ResultError) else "error"
+        policy = self._retry_policy(job.task) if retryable else None
+        return failed(job, exc, time.monotonic() - started, policy, kind)
 
 
 class StartedLateError(Exception):
@@ -441,34 +384,3 @@ async def _within(running: Any, timeout: timedelta | None) -> Any:
         raise JobTimeoutError(
             f"the job ran longer than its timeout of {timeout.total_seconds():g} s"
         ) from None
-
-
-def _error_record(job: ClaimedJob, exc: BaseException, kind: str = "error") -> dict[str, Any]:
-    return {
-        "attempt": job.attempt,
-        "at": datetime.now(timezone.utc).isoformat(),
-        "kind": kind,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "worker": job.worker_id,
-        "error": describe(exc),
-        "traceback": _traceback(exc),
-    }
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message`, even when the exception's own str() raises."""
-    name = type(exc).__qualname__
-    try:
-        text = str(exc)
-    except Exception:
-        text = "<str() of this exception raised>"
-    text = text.replace("\x00", "\\x00")
-    return f"{name}: {text}" if text else name
-
-
-def _traceback(exc: BaseException) -> str:
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except Exception:
-        text = describe(exc)
-    return text.replace("\x00", "\\x00")[-_TRACEBACK_LIMIT:]

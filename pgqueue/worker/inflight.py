@@ -31,8 +31,9 @@ from pgqueue.store.plan import AsyncConn
 from pgqueue.store.workflows import write_progress
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.events import Bus, CancelRequested
-from pgqueue.worker.executor import Executor, cancelled
+from pgqueue.worker.executor import Executor
 from pgqueue.worker.observe import Observers
+from pgqueue.worker.outcome import cancelled
 
 log = logging.getLogger("pgqueue.worker")
 
