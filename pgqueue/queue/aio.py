@@ -77,11 +77,11 @@ if TYPE_CHECKING:
     from pgqueue.queue.base import (
         AsyncConn,
         _ContextFirst,
-        _JobFilters,
         _PeriodicOptions,
         _TaskOptions,
         _WithContext,
     )
+    from pgqueue.queue.plans import _JobFilters
 
 
 class AsyncQueue(_Base):

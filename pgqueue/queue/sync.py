@@ -56,7 +56,8 @@ from pgqueue.workflow import Flow, OnFailure
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from pgqueue.queue.base import Conn, _JobFilters
+    from pgqueue.queue.base import Conn
+    from pgqueue.queue.plans import _JobFilters
 
 
 class Queue(_Base):
