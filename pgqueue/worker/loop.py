@@ -2,9 +2,9 @@
 be claimable.
 
 Owns: the cadence of claims: what the loop knows of the work waiting (whether more may be
-claimable, the wake-ups heard, when a claim last came back short, how many jobs the recent
-claims found and whether that makes the worker steady, whether burst mode has claimed from
-the floor since work was found); the atomic lanes' tasks; and the way out at a stop: the
+claimable, the wake-ups heard, when a claim last came back short, its pace (pace.py:
+whether the recent claims make the worker steady), whether burst mode has claimed from the
+floor since work was found); the atomic lanes' tasks; and the way out at a stop: the
 grace running jobs and lanes get, then their cancellation. The jobs it claims run in flight
 (inflight.py), which puts back what the stop left unfinished.
 
@@ -17,7 +17,7 @@ Invariants:
   rest, so wake-ups arriving faster than that share one claim; a claim after a quiet spell or
   after a full one (a backlog) runs at once. Wake-ups heard during the wait are not lost: the
   claim that follows it sees their jobs.
-- Steady mode: while the claims of the last STEADY_WINDOW found a job or more per cooldown,
+- Steady mode (pace.py): while the recent claims found a job or more per cooldown,
   the loop claims every cooldown without waiting for a wake-up, and asks not to be woken for
   new jobs (interest.py); it leaves when a window it spent claiming found less than half a
   job per cooldown, and asks for them again. Either ask is made as soon as the mode changes,
@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 
 from pgqueue.models import WorkerSettings
 from pgqueue.store.jobs import JobsStore
@@ -55,11 +54,9 @@ from pgqueue.worker.events import (
 )
 from pgqueue.worker.inflight import InFlight
 from pgqueue.worker.interest import Skip, WakeInterest
+from pgqueue.worker.pace import Pace
 
 log = logging.getLogger("pgqueue.worker")
-
-# Seconds over which a worker judges how fast jobs arrive, to enter or leave steady mode.
-STEADY_WINDOW = 0.05
 
 
 class Stop:
@@ -110,13 +107,13 @@ class FetchLoop:
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self._short_at = time.monotonic()  # when a claim round last found less than it asked
         self._claimed_at = -1e9  # when the last claim round began, if it came back short
-        # Steady mode: jobs found per claim round over the last STEADY_WINDOW, whether the
-        # worker polls every claim_cooldown instead of being woken for each new job, and
-        # when its next such claim is due.
-        self._found: deque[tuple[float, int]] = deque()
-        self.steady = False
-        self.steady_spells = 0
-        self._steady_claim_at = 0.0
+        # Whether the worker claims every claim_cooldown instead of being woken for each new
+        # job (steady mode), judged only where it can ask not to be woken.
+        self.pace = Pace(
+            interest is not None
+            and settings.claim_cooldown.total_seconds() > 0
+            and settings.quiet_after is not None
+        )
         self._wake = inflight.ended  # a job ending wakes the loop too
         self._atomic_wake = asyncio.Event()
         self._subscribe(events)
@@ -147,7 +144,7 @@ class FetchLoop:
             now = time.monotonic()
             if now >= next_poll or self.claimer.room_due(now):
                 self._maybe_more = True
-            if self.steady and now >= self._steady_claim_at:
+            if self.pace.steady and now >= self.pace.claim_at:
                 self._maybe_more = True  # nobody announces new jobs to a steady worker
             if self.claimer.promotion_due(now) and await self.claimer.promote():
                 self._maybe_more = True
@@ -174,7 +171,7 @@ class FetchLoop:
                 if not full:
                     self._short_at = time.monotonic()
                 self._claimed_at = -1e9 if full else began
-                self._judge_steady(began, len(jobs), full, cooldown)
+                self.pace.judge(began, len(jobs), full, cooldown)
             elif now >= next_poll:
                 # Every slot is busy: the poll is made when one frees (a job ending wakes the
                 # loop), and sleeping until a poll time already past would spin.
@@ -188,7 +185,7 @@ class FetchLoop:
                 # not reach the ask made before sleeping for as long as the stream lasts.
                 if (
                     self.interest is not None
-                    and self.steady != bool(self.claimer.steady)
+                    and self.pace.steady != bool(self.claimer.steady)
                     and await self._ask()
                 ):
                     self._maybe_more = True
@@ -198,8 +195,8 @@ class FetchLoop:
             wake_at = min(next_poll, self.claimer.next_wake())
             if self.interest is not None and (check := self.interest.next_check()) is not None:
                 wake_at = min(wake_at, check)
-            if self.steady and len(self.running) < s.concurrency:
-                wake_at = min(wake_at, self._steady_claim_at)
+            if self.pace.steady and len(self.running) < s.concurrency:
+                wake_at = min(wake_at, self.pace.claim_at)
             await self._sleep(wake_at - time.monotonic())
 
     async def _ask_for_wakes(self) -> bool:
@@ -233,7 +230,7 @@ class FetchLoop:
         skip: dict[str, Skip | None] = {}
         steady: set[str] = set()
         for queue in s.queues:
-            found = self.claimer.wake_range(queue) if busy or self.steady else None
+            found = self.claimer.wake_range(queue) if busy or self.pace.steady else None
             skip[queue] = None
             if found is not None and busy:
                 skip[queue] = (*found, False)
@@ -243,36 +240,6 @@ class FetchLoop:
         # Rewinds are armed before the rows that make them needed are written.
         self.claimer.steady = steady
         return await self.interest.ask(skip)
-
-    def _judge_steady(self, began: float, found: int, full: bool, cooldown: float) -> None:
-        """Enter or leave steady mode after a claim round that began at `began`.
-
-        While jobs arrive at one or more per claim_cooldown, the worker would claim every
-        cooldown anyway (the wake-ups between share one claim), and each wake-up only costs
-        the application's commit the database-wide notification lock. So it claims every
-        cooldown on its own, and its rows skip new jobs' wake-ups; below half that rate
-        each claim would find less than a job, and it asks for them again (a widening,
-        interest.py). Only a window the worker spent claiming, ending in a short claim, is
-        judged: after a stall (its process starved of CPU, a slow statement) the few claims
-        in the window say nothing of the jobs arriving."""
-        found_in = self._found
-        found_in.append((began, found))
-        while found_in and found_in[0][0] < began - STEADY_WINDOW:
-            found_in.popleft()
-        if self.interest is None or cooldown <= 0 or self.settings.quiet_after is None:
-            return
-        per_cooldown = sum(n for _, n in found_in) * cooldown / STEADY_WINDOW
-        if not self.steady and per_cooldown >= 1:
-            self.steady = True
-            self.steady_spells += 1
-        elif (
-            self.steady
-            and per_cooldown < 0.5
-            and not full
-            and len(found_in) * cooldown >= STEADY_WINDOW / 2
-        ):
-            self.steady = False
-        self._steady_claim_at = began + cooldown
 
     async def _burst_done(self) -> bool:
         """In burst mode: nothing running, nothing claimable, nothing due to promote.
