@@ -16,15 +16,19 @@ hook raises ConfigurationError.
 
 Around a worker: a `JobObserver` is told of each job a worker starts and finishes
 (`AttemptOutcome`, the public face of the worker's outcome) and of each claim, and, with a
-`step_event` method, of each durable call (`StepEvent`); an `ObservedWorker` is what metrics
-read of a worker (`pgqueue.Worker` is one). Metrics (pgqueue/metrics.py), traces
-(pgqueue/tracing.py) and the worker's own log (pgqueue/worker/observe.py) are observers, so
-none of them needs to import the worker's runtime.
+`step_event` method, of each durable call (`StepEvent`); a `JobMiddleware` wraps each
+attempt's handler (`Worker(middleware=[...])`), where an observer only watches; an
+`ObservedWorker` is what metrics read of a worker (`pgqueue.Worker` is one). Metrics
+(pgqueue/metrics.py), traces (pgqueue/tracing.py) and the worker's own log
+(pgqueue/worker/observe.py) are observers, so none of them needs to import the worker's
+runtime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,7 +50,12 @@ class EnqueueHook(Protocol):
     def enqueue(self, batch: Sequence[NewJob]) -> AbstractContextManager[list[int]]:
         """A context entered before `batch` is stored, in the caller's thread and context,
         and exited after: it yields a list that holds the jobs' ids, in order, once they are
-        stored (empty if storing them raised, which then propagates through it)."""
+        stored (empty if storing them raised, which then propagates through it).
+
+        A hook that also has a `carrier()` method gives the stored jobs' rows their trace
+        context: called inside this context, before the jobs are stored, it returns the
+        context as W3C trace context's fields (a dict of strings) or None. Of several such
+        hooks, the innermost gives it."""
         ...
 
 
@@ -116,30 +125,48 @@ def enqueue_hooks(given: Sequence[EnqueueHook]) -> tuple[EnqueueHook, ...]:
     return tuple(hook for i, hook in enumerate(given) if hook not in given[:i])
 
 
+class Enqueuing:
+    """One enqueue call inside its hooks: the caller stores the jobs with `trace_context`
+    (JSON text for the rows' trace_context column, or None), then puts their ids in `ids`,
+    in order, before the hooks exit."""
+
+    __slots__ = ("ids", "trace_context")
+
+    def __init__(self, trace_context: str | None) -> None:
+        self.ids: list[int] = []
+        self.trace_context = trace_context
+
+
 def enqueuing(
     batch: Sequence[NewJob], own: tuple[EnqueueHook, ...] = ()
-) -> AbstractContextManager[list[int]] | None:
+) -> AbstractContextManager[Enqueuing] | None:
     """The registered enqueue hooks around `batch`, then a queue's `own`, each inside the
-    ones before it, as one context whose list the caller fills with the stored jobs' ids;
-    None when there is no hook. A hook both registered and a queue's runs once, as registered."""
+    ones before it, as one context; None when there is no hook. A hook both registered and a
+    queue's runs once, as registered."""
     around = _enqueue_hooks
     if own:
         around += tuple(hook for hook in own if hook not in _enqueue_hooks)
     if not around:
         return None
-    if len(around) == 1:
-        return around[0].enqueue(batch)
     return _nested(around, batch)
 
 
 @contextmanager
-def _nested(hooks: Sequence[EnqueueHook], batch: Sequence[NewJob]) -> Iterator[list[int]]:
+def _nested(hooks: Sequence[EnqueueHook], batch: Sequence[NewJob]) -> Iterator[Enqueuing]:
     with ExitStack() as stack:
         seen = [stack.enter_context(hook.enqueue(batch)) for hook in hooks]
-        ids: list[int] = []
-        yield ids
+        call = Enqueuing(_carried(hooks))
+        yield call
         for each in seen:
-            each.extend(ids)
+            each.extend(call.ids)
+
+
+def _carried(hooks: Sequence[EnqueueHook]) -> str | None:
+    for hook in reversed(hooks):
+        carrier = getattr(hook, "carrier", None)
+        if carrier is not None and (found := carrier()) is not None:
+            return json.dumps(found)
+    return None
 
 
 def adapter_for(conn: object) -> ConnectionAdapter | None:
@@ -204,6 +231,37 @@ class JobObserver(Protocol):
     def job_finished(self, job: ClaimedJob, outcome: AttemptOutcome) -> None: ...
 
     def claimed(self, seconds: float, jobs: int) -> None: ...
+
+
+class JobMiddleware(Protocol):
+    """Around each attempt of a job in a worker: an `async` callable taking the claimed job
+    and `call_next`, which runs the rest of the chain (the next middleware, and last the
+    handler) and returns the handler's result or raises its exception. What the middleware
+    returns is the attempt's result; what it raises ends the attempt as the handler's
+    exception would (a retry under the task's policy, a `Snooze`...). It may run code
+    before and after, catch what `call_next` raises, not call it (the handler does not run),
+    or call it again (the handler runs again, in the same attempt). The first middleware of
+    the list is the outermost."""
+
+    def __call__(
+        self, job: ClaimedJob, call_next: Callable[[], Awaitable[Any]]
+    ) -> Awaitable[Any]: ...
+
+
+def job_middleware(given: Sequence[JobMiddleware]) -> tuple[JobMiddleware, ...]:
+    """A worker's middleware, checked, in order; ConfigurationError for one that is not an
+    async callable."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ConfigurationError(f"middleware= takes a list of job middleware, got {given!r}")
+    for each in given:
+        if not callable(each) or not (
+            inspect.iscoroutinefunction(each) or inspect.iscoroutinefunction(each.__call__)
+        ):
+            raise ConfigurationError(
+                f"{each!r} is not job middleware: middleware= takes async callables "
+                "(job, call_next) (pgqueue.hooks.JobMiddleware)"
+            )
+    return tuple(given)
 
 
 @dataclass(frozen=True, slots=True)

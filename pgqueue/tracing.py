@@ -21,7 +21,6 @@ application's choice, configured as OpenTelemetry documents.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +31,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pgqueue import hooks
 from pgqueue.hooks import AttemptOutcome, StepEvent, outcome_name
 from pgqueue.models import ClaimedJob, NewJob
-from pgqueue.store.jobs import trace_context
 
 SYSTEM = "pgqueue"
 
@@ -43,7 +41,7 @@ def _tracer(provider: trace.TracerProvider | None) -> trace.Tracer:
 
 class EnqueueSpans:
     """The enqueue hook (pgqueue.hooks.EnqueueHook) that `instrument()` registers: a PRODUCER
-    span around each enqueue call, whose context the jobs' rows carry."""
+    span around each enqueue call, whose context the jobs' rows carry (its `carrier`)."""
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
@@ -65,16 +63,16 @@ class EnqueueSpans:
         with self.tracer.start_as_current_span(
             f"enqueue {destination}", kind=SpanKind.PRODUCER, attributes=attributes
         ) as span:
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier)
-            token = trace_context.set(json.dumps(carrier))
             ids: list[int] = []
-            try:
-                yield ids
-            finally:
-                trace_context.reset(token)
+            yield ids
             if len(ids) == 1:
                 span.set_attribute("messaging.message.id", str(ids[0]))
+
+    def carrier(self) -> dict[str, str]:
+        """The current context, inside `enqueue`'s span: that span's, for the jobs' rows."""
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+        return carrier
 
 
 # The hook `instrument()` registered, which `uninstrument()` takes away.

@@ -77,11 +77,11 @@ if TYPE_CHECKING:
     from pgqueue.queue.base import (
         AsyncConn,
         _ContextFirst,
-        _JobFilters,
         _PeriodicOptions,
         _TaskOptions,
         _WithContext,
     )
+    from pgqueue.queue.plans import _JobFilters
 
 
 class AsyncQueue(_Base):
@@ -162,19 +162,21 @@ class AsyncQueue(_Base):
         hooked = hooks.enqueuing(batch, self.enqueue_hooks)
         if hooked is None:
             return await self._store(batch, conn)
-        with hooked as seen:
-            seen.extend(ids := await self._store(batch, conn))
+        with hooked as call:
+            call.ids.extend(ids := await self._store(batch, conn, call.trace_context))
             return ids
 
-    async def _store(self, batch: Sequence[NewJob], conn: AsyncConn | None) -> list[Enqueued]:
+    async def _store(
+        self, batch: Sequence[NewJob], conn: AsyncConn | None, traced: str | None = None
+    ) -> list[Enqueued]:
         async with self._connection(conn) as c:
             if jobs_store.keyed(batch):
-                return await run_async(c, self._enqueue_plan(batch))
+                return await run_async(c, self._enqueue_plan(batch, traced))
             if bulk.copyable(batch, c):
                 limit = self.settings.max_payload_bytes
-                return await jobs_store.copy_in_async(c, batch, self.schema, limit)
+                return await jobs_store.copy_in_async(c, batch, self.schema, limit, traced)
             own = conn is None and self._borrow is None
-            statement, params = self._insert(batch, alone=own or _alone(c))
+            statement, params = self._insert(batch, own or _alone(c), traced)
             async with psycopg.AsyncCursor(c) as cur:  # see pgqueue.store.plan.run
                 return jobs_store.enqueued(await (await cur.execute(statement, params)).fetchall())
 

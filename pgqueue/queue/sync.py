@@ -56,7 +56,8 @@ from pgqueue.workflow import Flow, OnFailure
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from pgqueue.queue.base import Conn, _JobFilters
+    from pgqueue.queue.base import Conn
+    from pgqueue.queue.plans import _JobFilters
 
 
 class Queue(_Base):
@@ -101,18 +102,21 @@ class Queue(_Base):
         hooked = hooks.enqueuing(batch, self.enqueue_hooks)
         if hooked is None:
             return self._store(batch, conn)
-        with hooked as seen:
-            seen.extend(ids := self._store(batch, conn))
+        with hooked as call:
+            call.ids.extend(ids := self._store(batch, conn, call.trace_context))
             return ids
 
-    def _store(self, batch: Sequence[NewJob], conn: Conn | None) -> list[Enqueued]:
+    def _store(
+        self, batch: Sequence[NewJob], conn: Conn | None, traced: str | None = None
+    ) -> list[Enqueued]:
         with self._connection(conn) as c:
             if jobs_store.keyed(batch):
-                return run(c, self._enqueue_plan(batch))
+                return run(c, self._enqueue_plan(batch, traced))
             if bulk.copyable(batch, c):
-                return jobs_store.copy_in(c, batch, self.schema, self.settings.max_payload_bytes)
+                limit = self.settings.max_payload_bytes
+                return jobs_store.copy_in(c, batch, self.schema, limit, traced)
             own = conn is None and self._borrow is None
-            statement, params = self._insert(batch, alone=own or _alone(c))
+            statement, params = self._insert(batch, own or _alone(c), traced)
             with psycopg.Cursor(c) as cur:  # see pgqueue.store.plan.run
                 return jobs_store.enqueued(cur.execute(statement, params).fetchall())
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -69,10 +68,6 @@ from pgqueue.wakeup import Position
 # A concurrent enqueue that commits the same key while ours waits is invisible to our
 # statement's snapshot; each further round takes a new one. Two rounds settle any race that
 # does not keep recurring; the bound only stops a pathological loop.
-# The trace context the enqueue statements store in each job's row (JSON text): set by
-# pgqueue/tracing.py around an enqueue while tracing is on, None otherwise.
-trace_context: ContextVar[str | None] = ContextVar("pgqueue_trace_context", default=None)
-
 DEDUPE_ROUNDS = 20
 # Rounds of job_cancel while the row is locked by a claim or completion in flight (those take
 # milliseconds), a short pause apart: about a second in all before giving up.
@@ -90,6 +85,7 @@ def insert(
     *,
     alone: bool = False,
     vtimes: Sequence[float | None] | None = None,
+    trace_context: str | None = None,
 ) -> Step:
     """The job_insert statement and its parameters for a batch of validated jobs; for one
     job, a single-row insert: job_insert_one when it is its transaction's only statement
@@ -99,7 +95,8 @@ def insert(
 
     Raises InvalidArgumentsError, naming the job and its size, if one job's arguments are
     larger than max_payload_bytes; nothing is stored. `vtimes` are the fair jobs' virtual
-    start times (fairness.stamp_plan), None for the others.
+    start times (fairness.stamp_plan), None for the others. `trace_context` (JSON text, the
+    enqueue hooks' `Enqueuing.trace_context`) is stored in every job's row.
     """
     for job in jobs:
         if job.atomic:
@@ -107,7 +104,7 @@ def insert(
     # A job with several limit keys or a fairness key takes job_insert even alone: only it
     # stores them.
     if len(jobs) == 1 and jobs[0].options.limits is None and vtimes is None:
-        return _insert_one(jobs[0], schema, max_payload_bytes, alone=alone)
+        return _insert_one(jobs[0], schema, max_payload_bytes, alone, trace_context)
     if vtimes is None:
         rows = encode_rows([j.as_row() for j in jobs])
     else:
@@ -115,17 +112,19 @@ def insert(
     if max_payload_bytes is not None and len(rows) > max_payload_bytes:
         _refuse_huge(jobs, max_payload_bytes)  # only now is it worth sizing each job
     params = {"jobs": rows, "now": None, "channel": channel(schema)}
-    return statement("job_insert", schema), params | {"trace_context": trace_context.get()}
+    return statement("job_insert", schema), params | {"trace_context": trace_context}
 
 
-def _insert_one(job: NewJob, schema: str, max_payload_bytes: int | None, *, alone: bool) -> Step:
+def _insert_one(
+    job: NewJob, schema: str, max_payload_bytes: int | None, alone: bool, trace_context: str | None
+) -> Step:
     """A single job's insert: typed parameters, no JSON batch to unpack."""
     params = job.as_row()
     params["args"] = args = encode_args(job)
     if max_payload_bytes is not None and len(args) > max_payload_bytes:
         _refuse_huge([job], max_payload_bytes)
     params["now"] = None
-    params["trace_context"] = trace_context.get()
+    params["trace_context"] = trace_context
     return statement("job_insert_one" if alone else "job_insert_single", schema), params
 
 
@@ -168,25 +167,34 @@ def _copy_ids(rows: Rows) -> list[int]:
 
 
 def copy_in(
-    conn: SyncConn, jobs: Sequence[NewJob], schema: str, limit: int | None
+    conn: SyncConn,
+    jobs: Sequence[NewJob],
+    schema: str,
+    limit: int | None,
+    trace_context: str | None = None,
 ) -> list[Enqueued]:
     """Store a batch bulk.copyable accepts through COPY: job_id_reserve takes the ids first
-    (COPY cannot return them), job_copy streams the rows with those ids, and job_wake names
-    each queue's lowest (priority, id), as job_insert's wake-up does. Ids in the order given."""
+    (COPY cannot return them), job_copy streams the rows with those ids (and `trace_context`,
+    as `insert` stores it), and job_wake names each queue's lowest (priority, id), as
+    job_insert's wake-up does. Ids in the order given."""
     with _copy_transaction(conn), conn.cursor(row_factory=tuple_row) as cur:
         with conn.pipeline():  # the server takes the ids while the batch is rendered
             cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
             batch = Batch.of(jobs, limit)
             ids = _copy_ids(cur.fetchall())
-        traced = trace_context.get()
-        with cur.copy(query("job_copy_traced" if traced else "job_copy", schema)) as copy:
-            copy.write(batch.copy_text(ids, traced))
+        traced = query("job_copy_traced" if trace_context else "job_copy", schema)
+        with cur.copy(traced) as copy:
+            copy.write(batch.copy_text(ids, trace_context))
         cur.execute(statement("job_wake", schema), batch.wake_params(ids))
     return [Enqueued(i) for i in ids]
 
 
 async def copy_in_async(
-    conn: AsyncConn, jobs: Sequence[NewJob], schema: str, limit: int | None
+    conn: AsyncConn,
+    jobs: Sequence[NewJob],
+    schema: str,
+    limit: int | None,
+    trace_context: str | None = None,
 ) -> list[Enqueued]:
     """`copy_in` on an async connection."""
     async with _copy_transaction(conn), conn.cursor(row_factory=tuple_row) as cur:
@@ -194,9 +202,9 @@ async def copy_in_async(
             await cur.execute(statement("job_id_reserve", schema), {"n": len(jobs)})
             batch = Batch.of(jobs, limit)
             ids = _copy_ids(await cur.fetchall())
-        traced = trace_context.get()
-        async with cur.copy(query("job_copy_traced" if traced else "job_copy", schema)) as copy:
-            await copy.write(batch.copy_text(ids, traced))
+        traced = query("job_copy_traced" if trace_context else "job_copy", schema)
+        async with cur.copy(traced) as copy:
+            await copy.write(batch.copy_text(ids, trace_context))
         await cur.execute(statement("job_wake", schema), batch.wake_params(ids))
     return [Enqueued(i) for i in ids]
 
@@ -216,23 +224,33 @@ def keyed(jobs: Sequence[NewJob]) -> bool:
 
 
 def enqueue_plan(
-    jobs: Sequence[NewJob], schema: str, max_payload_bytes: int | None
+    jobs: Sequence[NewJob],
+    schema: str,
+    max_payload_bytes: int | None,
+    trace_context: str | None = None,
 ) -> Plan[list[Enqueued]]:
     """Insert jobs; those with a dedupe key may resolve to an existing job. Ids come back in
-    the order given. Jobs without a key take job_insert unchanged."""
+    the order given. Jobs without a key take job_insert unchanged. `trace_context` as
+    `insert` takes it."""
     out: list[Enqueued | None] = [None] * len(jobs)
     vtimes = yield from fairness.stamp_plan(jobs, schema)
     plain = [i for i, job in enumerate(jobs) if job.options.dedupe_key is None]
     if plain:
         fair = None if not fairness.fair(jobs) else [vtimes[i] for i in plain]
-        rows = yield insert([jobs[i] for i in plain], schema, max_payload_bytes, vtimes=fair)
+        rows = yield insert(
+            [jobs[i] for i in plain],
+            schema,
+            max_payload_bytes,
+            vtimes=fair,
+            trace_context=trace_context,
+        )
         for i, job_id in zip(plain, enqueued(rows), strict=True):
             out[i] = job_id
     with_key = {i: job for i, job in enumerate(jobs) if job.options.dedupe_key is not None}
     if with_key:
         # The size check, before anything is sent.
         insert(list(with_key.values()), schema, max_payload_bytes)
-        resolved = yield from _insert_keyed(with_key, schema, vtimes)
+        resolved = yield from _insert_keyed(with_key, schema, vtimes, trace_context)
         for i, job_id in resolved.items():
             out[i] = job_id
     assert all(item is not None for item in out)
@@ -250,7 +268,10 @@ class Unique:
 
 
 def _insert_keyed(
-    pending: dict[int, NewJob], schema: str, vtimes: Sequence[float | None]
+    pending: dict[int, NewJob],
+    schema: str,
+    vtimes: Sequence[float | None],
+    trace_context: str | None,
 ) -> Plan[dict[int, Enqueued]]:
     done: dict[int, Enqueued] = {}
     for _ in range(DEDUPE_ROUNDS):
@@ -264,7 +285,7 @@ def _insert_keyed(
                     [job.as_row() | {"ord": i, "vtime": vtimes[i]} for i, job in pending.items()]
                 ),
                 "now": None,
-                "trace_context": trace_context.get(),
+                "trace_context": trace_context,
             },
         )
         got = {row.ord: (row.id, row.created) for row in rows_as(Unique, rows)}

@@ -18,7 +18,7 @@ from pgqueue.errors import JobNotFoundError, JobStateError
 from pgqueue.models import EnqueuedWorkflow, JobStatus, Workflow, WorkflowJob
 from pgqueue.queries import query
 from pgqueue.store import fairness
-from pgqueue.store.jobs import reserve_ids_plan, trace_context
+from pgqueue.store.jobs import reserve_ids_plan
 from pgqueue.store.plan import AsyncConn, Plan, execute, rows_as
 from pgqueue.tenants import check_keyed_atomic
 from pgqueue.workflow import Node
@@ -104,7 +104,7 @@ def enqueue_plan(
     params = {"jobs": encode_rows(jobs), "edges": encode_json(edges), "workflow": workflow}
     yield (
         query("workflow_insert", schema),
-        params | {"now": None, "trace_context": trace_context.get()},
+        params | {"now": None, "trace_context": None},  # no enqueue hook runs around a workflow
     )
     return EnqueuedWorkflow(id=workflow, job_ids=ids)
 

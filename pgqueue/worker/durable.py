@@ -5,7 +5,7 @@ and the replay: the n-th durable call of a handler (`ctx.step`, `ctx.sleep`,
 `ctx.wait_for_signal` and their async twins) returns what the n-th recorded one recorded,
 without running again, or runs and records. The logic of each call is written once, as a
 generator of effects (run a plan, call the function, end or roll back a segment) that a sync
-and an async driver carry out; the only place the twins differ.
+and an async driver carry out (effects.py); the only place the twins differ.
 
 Guarantees. A lease job's step records its result in a short transaction right after its
 function returns (together with the records its worker's other jobs reach meanwhile), and
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -49,10 +49,10 @@ from pgqueue.hooks import StepEvent
 from pgqueue.models import LONGEST_WAIT, ClaimedJob, duration
 from pgqueue.registry import CancelSignal, Snooze
 from pgqueue.steps import KEY_MAX, check_label
-from pgqueue.store.plan import Plan
 from pgqueue.store.signals import park_plan, take_plan, timeout_plan, wait_read_plan
 from pgqueue.store.steps import Journal, Recorded, StepRecord, read_plan, record_plan
 from pgqueue.worker.checkpoints import Backend, JobLostError
+from pgqueue.worker.effects import DISCARD, Call, End, Flow, Record, Run, adrive, drive
 from pgqueue.worker.observe import Observers
 
 T = TypeVar("T")
@@ -73,46 +73,6 @@ class Parked(Snooze):
 
     def __init__(self) -> None:
         super().__init__(0)
-
-
-# -- the effects a durable call asks for ------------------------------------------------------
-
-
-class _Run:
-    __slots__ = ("make",)
-
-    def __init__(self, make: Callable[[], Plan[Any]]) -> None:
-        self.make = make
-
-
-class _Record(_Run):
-    """Make a step's record: in the job's transaction (atomic jobs, `make`), or together
-    with other jobs' records (lease jobs, `record`)."""
-
-    __slots__ = ("record",)
-
-    def __init__(self, make: Callable[[], Plan[Any]], record: StepRecord) -> None:
-        super().__init__(make)
-        self.record = record
-
-
-class _Call:
-    __slots__ = ("args", "fn", "kwargs")
-
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-
-
-class _End:
-    __slots__ = ("relock",)
-
-    def __init__(self, relock: bool) -> None:
-        self.relock = relock
-
-
-_DISCARD = object()
-Effect = Any  # _Run (_Record), _Call, _End or _DISCARD
-Flow = Generator[Effect, Any, T]
 
 
 class Durable:
@@ -150,65 +110,17 @@ class Durable:
         self.loaded_at = 0.0
         self.seq = 0
 
-    # -- the drivers ------------------------------------------------------------------------
+    # -- the drivers (effects.py) ---------------------------------------------------------
 
     def drive(self, flow: Flow[T]) -> T:
         """Carry out a flow's effects in this thread (a `def` handler)."""
         if self.cancel is not None and self.cancel.requested:
             raise CancelRequested(f"job {self.job.id}: cancellation was requested")
-        try:
-            effect = next(flow)
-            while True:
-                try:
-                    value = self._carry_out(effect)
-                except BaseException as exc:  # the flow sees it where it asked (a step's span)
-                    effect = flow.throw(exc)
-                    continue
-                effect = flow.send(value)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-
-    def _carry_out(self, effect: Effect) -> Any:
-        if isinstance(effect, _Record):
-            return self.backend.record(effect.make, effect.record)
-        if isinstance(effect, _Run):
-            return self.backend.run(effect.make)
-        if isinstance(effect, _Call):
-            return effect.fn(*effect.args, **effect.kwargs)
-        if isinstance(effect, _End):
-            self.backend.end(effect.relock)
-        else:
-            self.backend.discard()
-        return None
+        return drive(flow, self.backend)
 
     async def adrive(self, flow: Flow[T]) -> T:
         """Carry out a flow's effects on the event loop (an `async def` handler)."""
-        try:
-            effect = next(flow)
-            while True:
-                try:
-                    value = await self._acarry_out(effect)
-                except BaseException as exc:
-                    effect = flow.throw(exc)
-                    continue
-                effect = flow.send(value)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-
-    async def _acarry_out(self, effect: Effect) -> Any:
-        if isinstance(effect, _Record):
-            return await self.backend.arecord(effect.make, effect.record)
-        if isinstance(effect, _Run):
-            return await self.backend.arun(effect.make)
-        if isinstance(effect, _Call):
-            return await effect.fn(*effect.args, **effect.kwargs)
-        if isinstance(effect, _End):
-            await self.backend.aend(effect.relock)
-        else:
-            await self.backend.adiscard()
-        return None
+        return await adrive(flow, self.backend)
 
     # -- what JobContext calls --------------------------------------------------------------
 
@@ -260,12 +172,12 @@ class Durable:
         """ctx.step: the recorded result, or run `fn` and record what it returns."""
         recorded = yield from self._expect(name, "step")
         if recorded is not None:
-            yield _DISCARD
+            yield DISCARD
             return recorded.result
         seq, started, clock = self.seq, _now(), time.monotonic()
         self._tell(seq, name, "step", "started")
         try:
-            value = yield _Call(fn, args, kwargs)
+            value = yield Call(fn, args, kwargs)
             try:
                 encoded = step_json(value, self.max_bytes)
             except ValueError as exc:
@@ -282,7 +194,7 @@ class Durable:
             self._tell(seq, name, "step", "failed", duration=took, error=exc)
             raise
         self._tell(seq, name, "step", "recorded", duration=time.monotonic() - clock)
-        yield _End(True)
+        yield End(True)
         return done.result
 
     def sleep_flow(self, name: str, seconds: float | None, until: datetime | None) -> Flow[None]:
@@ -297,9 +209,9 @@ class Durable:
             recorded = self._settled(found, step)
             now = found[1]
             self._tell(seq, name, "sleep", "recorded", until=_until_at(recorded))
-            yield _End(True)
+            yield End(True)
         else:
-            yield _DISCARD
+            yield DISCARD
             assert self.journal is not None
             now = self.journal.now + timedelta(seconds=time.monotonic() - self.loaded_at)
         left = _until(recorded) - now.timestamp()
@@ -312,28 +224,28 @@ class Durable:
         comes (Parked), or raise SignalTimeoutError once its timeout has passed."""
         recorded = yield from self._expect(name, "signal")
         if recorded is not None:
-            yield _DISCARD
+            yield DISCARD
             return _delivered(recorded, key)
         seq, started, job, schema = self.seq, _now(), self.job, self.schema
-        taken = yield _Run(lambda: take_plan(schema, job, seq, name, key, started))
+        taken = yield Run(lambda: take_plan(schema, job, seq, name, key, started))
         if taken is not None:
             self._tell(seq, name, "signal", "recorded", key=key)
-            yield _End(True)
+            yield End(True)
             return _delivered(taken, key)
-        wait = yield _Run(lambda: wait_read_plan(schema, job.id, seq))
+        wait = yield Run(lambda: wait_read_plan(schema, job.id, seq))
         if wait is not None and wait[0] is not None and wait[0] <= wait[1]:
-            timed_out = yield _Run(lambda: timeout_plan(schema, job, seq, name, started))
+            timed_out = yield Run(lambda: timeout_plan(schema, job, seq, name, started))
             if timed_out is None:
                 raise JobLostError(f"job {job.id} is no longer this worker's")
             self._tell(seq, name, "signal", "timed out", key=key, until=wait[0])
-            yield _End(True)
+            yield End(True)
             return _delivered(timed_out, key)
         # Parking rolls back what the handler wrote since its last record: the job runs this
         # part again once the signal is there, and records the wait then.
-        yield _DISCARD
+        yield DISCARD
         longest = LONGEST_WAIT.total_seconds()
-        parked = yield _Run(lambda: park_plan(schema, job, seq, key, timeout, longest))
-        yield _End(not parked)
+        parked = yield Run(lambda: park_plan(schema, job, seq, key, timeout, longest))
+        yield End(not parked)
         if parked:
             until = None if timeout is None else _now() + timedelta(seconds=timeout)
             if wait is not None:
@@ -344,8 +256,8 @@ class Durable:
         # ours. Run again at once: the next attempt takes the signal (or ends as cancelled).
         raise Snooze(0)
 
-    def _record(self, record: StepRecord) -> _Record:
-        return _Record(lambda: record_plan(self.schema, record), record)
+    def _record(self, record: StepRecord) -> Record:
+        return Record(lambda: record_plan(self.schema, record), record)
 
     # -- the replay -------------------------------------------------------------------------
 
@@ -354,7 +266,7 @@ class Durable:
         under another name or kind."""
         if self.journal is None:
             job_id, schema = self.job.id, self.schema
-            self.journal = yield _Run(lambda: read_plan(schema, job_id))
+            self.journal = yield Run(lambda: read_plan(schema, job_id))
             self.loaded_at = time.monotonic()
         self.seq += 1
         steps = self.journal.steps

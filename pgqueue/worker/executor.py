@@ -18,9 +18,8 @@ import contextvars
 import functools
 import logging
 import time
-import traceback
-from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -32,8 +31,9 @@ from pgqueue.errors import (
     StepResultError,
     UnknownTaskError,
 )
-from pgqueue.models import RATE_START_MARGIN, ClaimedJob, RetryPolicy
-from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze
+from pgqueue.hooks import JobMiddleware
+from pgqueue.models import ClaimedJob, RetryPolicy
+from pgqueue.registry import CancelSignal, JobContext, Progress, Registry, Snooze, Task
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Health
 from pgqueue.values import Unreadable
@@ -45,12 +45,12 @@ from pgqueue.worker.checkpoints import (
     StepRecorder,
 )
 from pgqueue.worker.durable import Durable, Parked
+from pgqueue.worker.middleware import chained, chained_in_thread
 from pgqueue.worker.observe import Observers
-from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.outcome import Outcome, cancelled, failed, late, snoozed
 from pgqueue.worker.threads import Handoff, Threads
 
 log = logging.getLogger("pgqueue.job")
-_TRACEBACK_LIMIT = 16_000
 _DEFAULT_RETRY = RetryPolicy()
 
 
@@ -70,9 +70,11 @@ class Executor:
         schema: str = "pgqueue",
         prepare: bool = True,
         observers: Observers | None = None,
+        middleware: tuple[JobMiddleware, ...] = (),
     ) -> None:
         """`dsn` and `schema`: where lease jobs record their durable steps (durable.py), on
-        a connection opened at the first step; `observers` are told of each step."""
+        a connection opened at the first step; `observers` are told of each step;
+        `middleware` wraps each call of a handler (middleware.py)."""
         self.registry = registry
         self.threads = Threads(max_threads, "pgqueue-job")
         self.max_result_bytes = max_result_bytes
@@ -82,6 +84,7 @@ class Executor:
         )
         self._handoff: Handoff | None = None
         self.observers = observers
+        self.middleware = middleware
 
     async def start(self) -> None:
         """Nothing to start: threads start with the first sync jobs."""
@@ -109,7 +112,9 @@ class Executor:
         started = time.monotonic()
         try:
             task, args, kwargs = self._prepare(job, connection, cancel, progress)
-            if task.is_async:
+            if self.middleware:  # a branch, not a frame, for a worker without any
+                value = await self._wrapped(job, task, args, kwargs, cancel)
+            elif task.is_async:
                 _check_start(job)
                 if cancel is not None:
                     _interrupt_on_request(cancel)
@@ -135,6 +140,33 @@ class Executor:
             return self._cancelled(job, started)
         return self._succeeded(job, value, started)
 
+    def _wrapped(
+        self,
+        job: ClaimedJob,
+        task: Task[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any],
+        cancel: CancelSignal | None,
+    ) -> Awaitable[Any]:
+        """The handler's call inside the middleware, each call of `call_next` a new call of
+        the handler under its timeout, as `run` makes it."""
+        _check_start(job)
+        fn, timeout = task.fn, task.policy.timeout
+        assert fn is not None  # _prepare refuses a task without a handler
+        if task.is_async:
+            if cancel is not None:
+                _interrupt_on_request(cancel)
+            return chained(self.middleware, job, lambda: _call(fn(*args, **kwargs), timeout))
+
+        def in_thread() -> Awaitable[Any]:
+            # The middleware's context too, copied when the handler is called.
+            call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+            if job.start_by is not None:
+                call = functools.partial(_started_in_time, job, call)
+            return _within(self._thread(call), timeout)
+
+        return chained(self.middleware, job, in_thread)
+
     def _thread(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
         """Run `call` in the thread pool; the future has its result or exception."""
         loop = asyncio.get_running_loop()
@@ -151,7 +183,10 @@ class Executor:
         started = time.monotonic()
         try:
             task, args, kwargs = self._prepare(job, connection)
-            value = task.fn(*args, **kwargs)
+            if self.middleware:
+                value = chained_in_thread(self.middleware, job, lambda: task.fn(*args, **kwargs))
+            else:
+                value = task.fn(*args, **kwargs)
             limit = task.policy.timeout
             if limit is not None and time.monotonic() - started > limit.total_seconds():
                 raise JobTimeoutError(
@@ -242,31 +277,11 @@ class Executor:
         return cancelled(job, time.monotonic() - started)
 
     def _late(self, job: ClaimedJob, started: float) -> Outcome:
-        """Put back, attempt unspent: the handler could not start by the time its rate
-        limits (its queue's, task's or key's) count on (the worker's event loop or threads
-        were busy)."""
-        log.warning(
-            "job %s %s could not start within %g s of its claim, as rate limits require: "
-            "put back to run again",
-            job.id,
-            job.task,
-            RATE_START_MARGIN.total_seconds(),
-        )
-        return Outcome(job, "retry", time.monotonic() - started, retry_in=0.0, snooze=True)
+        return late(job, time.monotonic() - started)
 
     def _snoozed(self, job: ClaimedJob, snooze: Snooze, started: float) -> Outcome:
         settled = isinstance(snooze, Parked)
-        log.info(
-            "job %s %s attempt %s %s",
-            job.id,
-            job.task,
-            job.attempt,
-            "parked until its signal" if settled else f"snoozed for {snooze.seconds:g} s",
-        )
-        duration = time.monotonic() - started
-        return Outcome(
-            job, "retry", duration, retry_in=snooze.seconds, snooze=True, settled=settled
-        )
+        return snoozed(job, snooze.seconds, settled, time.monotonic() - started)
 
     def failed(self, job: ClaimedJob, exc: BaseException, duration: float) -> Outcome:
         """The outcome of an attempt that ran for `duration` seconds and then failed with
@@ -282,44 +297,9 @@ class Executor:
         retryable = not isinstance(
             exc, (InvalidArgumentsError, ResultError, StepMismatchError, StepResultError)
         )
-        retry = self._retry_policy(job.task)
-        duration = time.monotonic() - started
-        error = _error_record(job, exc, kind="result" if isinstance(exc, ResultError) else "error")
-        if retryable and job.attempt < job.max_attempts:
-            retry_in = retry.delay(job.attempt).total_seconds()
-            log.warning(
-                "job %s %s attempt %s/%s failed in %.1f ms, retrying in %.1f s: %s",
-                job.id,
-                job.task,
-                job.attempt,
-                job.max_attempts,
-                duration * 1000,
-                retry_in,
-                error["error"],
-            )
-            return Outcome(job, "retry", duration, error=error, retry_in=retry_in)
-        log.error(
-            "job %s %s attempt %s/%s failed in %.1f ms, giving up: %s",
-            job.id,
-            job.task,
-            job.attempt,
-            job.max_attempts,
-            duration * 1000,
-            error["error"],
-        )
-        return Outcome(job, "failed", duration, error=error)
-
-
-def cancelled(job: ClaimedJob, duration: float | None) -> Outcome:
-    """The outcome of an attempt stopped because its cancellation was requested."""
-    error = {
-        "attempt": job.attempt,
-        "at": datetime.now(timezone.utc).isoformat(),
-        "kind": "cancelled",
-        "error": "cancelled on request",
-        "traceback": "",
-    }
-    return Outcome(job, "cancelled", duration, error=error)
+        kind = "result" if isinstance(exc, ResultError) else "error"
+        policy = self._retry_policy(job.task) if retryable else None
+        return failed(job, exc, time.monotonic() - started, policy, kind)
 
 
 class StartedLateError(Exception):
@@ -404,34 +384,3 @@ async def _within(running: Any, timeout: timedelta | None) -> Any:
         raise JobTimeoutError(
             f"the job ran longer than its timeout of {timeout.total_seconds():g} s"
         ) from None
-
-
-def _error_record(job: ClaimedJob, exc: BaseException, kind: str = "error") -> dict[str, Any]:
-    return {
-        "attempt": job.attempt,
-        "at": datetime.now(timezone.utc).isoformat(),
-        "kind": kind,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "worker": job.worker_id,
-        "error": describe(exc),
-        "traceback": _traceback(exc),
-    }
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message`, even when the exception's own str() raises."""
-    name = type(exc).__qualname__
-    try:
-        text = str(exc)
-    except Exception:
-        text = "<str() of this exception raised>"
-    text = text.replace("\x00", "\\x00")
-    return f"{name}: {text}" if text else name
-
-
-def _traceback(exc: BaseException) -> str:
-    try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    except Exception:
-        text = describe(exc)
-    return text.replace("\x00", "\\x00")[-_TRACEBACK_LIMIT:]

@@ -1,12 +1,12 @@
 """The fetch loop: claim as many jobs as there are free slots, run them, sleep until more may
 be claimable.
 
-Owns: one run's jobs in flight (their tasks, cancel signals and progress reports), the atomic
-lanes' tasks, what the loop knows of the work waiting (whether more may be claimable, the
-wake-ups heard, when a claim last came back short, how many jobs the recent claims found and
-whether that makes the worker steady, whether burst mode has claimed from the floor since
-work was found), and the way out at a stop: the grace running jobs get, then their
-cancellation and put-back.
+Owns: the cadence of claims: what the loop knows of the work waiting (whether more may be
+claimable, the wake-ups heard, when a claim last came back short, its pace (pace.py:
+whether the recent claims make the worker steady), whether burst mode has claimed from the
+floor since work was found); the atomic lanes' tasks; and the way out at a stop: the
+grace running jobs and lanes get, then their cancellation. The jobs it claims run in flight
+(inflight.py), which puts back what the stop left unfinished.
 
 Invariants:
 - A wake-up heard while a claim runs makes the loop claim again: it may name a job the claim
@@ -17,7 +17,7 @@ Invariants:
   rest, so wake-ups arriving faster than that share one claim; a claim after a quiet spell or
   after a full one (a backlog) runs at once. Wake-ups heard during the wait are not lost: the
   claim that follows it sees their jobs.
-- Steady mode: while the claims of the last STEADY_WINDOW found a job or more per cooldown,
+- Steady mode (pace.py): while the recent claims found a job or more per cooldown,
   the loop claims every cooldown without waiting for a wake-up, and asks not to be woken for
   new jobs (interest.py); it leaves when a window it spent claiming found less than half a
   job per cooldown, and asks for them again. Either ask is made as soon as the mode changes,
@@ -25,14 +25,9 @@ Invariants:
   quiet_after=None.
 - In burst mode the run ends only when nothing runs and a claim from the floor came back
   empty: a wake-up naming a job below a hint may still be on its way.
-- An unfinished job whose cancellation was requested ends as cancelled; the others go back
-  to their queues without spending an attempt.
-- From Python 3.12 a job's task starts eagerly: its handler runs up to its first wait as the
-  job is started, and a job that ended there never enters `running`.
 
 It reacts to events (events.py): every kind that says jobs may be claimable makes it claim
-again (a pause notice only when the pause is lifted), and a cancel request reaches the job if
-it runs here.
+again (a pause notice only when the pause is lifted).
 """
 
 from __future__ import annotations
@@ -40,24 +35,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 import time
-from collections import deque
-from collections.abc import Coroutine
-from typing import Any
 
-from pgqueue.models import ClaimedJob, WorkerSettings
-from pgqueue.registry import CancelSignal, Progress, Registry
-from pgqueue.runtime.link import Link
+from pgqueue.models import WorkerSettings
 from pgqueue.store.jobs import JobsStore
 from pgqueue.store.plan import AsyncConn
-from pgqueue.store.workflows import write_progress
 from pgqueue.worker.atomic import AtomicLane
 from pgqueue.worker.claimer import Claimer
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.events import (
     Bus,
-    CancelRequested,
     ControlsChanged,
     JobsAnnounced,
     JobsClaimable,
@@ -65,14 +52,11 @@ from pgqueue.worker.events import (
     Relistened,
     WorkerRevived,
 )
-from pgqueue.worker.executor import Executor, cancelled
+from pgqueue.worker.inflight import InFlight
 from pgqueue.worker.interest import Skip, WakeInterest
-from pgqueue.worker.observe import Observers
+from pgqueue.worker.pace import Pace
 
 log = logging.getLogger("pgqueue.worker")
-
-# Seconds over which a worker judges how fast jobs arrive, to enter or leave steady mode.
-STEADY_WINDOW = 0.05
 
 
 class Stop:
@@ -96,51 +80,41 @@ class FetchLoop:
         self,
         *,
         settings: WorkerSettings,
-        registry: Registry,
         worker_id: int,
-        link: Link,
         jobs: JobsStore,
         claimer: Claimer,
         interest: WakeInterest | None,
         completer: Completer,
-        executor: Executor,
-        observers: Observers,
+        inflight: InFlight,
         events: Bus,
         stop: Stop,
     ) -> None:
-        """Runs on the worker's claim `link`; subscribes to `events` at once."""
+        """Starts what it claims in `inflight`; subscribes to `events` at once."""
         self.settings = settings
-        self.registry = registry
         self.worker_id = worker_id
-        self.link = link
         self.jobs = jobs
         self.claimer = claimer
         self.interest = interest
         self.completer = completer
-        self.executor = executor
-        self.observers = observers
+        self.inflight = inflight
         self.stop = stop
-        self.running: dict[int, asyncio.Task[None]] = {}  # by job id
-        self.unfinished: list[ClaimedJob] = []  # cancelled by the stop: put back
-        self.abandoned_threads = 0  # sync handlers still running when the stop ended them
+        self.running = inflight.running  # read at every turn: the same dict
         self.wakes = 0  # wake-ups so far: one during a claim means claim again
         self.atomic_lanes: list[AtomicLane] = []
         self._atomic_tasks: list[asyncio.Task[None]] = []  # one running each of atomic_lanes
-        self._cancels: dict[int, CancelSignal] = {}  # running lease jobs by id
-        self._progress: dict[int, tuple[ClaimedJob, Progress]] = {}  # the same jobs' reports
         self._maybe_more = True
         self._retried_seen = 0
         self._floor_checked = False  # burst mode: an empty claim from the floor since work
         self._short_at = time.monotonic()  # when a claim round last found less than it asked
         self._claimed_at = -1e9  # when the last claim round began, if it came back short
-        # Steady mode: jobs found per claim round over the last STEADY_WINDOW, whether the
-        # worker polls every claim_cooldown instead of being woken for each new job, and
-        # when its next such claim is due.
-        self._found: deque[tuple[float, int]] = deque()
-        self.steady = False
-        self.steady_spells = 0
-        self._steady_claim_at = 0.0
-        self._wake = asyncio.Event()
+        # Whether the worker claims every claim_cooldown instead of being woken for each new
+        # job (steady mode), judged only where it can ask not to be woken.
+        self.pace = Pace(
+            interest is not None
+            and settings.claim_cooldown.total_seconds() > 0
+            and settings.quiet_after is not None
+        )
+        self._wake = inflight.ended  # a job ending wakes the loop too
         self._atomic_wake = asyncio.Event()
         self._subscribe(events)
 
@@ -148,7 +122,6 @@ class FetchLoop:
         for kind in (JobsAnnounced, Relistened, ControlsChanged, WorkerRevived, JobsClaimable):
             events.subscribe(kind, lambda e: self.notified())
         events.subscribe(PauseChanged, lambda e: None if e.paused else self.notified())
-        events.subscribe(CancelRequested, lambda e: self.cancel_requested(e.job_id))
 
     def start_atomic(self, lanes: list[AtomicLane]) -> None:
         """Run `lanes` until the stop; they are drained with the jobs at the end."""
@@ -171,7 +144,7 @@ class FetchLoop:
             now = time.monotonic()
             if now >= next_poll or self.claimer.room_due(now):
                 self._maybe_more = True
-            if self.steady and now >= self._steady_claim_at:
+            if self.pace.steady and now >= self.pace.claim_at:
                 self._maybe_more = True  # nobody announces new jobs to a steady worker
             if self.claimer.promotion_due(now) and await self.claimer.promote():
                 self._maybe_more = True
@@ -191,14 +164,14 @@ class FetchLoop:
                 if jobs:
                     self._floor_checked = False
                 for job in jobs:
-                    self._start(job)
+                    self.inflight.start(job)
                 # A wake-up that arrived while the claim ran may be for a job it did not see.
                 self._maybe_more = full or self.wakes != wakes
                 next_poll = time.monotonic() + poll
                 if not full:
                     self._short_at = time.monotonic()
                 self._claimed_at = -1e9 if full else began
-                self._judge_steady(began, len(jobs), full, cooldown)
+                self.pace.judge(began, len(jobs), full, cooldown)
             elif now >= next_poll:
                 # Every slot is busy: the poll is made when one frees (a job ending wakes the
                 # loop), and sleeping until a poll time already past would spin.
@@ -212,7 +185,7 @@ class FetchLoop:
                 # not reach the ask made before sleeping for as long as the stream lasts.
                 if (
                     self.interest is not None
-                    and self.steady != bool(self.claimer.steady)
+                    and self.pace.steady != bool(self.claimer.steady)
                     and await self._ask()
                 ):
                     self._maybe_more = True
@@ -222,8 +195,8 @@ class FetchLoop:
             wake_at = min(next_poll, self.claimer.next_wake())
             if self.interest is not None and (check := self.interest.next_check()) is not None:
                 wake_at = min(wake_at, check)
-            if self.steady and len(self.running) < s.concurrency:
-                wake_at = min(wake_at, self._steady_claim_at)
+            if self.pace.steady and len(self.running) < s.concurrency:
+                wake_at = min(wake_at, self.pace.claim_at)
             await self._sleep(wake_at - time.monotonic())
 
     async def _ask_for_wakes(self) -> bool:
@@ -257,7 +230,7 @@ class FetchLoop:
         skip: dict[str, Skip | None] = {}
         steady: set[str] = set()
         for queue in s.queues:
-            found = self.claimer.wake_range(queue) if busy or self.steady else None
+            found = self.claimer.wake_range(queue) if busy or self.pace.steady else None
             skip[queue] = None
             if found is not None and busy:
                 skip[queue] = (*found, False)
@@ -267,36 +240,6 @@ class FetchLoop:
         # Rewinds are armed before the rows that make them needed are written.
         self.claimer.steady = steady
         return await self.interest.ask(skip)
-
-    def _judge_steady(self, began: float, found: int, full: bool, cooldown: float) -> None:
-        """Enter or leave steady mode after a claim round that began at `began`.
-
-        While jobs arrive at one or more per claim_cooldown, the worker would claim every
-        cooldown anyway (the wake-ups between share one claim), and each wake-up only costs
-        the application's commit the database-wide notification lock. So it claims every
-        cooldown on its own, and its rows skip new jobs' wake-ups; below half that rate
-        each claim would find less than a job, and it asks for them again (a widening,
-        interest.py). Only a window the worker spent claiming, ending in a short claim, is
-        judged: after a stall (its process starved of CPU, a slow statement) the few claims
-        in the window say nothing of the jobs arriving."""
-        found_in = self._found
-        found_in.append((began, found))
-        while found_in and found_in[0][0] < began - STEADY_WINDOW:
-            found_in.popleft()
-        if self.interest is None or cooldown <= 0 or self.settings.quiet_after is None:
-            return
-        per_cooldown = sum(n for _, n in found_in) * cooldown / STEADY_WINDOW
-        if not self.steady and per_cooldown >= 1:
-            self.steady = True
-            self.steady_spells += 1
-        elif (
-            self.steady
-            and per_cooldown < 0.5
-            and not full
-            and len(found_in) * cooldown >= STEADY_WINDOW / 2
-        ):
-            self.steady = False
-        self._steady_claim_at = began + cooldown
 
     async def _burst_done(self) -> bool:
         """In burst mode: nothing running, nothing claimable, nothing due to promote.
@@ -344,83 +287,11 @@ class FetchLoop:
                 await asyncio.wait_for(self._wake.wait(), timeout)
         self._wake.clear()
 
-    # -- running ----------------------------------------------------------------------------
-
-    def _start(self, job: ClaimedJob) -> None:
-        task = _job_task(self._run(job), f"pgqueue-job-{job.id}")
-        if not task.done():  # one that ended in its first step has already left
-            self.running[job.id] = task
-
-    async def _run(self, job: ClaimedJob) -> None:
-        """Run `job` and hand its outcome on; as it ends it leaves `running` and wakes the
-        loop itself, not through a done callback, which cost each job a second trip through
-        the event loop. Nothing awaits between the outcome and the end, so no other part of
-        the worker sees the job ended but still running."""
-        self._cancels[job.id] = cancel = CancelSignal()
-        progress = Progress()
-        self._progress[job.id] = (job, progress)
-        try:
-            self.observers.job_started(job)
-            outcome = await self.executor.run(job, cancel=cancel, progress=progress)
-            if progress.version > progress.written:
-                outcome.progress = progress.report  # written with the outcome
-            self.completer.add(outcome)
-            self.observers.job_finished(job, outcome)
-        except asyncio.CancelledError:
-            self.unfinished.append(job)
-            raise
-        finally:
-            del self._cancels[job.id]
-            del self._progress[job.id]
-            self.running.pop(job.id, None)  # not there yet if this is its first step
-            self._wake.set()
-
-    async def write_progress(self) -> None:
-        """Write the progress reports made since the last write, one statement for all."""
-        rows: list[dict[str, object]] = []
-        for job, progress in list(self._progress.values()):
-            if progress.version > progress.written:
-                progress.written = progress.version
-                rows.append(
-                    {
-                        "id": job.id,
-                        "attempt": job.attempt,
-                        "worker_id": job.worker_id,
-                        "progress": progress.report,
-                    }
-                )
-        if rows:
-            schema = self.jobs.schema
-            await self.link.run(lambda conn: write_progress(conn, schema, rows))
-
-    # -- cancellation -----------------------------------------------------------------------
-
-    def cancel_requested(self, job_id: int) -> None:
-        """Cancellation of a job was requested (a notification, or the fallback check); a job
-        this worker is not running is none of its business."""
-        cancel = self._cancels.get(job_id)
-        if cancel is not None and not cancel.requested:
-            log.info("job %s: cancellation requested, stopping it", job_id)
-            cancel.request()
-
-    async def check_cancels(self) -> None:
-        """The fallback for a lost notification (or poll_only): look for requests on the
-        jobs this worker runs, every rescue interval."""
-        if not self._cancels:
-            return
-
-        ids = list(self._cancels)
-        requested = await self.link.run(
-            lambda conn: self.jobs.cancel_requested(conn, ids, self.worker_id)
-        )
-        for job_id in requested:
-            self.cancel_requested(job_id)
-
     # -- stopping ---------------------------------------------------------------------------
 
     async def drain(self) -> None:
         """Give running jobs and atomic lanes the grace period, then cancel what is left:
-        lease jobs are put back, atomic jobs roll back."""
+        lease jobs are put back (inflight.py), atomic jobs roll back."""
         lanes = self._atomic_tasks
         self._atomic_wake.set()  # idle lanes see the stop at once
         if (self.running or lanes) and not self.stop.forced:
@@ -442,12 +313,7 @@ class FetchLoop:
         for task in leftover:
             task.cancel()
         await asyncio.gather(*leftover, return_exceptions=True)
-        self.running.clear()  # a job's task cancelled before its first step never left it
-        # Sync handlers cannot be interrupted; their threads run on but their jobs are put
-        # back, and any late outcome is refused by the completion guard.
-        self.abandoned_threads = sum(
-            1 for job in self.unfinished if not _is_async(self.registry, job.task)
-        )
+        self.inflight.stopped()
 
     async def release_orphans(self, conn: AsyncConn) -> None:
         """Put back jobs a claim took for us but whose reply the broken connection lost (the
@@ -459,57 +325,3 @@ class FetchLoop:
             log.warning("put back %d jobs claimed while the connection broke", len(orphans))
             self.claimer.forget_hints()  # they sit below any hint now
             self.notified()  # and nobody else was told they are back
-
-    async def put_back_unfinished(self) -> None:
-        """End the unfinished jobs whose cancellation was requested as cancelled; put the
-        rest back in their queues."""
-        await self._cancel_unfinished()
-        if not self.unfinished:
-            return
-        ids = [job.id for job in self.unfinished]
-        await self.link.run(lambda conn: self.jobs.release_many(conn, ids, self.worker_id))
-        log.warning("put %d unfinished jobs back in their queues", len(ids))
-
-    async def _cancel_unfinished(self) -> None:
-        """Unfinished jobs whose cancellation was requested (and not heard of in time) end as
-        cancelled instead of going back to run again; guarded like any outcome."""
-        if not self.unfinished:
-            return
-        keep_history = self.completer.keep_history
-
-        async def cancel(conn: AsyncConn) -> list[ClaimedJob]:
-            ids = [job.id for job in self.unfinished]
-            requested = set(await self.jobs.cancel_requested(conn, ids, self.worker_id))
-            jobs = [job for job in self.unfinished if job.id in requested]
-            if jobs:
-                outcomes = [cancelled(job, None) for job in jobs]
-                await self.jobs.finish_many(conn, outcomes, keep_history)
-            return jobs
-
-        done = await self.link.run(cancel)
-        if done:
-            log.info("cancelled %d unfinished jobs whose cancellation was requested", len(done))
-            self.unfinished = [job for job in self.unfinished if job not in done]
-
-
-def _is_async(registry: Registry, name: str) -> bool:
-    try:
-        return registry.get(name).is_async
-    except Exception:
-        return True
-
-
-if sys.version_info >= (3, 12):
-
-    def _job_task(run: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """A job's task, started at once: its first step runs here, not on a later turn of
-        the event loop, so a handler that never waits ends without being scheduled at all.
-        The others in its batch start after that step, as they would have anyway."""
-        loop = asyncio.get_running_loop()
-        return asyncio.Task(run, loop=loop, name=name, eager_start=True)  # type: ignore[call-arg,unused-ignore]
-
-else:
-
-    def _job_task(run: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """A job's task (before Python 3.12 no task can start eagerly)."""
-        return asyncio.create_task(run, name=name)

@@ -1,17 +1,20 @@
 """The worker: claim -> execute -> complete, with heartbeats and a clean shutdown.
 
-Owns: the wiring of a run and the order of its services (runtime/service.py), started in this
-order and stopped in reverse: the claim and completion connections, the worker's
-registration, the heartbeat, the completer, the executor, the rescuer, the cancel watch, the
-progress writer, the horizon watch, the periodic scheduler, the history partitions' upkeep
-and the history pruner (each only when there is something for it to do, never in burst
-mode), and the notifier (unless poll-only without a listen DSN). The services talk through
-the run's event bus (events.py), never calling back into the worker: the notifier, the
-heartbeat and the rescuer publish; the claimer (claimer.py), the wake interest (interest.py)
-and the fetch loop (loop.py), which claims jobs and runs them, at most `concurrency` at once,
-subscribe. Atomic jobs run on lanes of their own (atomic.py). Observers (observe.py: the
-worker's own tally, metrics, traces, JSON logs) hear of each job's start and outcome and of
-each claim.
+Owns: the public face of a worker, its runs' start and stop, and the order of a run's
+services (runtime/service.py), which wiring.py makes and starts in three steps; they stop in
+reverse. Registering: the claim and completion connections, the
+worker's registration, the heartbeat. Running: the completer, the executor, then the claimer,
+the wake interest, the jobs in flight (inflight.py) and the fetch loop (loop.py), which
+claims jobs and starts them, at most `concurrency` at once. Watching: the rescuer, the cancel
+watch, the progress writer, the horizon watch, the periodic scheduler, the history
+partitions' upkeep and the history pruner (each only when there is something for it to do,
+never in burst mode), the notifier (unless poll-only without a listen DSN), and last the
+atomic lanes (atomic.py). The services talk through the run's event bus (events.py), never
+calling back into the worker: the notifier, the heartbeat and the rescuer publish; the
+claimer (claimer.py), the wake interest (interest.py), the jobs in flight and the fetch loop
+subscribe. Observers (observe.py: the worker's own tally, metrics, traces, JSON logs) hear of
+each job's start and outcome and of each claim; middleware (middleware.py) runs around each
+handler.
 
 Cancellation of a running job reaches the worker as a notification, with the cancel watch as
 the fallback: an async handler is cancelled, a sync one sees `ctx.cancel_requested`; the job
@@ -31,42 +34,26 @@ import logging
 import signal
 import threading
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any, Protocol
 
 from pgqueue.errors import ConfigurationError, WorkerStateError
-from pgqueue.history.partitions import HistoryPartitions
-from pgqueue.history.retention import Pruner
-from pgqueue.hooks import JobObserver, WorkerLoad
+from pgqueue.hooks import JobMiddleware, JobObserver, WorkerLoad, job_middleware
 from pgqueue.models import ALL_QUEUES, QueueSettings, WorkerSettings
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import Link
-from pgqueue.runtime.service import Every, Service, Services
+from pgqueue.runtime.service import Services
 from pgqueue.schedule import Schedules
 from pgqueue.store.jobs import JobsStore
-from pgqueue.worker.atomic import AtomicLane, make_lanes
 from pgqueue.worker.claimer import Claimer
-from pgqueue.worker.completer import OUTCOME_BATCH, Completer
-from pgqueue.worker.declarations import sync_declarations
 from pgqueue.worker.events import Bus
-from pgqueue.worker.executor import Executor
-from pgqueue.worker.heartbeat import Heartbeat
-from pgqueue.worker.horizon import HorizonWatch
-from pgqueue.worker.interest import WakeInterest
-from pgqueue.worker.loop import FetchLoop, Stop
+from pgqueue.worker.loop import Stop
 from pgqueue.worker.notices import warn_paused, warn_unserved
-from pgqueue.worker.notifier import Notifier
-from pgqueue.worker.observe import Observers, WorkerStats, WorkerTally
-from pgqueue.worker.registration import Registration, identity
+from pgqueue.worker.observe import Observers, WorkerTally
 from pgqueue.worker.rescuer import Rescuer
-from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.sessions import Sessions
+from pgqueue.worker.wiring import Wiring
 
 log = logging.getLogger("pgqueue.worker")
-STRAGGLER_THREADS = 64
-# How often running jobs' progress reports are written: at most one row update per job per
-# interval, however often the handler reports.
-PROGRESS_INTERVAL = timedelta(seconds=1)
 STOP_GRACE = 60.0  # seconds each service has to stop: the completer's last writes, mostly
 
 
@@ -79,7 +66,7 @@ class Application(Protocol):
     settings: QueueSettings
 
 
-class Worker:
+class Worker(Wiring):
     """Runs the registered tasks of a Queue or AsyncQueue against `dsn`."""
 
     def __init__(
@@ -90,19 +77,18 @@ class Worker:
         settings: WorkerSettings | None = None,
         schema: str | None = None,
         observers: Sequence[JobObserver] = (),
+        middleware: Sequence[JobMiddleware] = (),
         listen_dsn: str | None = None,
         **overrides: Any,
     ) -> None:
+        """`observers` are told of each job, claim and durable call; `middleware` wraps each
+        call of a handler, the first outermost (pgqueue.hooks.JobMiddleware)."""
         if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
             raise ConfigurationError(
                 f"Worker takes the application's Queue or AsyncQueue, got {type(queue).__name__}"
             )
         self.registry: Registry = queue.registry
         self.periodics: Schedules = queue.periodics
-        self.scheduler: Scheduler | None = None  # set at start when it has recurring jobs
-        self.pruner: Pruner | None = None  # set at start with history_retention
-        self.partitions: HistoryPartitions | None = None  # set at start, except in burst mode
-        self.horizon: HorizonWatch | None = None
         self.queue_settings: QueueSettings = queue.settings
         if schema is not None:
             self.queue_settings = self.queue_settings.model_copy(
@@ -123,6 +109,7 @@ class Worker:
         self.tally = WorkerTally()
         # Others may join later (add_observer: metrics), and stay for every run.
         self.observers = Observers([self.tally, *observers])
+        self.middleware = job_middleware(middleware)
         # Guards the start and stop of a run against a second start or a stop from another
         # thread; reentrant, so a stop() from a signal handler of the same thread cannot block.
         self._state = threading.RLock()
@@ -130,24 +117,6 @@ class Worker:
         self._stop = Stop()  # asked: the current run stops, or, between runs, the next one
         self._loop: asyncio.AbstractEventLoop | None = None  # the current run's
         self._fresh_run()
-
-    def _fresh_run(self) -> None:
-        """What one run owns, new for each run: a restarted worker registers anew (a new id),
-        opens new connections and services, and counts its jobs from zero."""
-        self.id = 0
-        self.stats = WorkerStats()
-        tally = WorkerTally()
-        self.observers.all = [tally if seen is self.tally else seen for seen in self.observers.all]
-        self.tally = tally
-        self.services = Services()
-        self.scheduler = None
-        self.pruner = None
-        self.partitions = None
-        self.horizon = None
-        self.events: Bus | None = None  # what the run's services tell each other (events.py)
-        self.fetch_loop: FetchLoop | None = None  # made once the services it uses have started
-        self.interest: WakeInterest | None = None  # made once registered; never when polling
-        self.atomic_lanes: list[AtomicLane] = []
 
     # -- public -----------------------------------------------------------------------------
 
@@ -227,7 +196,8 @@ class Worker:
             self._stop.requested = True  # also after a burst ends: atomic lanes stop with it
             if self.fetch_loop is not None:
                 await self.fetch_loop.drain()
-                await self.fetch_loop.put_back_unfinished()
+            if self.inflight is not None:
+                await self.inflight.put_back_unfinished()
             await services.stop(STOP_GRACE)
             log.info(
                 "worker %s stopped: %s jobs claimed in %s claims (%s empty), %s put back",
@@ -235,121 +205,8 @@ class Worker:
                 self.stats.claimed,
                 self.stats.claims,
                 self.stats.empty_claims,
-                len(self.fetch_loop.unfinished) if self.fetch_loop is not None else 0,
+                len(self.inflight.unfinished) if self.inflight is not None else 0,
             )
-
-    async def _start_services(self, services: Services, finish_link: Link) -> FetchLoop:
-        """Start the worker's services, each after those it uses (`services` stops them in
-        reverse), and make the fetch loop. The services publish what they see on the run's
-        bus; the claimer, the wake interest and the loop subscribe to it."""
-        s = self.settings
-        events = self.events
-        assert events is not None
-        keep_history = self.queue_settings.keep_history
-        await services.start(self._claims)
-        await services.start(finish_link)
-        # Before the worker's row: whoever sees the worker registered sees its declarations.
-        await sync_declarations(finish_link, self.schema, self.registry)
-        registration = Registration(finish_link, self.schema, identity(s), session=not s.poll_only)
-        await services.start(registration)
-        self.id = registration.worker_id
-        await services.start(
-            Heartbeat(
-                self.dsn,
-                self.schema,
-                identity(s),
-                self.id,
-                s.heartbeat_interval,
-                prepare=not s.poll_only,
-                session=not s.poll_only,  # a pooled session is not the worker's own
-                events=events,
-                report=self.tally.report,
-            )
-        )
-        self.completer = Completer(
-            finish_link, self.schema, keep_history, max(s.batch_size, OUTCOME_BATCH)
-        )
-        await services.start(self.completer)
-        # The headroom beyond `concurrency` is for sync jobs that ran past their timeout: they
-        # keep their thread, but their slot is free for the next job.
-        self.executor = Executor(
-            self.registry,
-            s.concurrency + STRAGGLER_THREADS,
-            self.queue_settings.max_payload_bytes,
-            dsn=self.dsn,
-            schema=self.schema,
-            prepare=not s.poll_only,
-            observers=self.observers,
-        )
-        await services.start(self.executor)
-        self.claimer = Claimer(
-            self._claims,
-            self.schema,
-            s,
-            self.id,
-            self.stats,
-            self.observers,
-            listening=self.listening,
-        )
-        self.claimer.subscribe(events)
-        if self.listening:
-            self.interest = WakeInterest(
-                self._claims, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
-            )
-            self.interest.subscribe(events)
-        self.fetch_loop = fetch = FetchLoop(
-            settings=s,
-            registry=self.registry,
-            worker_id=self.id,
-            link=self._claims,
-            jobs=self.jobs,
-            claimer=self.claimer,
-            interest=self.interest,
-            completer=self.completer,
-            executor=self.executor,
-            observers=self.observers,
-            events=events,
-            stop=self._stop,
-        )
-        # Jobs a claim took but whose reply a broken connection lost: only the loop knows
-        # which jobs are this worker's, and none were claimed before it was made.
-        self._claims.on_reconnect = fetch.release_orphans
-        self.rescuer = Rescuer(
-            self.registry,
-            self.schema,
-            s.lease_timeout,
-            keep_history,
-            link=self._claims,
-            interval=s.rescue_interval,
-            events=events,
-            queues=s.queues,
-            worker_id=self.id,
-        )
-        await services.start(self.rescuer)
-        await services.start(Every("cancel watch", s.rescue_interval, fetch.check_cancels))
-        await services.start(Every("progress", PROGRESS_INTERVAL, fetch.write_progress))
-        self.horizon = HorizonWatch(self._claims, self.schema, s.rescue_interval, s.horizon_warning)
-        await services.start(self.horizon)
-        for service in self._maintenance():
-            await services.start(service)
-        if self.listening:
-            await services.start(Notifier(self.listen_dsn, self.schema, set(s.queues), events))
-        stop = self._stop
-        self.atomic_lanes = make_lanes(
-            self.registry,
-            s,
-            dsn=self.dsn,
-            schema=self.schema,
-            executor=self.executor,
-            keep_history=keep_history,
-            worker_id=self.id,
-            stopping=lambda: stop.requested,
-            wait=fetch.atomic_idle,
-            done=fetch.notified,
-            observers=self.observers,
-        )
-        fetch.start_atomic(self.atomic_lanes)
-        return fetch
 
     def _mode(self) -> str:
         if not self.settings.poll_only:
@@ -364,7 +221,7 @@ class Worker:
     def load(self) -> WorkerLoad:
         """What this worker holds now: jobs running, slots free, jobs of dead workers it
         rescued. Cheap: read at each metrics scrape."""
-        lease_jobs = len(self.fetch_loop.running) if self.fetch_loop is not None else 0
+        lease_jobs = len(self.inflight.running) if self.inflight is not None else 0
         running = lease_jobs + sum(not lane.idle for lane in self.atomic_lanes)
         rescuer: Rescuer | None = getattr(self, "rescuer", None)  # made when serving starts
         return WorkerLoad(
@@ -383,28 +240,6 @@ class Worker:
         """The served queues this worker knows to be paused: it claims none of their jobs."""
         claimer: Claimer | None = getattr(self, "claimer", None)  # made when serving starts
         return frozenset(claimer.paused) if claimer is not None else frozenset()
-
-    def _maintenance(self) -> list[Service]:
-        """The periodic scheduler, the history partitions' upkeep and the history pruner,
-        each on a connection of its own, when this worker has something for them to do
-        (never in burst mode)."""
-        s = self.settings
-        found: list[Service] = []
-        prepare = not s.poll_only
-        if s.periodic and len(self.periodics) and not s.burst:
-            link = Link(self.dsn, "periodic", prepare=prepare)
-            self.scheduler = Scheduler(self.periodics, self.schema, self.id, link=link)
-            found.append(self.scheduler)
-        if not s.burst:
-            self.partitions = HistoryPartitions(self.dsn, self.schema, prepare=prepare)
-            found.append(self.partitions)
-        if s.history_retention is not None and not s.burst:
-            link = Link(self.dsn, "prune", prepare=prepare)
-            self.pruner = Pruner(
-                self.schema, s.history_retention, s.prune_interval, s.prune_batch, link=link
-            )
-            found.append(self.pruner)
-        return found
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -429,4 +264,4 @@ class Worker:
     def abandoned_threads(self) -> int:
         """How many sync handlers the last stop left running in their threads (their jobs
         were put back): a process that exits should not wait for them."""
-        return self.fetch_loop.abandoned_threads if self.fetch_loop is not None else 0
+        return self.inflight.abandoned_threads if self.inflight is not None else 0

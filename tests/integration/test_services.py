@@ -147,6 +147,7 @@ def test_no_part_of_a_running_worker_holds_a_callback_into_it(dsn: str, schema: 
             *worker.services,
             worker.events,
             worker.fetch_loop,
+            worker.inflight,
             worker.claimer,
             worker.interest,
             *worker.atomic_lanes,

@@ -244,7 +244,7 @@ def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
             loop = worker.fetch_loop
             assert loop is not None
             for n in range(rounds):
-                spells, was_steady = loop.steady_spells, loop.steady
+                spells, was_steady = loop.pace.spells, loop.pace.steady
                 with psycopg.connect(dsn) as conn:
                     job = queue.enqueue(probe.job(n), conn=conn)  # no wake-up: steady
                     seen.clear()
@@ -257,7 +257,7 @@ def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
                 assert job.id is not None
                 # A round the worker spent steady throughout: no widening's floor claim can
                 # have found its probe, only the claims' snapshots.
-                if was_steady and loop.steady and loop.steady_spells == spells:
+                if was_steady and loop.pace.steady and loop.pace.spells == spells:
                     steady_probes.add(job.id)
         finally:
             stop.set()

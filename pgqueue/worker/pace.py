@@ -1,0 +1,55 @@
+"""How fast jobs reach a worker: whether it is steady.
+
+Owns: the jobs each recent claim round found, over the last STEADY_WINDOW, and the judgment
+the fetch loop (loop.py) reads after each round: steady while they come at one or more per
+claim_cooldown, left below half that rate. While jobs arrive that fast the worker would claim
+every cooldown anyway (the wake-ups between share one claim), and each wake-up only costs the
+application's commit the database-wide notification lock. So a steady worker claims every
+cooldown on its own, and its rows skip new jobs' wake-ups; below half that rate each claim
+would find less than a job, and it asks for them again (a widening, interest.py).
+
+Invariant: only a window the worker spent claiming, ending in a short claim, is judged:
+after a stall (its process starved of CPU, a slow statement) the few claims in the window
+say nothing of the jobs arriving.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+# Seconds over which a worker judges how fast jobs arrive, to enter or leave steady mode.
+STEADY_WINDOW = 0.05
+
+
+class Pace:
+    """Steady or not, and when a steady worker's next claim is due; `judged` False (a worker
+    that cannot skip wake-ups, or has no cooldown) keeps count but never turns steady."""
+
+    def __init__(self, judged: bool) -> None:
+        self.judged = judged
+        self.steady = False
+        self.spells = 0  # times the worker turned steady
+        self.claim_at = 0.0  # a steady worker's next claim, by the monotonic clock
+        self._found: deque[tuple[float, int]] = deque()  # (began, jobs) per claim round
+
+    def judge(self, began: float, found: int, full: bool, cooldown: float) -> None:
+        """Enter or leave steady mode after a claim round that began at `began` and found
+        `found` jobs (`full`: as many as it asked)."""
+        found_in = self._found
+        found_in.append((began, found))
+        while found_in and found_in[0][0] < began - STEADY_WINDOW:
+            found_in.popleft()
+        if not self.judged:
+            return
+        per_cooldown = sum(n for _, n in found_in) * cooldown / STEADY_WINDOW
+        if not self.steady and per_cooldown >= 1:
+            self.steady = True
+            self.spells += 1
+        elif (
+            self.steady
+            and per_cooldown < 0.5
+            and not full
+            and len(found_in) * cooldown >= STEADY_WINDOW / 2
+        ):
+            self.steady = False
+        self.claim_at = began + cooldown
