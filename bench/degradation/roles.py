@@ -282,7 +282,7 @@ def _report_stats(worker: Worker, ready: Any, stop: Any, counters: Any) -> None:
         counters[JOBS_CLAIMED] = stats.claimed
         counters[CLAIM_STATEMENTS] = stats.claims
         counters[FLOOR_CLAIMS] = stats.unhinted_claims
-        completer = getattr(worker, "completer", None)  # made once the worker registered
+        completer = getattr(worker.current, "completer", None)  # made once it registered
         counters[COMPLETIONS] = completer.written if completer is not None else 0
         recent = stats.recent_claims
         while recent:

@@ -1,8 +1,9 @@
 """The worker: claim -> execute -> complete, with heartbeats and a clean shutdown.
 
 Owns: the public face of a worker, its runs' start and stop, and the order of a run's
-services (runtime/service.py), which wiring.py makes and starts in three steps; they stop in
-reverse. Registering: the claim and completion connections, the
+services (runtime/service.py). Each run is an object of its own (run.py), new for each run,
+which the worker holds and asks: it makes and starts the services in three steps, and stops
+them in reverse. Registering: the claim and completion connections, the
 worker's registration, the heartbeat. Running: the completer, the executor, then the claimer,
 the wake interest, the jobs in flight (inflight.py) and the fetch loop (loop.py), which
 claims jobs and starts them, at most `concurrency` at once. Watching: the rescuer, the cancel
@@ -40,18 +41,13 @@ from pgqueue.errors import ConfigurationError, WorkerStateError
 from pgqueue.hooks import JobMiddleware, JobObserver, WorkerLoad, job_middleware
 from pgqueue.models import ALL_QUEUES, QueueSettings, WorkerSettings
 from pgqueue.registry import Registry
-from pgqueue.runtime.link import Link
-from pgqueue.runtime.service import Services
 from pgqueue.schedule import Schedules
-from pgqueue.store.jobs import JobsStore
 from pgqueue.worker.claimer import Claimer
-from pgqueue.worker.events import Bus
 from pgqueue.worker.loop import Stop
 from pgqueue.worker.notices import warn_paused, warn_unserved
-from pgqueue.worker.observe import Observers, WorkerTally
+from pgqueue.worker.observe import Observers, WorkerStats, WorkerTally
 from pgqueue.worker.rescuer import Rescuer
-from pgqueue.worker.sessions import Sessions
-from pgqueue.worker.wiring import Wiring
+from pgqueue.worker.run import Run
 
 log = logging.getLogger("pgqueue.worker")
 STOP_GRACE = 60.0  # seconds each service has to stop: the completer's last writes, mostly
@@ -66,7 +62,7 @@ class Application(Protocol):
     settings: QueueSettings
 
 
-class Worker(Wiring):
+class Worker:
     """Runs the registered tasks of a Queue or AsyncQueue against `dsn`."""
 
     def __init__(
@@ -95,7 +91,6 @@ class Worker(Wiring):
                 update={"schema_name": QueueSettings(schema=schema).schema_name}
             )
         self.schema: str = self.queue_settings.schema_name
-        self.jobs = JobsStore(self.schema)
         self.dsn = dsn
         self.settings = settings or WorkerSettings(**overrides)
         # Wake-ups come over a session of their own, on `listen_dsn` when given: a direct
@@ -116,7 +111,8 @@ class Worker(Wiring):
         self._active = False  # between the start of a run and its end
         self._stop = Stop()  # asked: the current run stops, or, between runs, the next one
         self._loop: asyncio.AbstractEventLoop | None = None  # the current run's
-        self._fresh_run()
+        # The current run, or the last once it ended; one never started before the first.
+        self.current = self._new_run(None)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -137,9 +133,8 @@ class Worker(Wiring):
                     "starting it again, or create another Worker to run more at once"
                 )
             self._active = True
-            self._fresh_run()
             self._loop = loop = asyncio.get_running_loop()
-            self.events = Bus(loop)
+            self.current = self._new_run(loop)
         try:
             if handle_signals:  # raises outside the main thread: this run ends, not the next
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -164,27 +159,53 @@ class Worker(Wiring):
                 return
         loop.call_soon_threadsafe(self._request_stop, force)
 
+    @property
+    def id(self) -> int:
+        """This worker's id in the workers table, new for each run; 0 until it registers."""
+        return self.current.id
+
+    @property
+    def stats(self) -> WorkerStats:
+        """The current (or last) run's claims, counted from zero at each start."""
+        return self.current.stats
+
     # -- lifecycle --------------------------------------------------------------------------
+
+    def _new_run(self, loop: asyncio.AbstractEventLoop | None) -> Run:
+        """A run to start on `loop`, counting its jobs from zero: its tally takes the last
+        one's place among the observers."""
+        tally = WorkerTally()
+        self.observers.all = [tally if seen is self.tally else seen for seen in self.observers.all]
+        self.tally = tally
+        return Run(
+            registry=self.registry,
+            periodics=self.periodics,
+            queue_settings=self.queue_settings,
+            settings=self.settings,
+            dsn=self.dsn,
+            listen_dsn=self.listen_dsn if self.listening else None,
+            observers=self.observers,
+            middleware=self.middleware,
+            tally=tally,
+            stop=self._stop,
+            loop=loop,
+        )
 
     async def _serve(self) -> None:
         s = self.settings
-        prepare = not s.poll_only
-        sessions = Sessions(self.schema, poll_only=s.poll_only)
-        self._claims = Link(self.dsn, "claim", prepare=prepare, on_connect=sessions.claim)
-        finish_link = Link(self.dsn, "complete", prepare=prepare, on_connect=sessions.planner)
-        self.services = services = Services()
+        run = self.current
         try:
-            fetch = await self._start_services(services, finish_link)
+            fetch = await run.start()
             log.info(
                 "worker %s started: queues=%s concurrency=%s schema=%s%s",
-                self.id,
+                run.id,
                 ",".join(s.queues),
                 s.concurrency,
                 self.schema,
                 self._mode(),
             )
             warn_unserved(self.registry, s.queues)
-            await warn_paused(finish_link, self.schema, s.queues)
+            await warn_paused(run.finish_link, self.schema, s.queues)
             # What start-up made (modules, the registry, connections) lives as long as the
             # worker: out of the collector's reach, a full collection no longer walks it,
             # which stalled the loop for tens of milliseconds mid-run (bench enqueue-scale's
@@ -193,19 +214,14 @@ class Worker(Wiring):
             gc.freeze()
             await fetch.run()
         finally:
-            self._stop.requested = True  # also after a burst ends: atomic lanes stop with it
-            if self.fetch_loop is not None:
-                await self.fetch_loop.drain()
-            if self.inflight is not None:
-                await self.inflight.put_back_unfinished()
-            await services.stop(STOP_GRACE)
+            await run.end(STOP_GRACE)
             log.info(
                 "worker %s stopped: %s jobs claimed in %s claims (%s empty), %s put back",
-                self.id,
-                self.stats.claimed,
-                self.stats.claims,
-                self.stats.empty_claims,
-                len(self.inflight.unfinished) if self.inflight is not None else 0,
+                run.id,
+                run.stats.claimed,
+                run.stats.claims,
+                run.stats.empty_claims,
+                len(run.inflight.unfinished) if run.inflight is not None else 0,
             )
 
     def _mode(self) -> str:
@@ -221,9 +237,10 @@ class Worker(Wiring):
     def load(self) -> WorkerLoad:
         """What this worker holds now: jobs running, slots free, jobs of dead workers it
         rescued. Cheap: read at each metrics scrape."""
-        lease_jobs = len(self.inflight.running) if self.inflight is not None else 0
-        running = lease_jobs + sum(not lane.idle for lane in self.atomic_lanes)
-        rescuer: Rescuer | None = getattr(self, "rescuer", None)  # made when serving starts
+        run = self.current
+        lease_jobs = len(run.inflight.running) if run.inflight is not None else 0
+        running = lease_jobs + sum(not lane.idle for lane in run.atomic_lanes)
+        rescuer: Rescuer | None = getattr(run, "rescuer", None)  # made when serving starts
         return WorkerLoad(
             running=running,
             free_slots=max(self.settings.concurrency - lease_jobs, 0),
@@ -233,12 +250,13 @@ class Worker(Wiring):
     @property
     def horizon_checks(self) -> int:
         """How many times this worker looked at the horizon (tests wait on it)."""
-        return self.horizon.checks if self.horizon is not None else 0
+        horizon = self.current.horizon
+        return horizon.checks if horizon is not None else 0
 
     @property
     def paused(self) -> frozenset[str]:
         """The served queues this worker knows to be paused: it claims none of their jobs."""
-        claimer: Claimer | None = getattr(self, "claimer", None)  # made when serving starts
+        claimer: Claimer | None = getattr(self.current, "claimer", None)  # made when serving starts
         return frozenset(claimer.paused) if claimer is not None else frozenset()
 
     # -- stopping ---------------------------------------------------------------------------
@@ -257,11 +275,12 @@ class Worker(Wiring):
 
     def _request_stop(self, force: bool) -> None:
         self._stop.request(force)
-        if self.fetch_loop is not None:
-            self.fetch_loop.wake()
+        if self.current.fetch_loop is not None:
+            self.current.fetch_loop.wake()
 
     @property
     def abandoned_threads(self) -> int:
         """How many sync handlers the last stop left running in their threads (their jobs
         were put back): a process that exits should not wait for them."""
-        return self.inflight.abandoned_threads if self.inflight is not None else 0
+        inflight = self.current.inflight
+        return inflight.abandoned_threads if inflight is not None else 0

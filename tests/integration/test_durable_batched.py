@@ -120,7 +120,7 @@ def test_many_jobs_steps_on_one_worker_are_recorded_once_each_in_shared_rounds(
     worker = Worker(queue, dsn=dsn, concurrency=JOBS, poll_interval=0.1)
     with worker_in_thread(worker):
         wait_until(lambda: statuses(dsn, schema) == {"succeeded": JOBS}, what="every job")
-        recorder = worker.executor.steps
+        recorder = worker.current.executor.steps
     assert recorder is not None
     for n, job_id in enumerate(ids):
         job = queue.get_job(job_id)

@@ -74,8 +74,8 @@ class _Run:
             self.order.append(label)
             if self.worker is not None:
                 self.unhinted_at_special = self.worker.stats.unhinted_claims
-                if self.worker.interest is not None:
-                    self.widenings_at_special = self.worker.interest.widenings
+                if self.worker.current.interest is not None:
+                    self.widenings_at_special = self.worker.current.interest.widenings
             self.special_ran.set()
 
         self.busy, self.special = busy, special
@@ -189,7 +189,7 @@ def test_more_urgent_job_enqueued_after_the_hint_runs_next(
 
 def _settled(worker: Worker) -> bool:
     """The worker waits for work and watches no transaction from an earlier widening."""
-    return worker.interest is not None and worker.interest.next_check() is None
+    return worker.current.interest is not None and worker.current.interest.next_check() is None
 
 
 def test_quiet_worker_finds_a_job_committed_late_at_its_priority_when_out_of_work(
@@ -203,8 +203,8 @@ def test_quiet_worker_finds_a_job_committed_late_at_its_priority_when_out_of_wor
     worker = run.worker = _worker(queue, dsn, quiet_after=0.05)
     with worker_in_thread(worker, force=True), psycopg.connect(dsn) as late:
         wait_until(lambda: _skipped(dsn, schema) == QUIET, what="the worker to go quiet")
-        assert worker.interest is not None
-        widenings = worker.interest.widenings
+        assert worker.current.interest is not None
+        widenings = worker.current.interest.widenings
         late_id = queue.enqueue(run.special.job("late"), conn=late)  # opened after that
         ids = queue.enqueue_many([run.busy.job(i) for i in range(first, BACKLOG)])
         assert late_id < min(ids)
@@ -220,7 +220,7 @@ def test_quiet_worker_finds_a_job_committed_late_at_its_priority_when_out_of_wor
     assert run.widenings_at_special is not None
     assert run.widenings_at_special > widenings, (ran_at, committed_at)
     if ran_at != BACKLOG:
-        assert worker.interest.settlements > 0, (ran_at, committed_at)
+        assert worker.current.interest.settlements > 0, (ran_at, committed_at)
 
 
 def test_scheduled_job_falling_due_after_the_hint_passed_it_runs_at_once(

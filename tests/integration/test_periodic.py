@@ -295,7 +295,7 @@ def test_the_scheduler_survives_a_terminated_connection_and_stops_cleanly(
                 lambda: count(admin, "pgqueue", "periodic_ticks") >= seen + 2,
                 what="ticks after the connection came back",
             )
-        assert worker.scheduler is not None and worker.scheduler.passes >= 3
+        assert worker.current.scheduler is not None and worker.current.scheduler.passes >= 3
         left = admin.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgqueue:periodic'"
             " AND datname = current_database()"
@@ -322,7 +322,7 @@ def test_a_worker_started_without_periodic_schedules_nothing(
     with worker_in_thread(worker):
         plain.enqueue()
         wait_until(lambda: count(conn, schema, "job_history") == 1, what="the plain job")
-        assert worker.scheduler is None
+        assert worker.current.scheduler is None
     assert count(conn, schema, "periodic") == 0
     queue.close()
 

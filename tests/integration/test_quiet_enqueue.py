@@ -172,7 +172,7 @@ def test_a_job_committed_as_the_worker_goes_back_to_waiting_runs_without_a_poll(
             # Far sooner than the next poll, a minute away.
             wait_until(lambda n=n: ran[-1:] == [n], timeout=20, what="the probe")
     assert ran == list(range(rounds))
-    interest = worker.interest
+    interest = worker.current.interest
     assert interest is not None and interest.widenings >= rounds
     # Some probes committed after the claim that followed the widening: the claim made once
     # their transaction ended is what found them.

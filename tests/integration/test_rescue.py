@@ -103,7 +103,7 @@ def test_a_slow_but_alive_worker_keeps_its_jobs_past_the_lease(
             rescuer = Worker(apps.queue, dsn=dsn, schema=schema, queues=("elsewhere",), **FAST)
             with worker_in_thread(rescuer, force=True):
                 wait_until(lambda: len(_history(conn, schema)) == 2, what="both slow jobs")
-                assert rescuer.rescuer.rescued == 0
+                assert rescuer.load().rescued == 0
             history = _history(conn, schema)
         assert [(status, attempt, errors) for _, status, attempt, errors, _ in history] == [
             ("succeeded", 1, [])

@@ -143,9 +143,12 @@ def test_a_worker_with_history_retention_prunes_on_its_own(
         prune_batch=10,
     )
     with worker_in_thread(worker):
-        wait_until(lambda: worker.pruner is not None and worker.pruner.runs > 0, what="a prune")
+        wait_until(
+            lambda: worker.current.pruner is not None and worker.current.pruner.runs > 0,
+            what="a prune",
+        )
         assert count(conn, schema, "job_history") == 4
-    assert worker.pruner is not None and worker.pruner.deleted == 25
+    assert worker.current.pruner is not None and worker.current.pruner.deleted == 25
     queue.close()
 
 

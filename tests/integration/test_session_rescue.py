@@ -199,7 +199,7 @@ def test_a_live_worker_whose_session_is_ended_records_its_new_one_and_keeps_its_
                 try:
                     conn.execute("SELECT pg_terminate_backend(%s)", [old[0]])
                     wait_until(
-                        lambda: live_id in other.rescuer.gone.suspects,
+                        lambda: live_id in other.current.rescuer.gone.suspects,
                         what="the rescuer seeing the live worker's session gone",
                     )
                 finally:
@@ -213,7 +213,7 @@ def test_a_live_worker_whose_session_is_ended_records_its_new_one_and_keeps_its_
                         what="the live worker's new session",
                     )
                 wait_until(lambda: count(conn, schema, "job_history") == 1, what="the job's end")
-                assert other.rescuer.rescued == 0
+                assert other.load().rescued == 0
             status, attempt, errors = conn.execute(
                 sql.SQL("SELECT status, attempt, errors FROM {s}.job_history").format(
                     s=sql.Identifier(schema)

@@ -241,7 +241,7 @@ def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
             thread.start()
         try:
             wait_until(lambda: _steady_rows(watch, schema) == 1, what="steady mode")
-            loop = worker.fetch_loop
+            loop = worker.current.fetch_loop
             assert loop is not None
             for n in range(rounds):
                 spells, was_steady = loop.pace.spells, loop.pace.steady
@@ -284,7 +284,7 @@ def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
     # (claimer.py), and the worker asks for every wake-up meanwhile: a probe enqueued in
     # that moment is announced. That is rare; a worker that announced every probe is not.
     assert len(steady_probes & named) <= 2, sorted(steady_probes & named)
-    assert worker.claimer.rewinds > 0
+    assert worker.current.claimer.rewinds > 0
 
 
 def test_jobs_that_come_back_wake_a_steady_worker_and_new_ones_do_not(

@@ -81,10 +81,12 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
         result = await original(self, free)
         if armed.is_set():
             armed.clear()
-            assert worker.fetch_loop is not None
-            woken = worker.fetch_loop.wakes
+            assert worker.current.fetch_loop is not None
+            woken = worker.current.fetch_loop.wakes
             await asyncio.to_thread(queue.enqueue, t.job())  # committed after the claim ran
-            while worker.fetch_loop.wakes == woken:  # its wake-up arrives before this round ends
+            while (
+                worker.current.fetch_loop.wakes == woken
+            ):  # its wake-up arrives before this round ends
                 await asyncio.sleep(0.01)
         return result
 
@@ -92,18 +94,21 @@ def test_wake_up_that_arrives_during_a_claim_is_not_lost(
     worker = Worker(queue, dsn=dsn, poll_interval=60)
     with worker_in_thread(worker, force=True):
         wait_until(
-            lambda: worker.fetch_loop is not None and worker.fetch_loop.wakes >= 1,
+            lambda: worker.current.fetch_loop is not None and worker.current.fetch_loop.wakes >= 1,
             what="the listener's first wake-up",
         )
         # Enqueues notify only a worker that has said it waits for work (interest.py).
         wait_until(
-            lambda: worker.interest is not None and worker.interest.skipped == {"default": NOTHING},
+            lambda: (
+                worker.current.interest is not None
+                and worker.current.interest.skipped == {"default": NOTHING}
+            ),
             what="the worker to ask for every wake-up",
         )
         armed.set()
         # A round to arm: a wake-up with nothing behind it, on the worker's own loop.
-        assert worker.events is not None
-        worker.events.publish_threadsafe(JobsClaimable())
+        assert worker.current.events is not None
+        worker.current.events.publish_threadsafe(JobsClaimable())
         assert ran.wait(20)
 
 

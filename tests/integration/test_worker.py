@@ -282,8 +282,8 @@ def test_session_settings_stay_on_the_workers_own_connections(queue: Queue, dsn:
     @queue.task(name="lease")
     async def lease() -> None:
         worker = running[0]
-        seen["claim"] = await worker._claims.run(show)
-        seen["complete"] = await worker.completer.link.run(show)
+        seen["claim"] = await worker.current.claim_link.run(show)
+        seen["complete"] = await worker.current.completer.link.run(show)
 
     @queue.task(name="atomic_async", atomic=True)
     async def atomic_async(ctx: JobContext) -> None:

@@ -1,14 +1,15 @@
-"""The wiring of one run of a worker (pgqueue/worker/worker.py): what the run owns, new for
-each run, and its services made and started in three steps, in the order the worker's
-docstring gives. `Worker` is made of this and its public face: its settings, its runs'
-start and stop, signals.
+"""One run of a worker (pgqueue/worker/worker.py): what the run owns, new for each run, and
+its services, made and started in three steps in the order the worker's docstring gives. The
+worker holds its current run and asks it; a run reads the worker's configuration, given when
+it is made, and never calls back into the worker.
 
 Invariant: each service starts after those it uses, and `services` stops them in reverse; a
-start that fails leaves the run with what it started, which the worker stops.
+start that fails leaves the run with what it started, which end() stops.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from pgqueue.history.partitions import HistoryPartitions
@@ -36,6 +37,7 @@ from pgqueue.worker.observe import Observers, WorkerStats, WorkerTally
 from pgqueue.worker.registration import Registration, identity
 from pgqueue.worker.rescuer import Rescuer
 from pgqueue.worker.scheduler import Scheduler
+from pgqueue.worker.sessions import Sessions
 
 STRAGGLER_THREADS = 64
 # How often running jobs' progress reports are written: at most one row update per job per
@@ -43,75 +45,99 @@ STRAGGLER_THREADS = 64
 PROGRESS_INTERVAL = timedelta(seconds=1)
 
 
-class Wiring:
-    """One run's parts and their start; the worker's configuration is read, never changed."""
+class Run:
+    """One run's parts, its start and its end. A run starts once: a restarted worker makes a
+    new one, so it registers anew (a new id), opens new connections and services, and counts
+    its jobs from zero."""
 
-    # The worker's configuration, set once by Worker.__init__.
-    registry: Registry
-    periodics: Schedules
-    queue_settings: QueueSettings
-    schema: str
-    jobs: JobsStore
-    dsn: str
-    settings: WorkerSettings
-    listen_dsn: str
-    listening: bool
-    tally: WorkerTally
-    observers: Observers
-    middleware: tuple[JobMiddleware, ...]
-    _stop: Stop
-    # The run's own, made as it starts.
-    _claims: Link
+    # Made as the run starts, each by the step that starts it.
     completer: Completer
     executor: Executor
     claimer: Claimer
     rescuer: Rescuer
-    scheduler: Scheduler | None  # when it has recurring jobs
-    pruner: Pruner | None  # with history_retention
-    partitions: HistoryPartitions | None  # except in burst mode
-    horizon: HorizonWatch | None
 
-    def _fresh_run(self) -> None:
-        """What one run owns, new for each run: a restarted worker registers anew (a new id),
-        opens new connections and services, and counts its jobs from zero."""
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        periodics: Schedules,
+        queue_settings: QueueSettings,
+        settings: WorkerSettings,
+        dsn: str,
+        listen_dsn: str | None,
+        observers: Observers,
+        middleware: tuple[JobMiddleware, ...],
+        tally: WorkerTally,
+        stop: Stop,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        """The worker's configuration, read and never changed; `listen_dsn` is None when the
+        run does not listen; `loop` is the one the run will start on (None: it never will)."""
+        self.registry = registry
+        self.periodics = periodics
+        self.queue_settings = queue_settings
+        self.schema = queue_settings.schema_name
+        self.jobs = JobsStore(self.schema)
+        self.settings = settings
+        self.dsn = dsn
+        self.listen_dsn = listen_dsn
+        self.observers = observers
+        self.middleware = middleware
+        self.tally = tally
+        self._stop = stop
         self.id = 0
         self.stats = WorkerStats()
-        tally = WorkerTally()
-        self.observers.all = [tally if seen is self.tally else seen for seen in self.observers.all]
-        self.tally = tally
         self.services = Services()
-        self.scheduler = None
-        self.pruner = None
-        self.partitions = None
-        self.horizon = None
-        self.events: Bus | None = None  # what the run's services tell each other (events.py)
+        sessions = Sessions(self.schema, poll_only=settings.poll_only)
+        prepare = not settings.poll_only
+        self.claim_link = Link(dsn, "claim", prepare=prepare, on_connect=sessions.claim)
+        self.finish_link = Link(dsn, "complete", prepare=prepare, on_connect=sessions.planner)
+        # What the run's services tell each other (events.py).
+        self.events: Bus | None = Bus(loop) if loop is not None else None
+        self.scheduler: Scheduler | None = None  # when it has recurring jobs
+        self.pruner: Pruner | None = None  # with history_retention
+        self.partitions: HistoryPartitions | None = None  # except in burst mode
+        self.horizon: HorizonWatch | None = None
         self.fetch_loop: FetchLoop | None = None  # made once the services it uses have started
         self.inflight: InFlight | None = None  # made with the fetch loop
         self.interest: WakeInterest | None = None  # made once registered; never when polling
         self.atomic_lanes: list[AtomicLane] = []
 
-    async def _start_services(self, services: Services, finish_link: Link) -> FetchLoop:
-        """Start the worker's services in the three steps the module's docstring gives, each
+    async def start(self) -> FetchLoop:
+        """Start the run's services in the three steps the worker's docstring gives, each
         after those it uses (`services` stops them in reverse), and make the fetch loop. The
         services publish what they see on the run's bus; the claimer, the wake interest, the
         jobs in flight and the loop subscribe to it."""
-        await self._register(services, finish_link)
-        fetch = await self._start_running(services, finish_link)
-        await self._start_watches(services, fetch)
+        await self._register()
+        fetch = await self._start_running()
+        await self._start_watches(fetch)
         return fetch
 
-    async def _register(self, services: Services, finish_link: Link) -> None:
+    async def end(self, grace: float) -> None:
+        """End the run, also one whose start failed part way: claiming stops, running jobs get
+        the shutdown grace, the unfinished are put back, then the services stop in reverse,
+        each within `grace` seconds."""
+        self._stop.requested = True  # also after a burst ends: atomic lanes stop with it
+        if self.fetch_loop is not None:
+            await self.fetch_loop.drain()
+        if self.inflight is not None:
+            await self.inflight.put_back_unfinished()
+        await self.services.stop(grace)
+
+    async def _register(self) -> None:
         """The connections, the tasks' declarations, the worker's row and its heartbeat."""
         s = self.settings
         assert self.events is not None
-        await services.start(self._claims)
-        await services.start(finish_link)
+        await self.services.start(self.claim_link)
+        await self.services.start(self.finish_link)
         # Before the worker's row: whoever sees the worker registered sees its declarations.
-        await sync_declarations(finish_link, self.schema, self.registry)
-        registration = Registration(finish_link, self.schema, identity(s), session=not s.poll_only)
-        await services.start(registration)
+        await sync_declarations(self.finish_link, self.schema, self.registry)
+        registration = Registration(
+            self.finish_link, self.schema, identity(s), session=not s.poll_only
+        )
+        await self.services.start(registration)
         self.id = registration.worker_id
-        await services.start(
+        await self.services.start(
             Heartbeat(
                 self.dsn,
                 self.schema,
@@ -125,19 +151,19 @@ class Wiring:
             )
         )
 
-    async def _start_running(self, services: Services, finish_link: Link) -> FetchLoop:
+    async def _start_running(self) -> FetchLoop:
         """The completer and the executor, then what claims and runs jobs: the claimer, the
         wake interest, the jobs in flight and the fetch loop."""
         s = self.settings
         events = self.events
         assert events is not None
         self.completer = Completer(
-            finish_link,
+            self.finish_link,
             self.schema,
             self.queue_settings.keep_history,
             max(s.batch_size, OUTCOME_BATCH),
         )
-        await services.start(self.completer)
+        await self.services.start(self.completer)
         # The headroom beyond `concurrency` is for sync jobs that ran past their timeout: they
         # keep their thread, but their slot is free for the next job.
         self.executor = Executor(
@@ -150,26 +176,26 @@ class Wiring:
             observers=self.observers,
             middleware=self.middleware,
         )
-        await services.start(self.executor)
+        await self.services.start(self.executor)
         self.claimer = Claimer(
-            self._claims,
+            self.claim_link,
             self.schema,
             s,
             self.id,
             self.stats,
             self.observers,
-            listening=self.listening,
+            listening=self.listen_dsn is not None,
         )
         self.claimer.subscribe(events)
-        if self.listening:
+        if self.listen_dsn is not None:
             self.interest = WakeInterest(
-                self._claims, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
+                self.claim_link, self.schema, self.id, self.claimer, s.poll_interval.total_seconds()
             )
             self.interest.subscribe(events)
         self.inflight = InFlight(
             registry=self.registry,
             worker_id=self.id,
-            link=self._claims,
+            link=self.claim_link,
             jobs=self.jobs,
             completer=self.completer,
             executor=self.executor,
@@ -189,10 +215,10 @@ class Wiring:
         )
         # Jobs a claim took but whose reply a broken connection lost: only the loop knows
         # which jobs are this worker's, and none were claimed before it was made.
-        self._claims.on_reconnect = fetch.release_orphans
+        self.claim_link.on_reconnect = fetch.release_orphans
         return fetch
 
-    async def _start_watches(self, services: Services, fetch: FetchLoop) -> None:
+    async def _start_watches(self, fetch: FetchLoop) -> None:
         """What watches the jobs and the database: the rescuer, the cancel watch, the progress
         writer, the horizon watch, the maintenance, the notifier; last the atomic lanes."""
         s = self.settings
@@ -203,22 +229,25 @@ class Wiring:
             self.schema,
             s.lease_timeout,
             keep_history,
-            link=self._claims,
+            link=self.claim_link,
             interval=s.rescue_interval,
             events=self.events,
             queues=s.queues,
             worker_id=self.id,
         )
-        await services.start(self.rescuer)
+        await self.services.start(self.rescuer)
         inflight = self.inflight
-        await services.start(Every("cancel watch", s.rescue_interval, inflight.check_cancels))
-        await services.start(Every("progress", PROGRESS_INTERVAL, inflight.write_progress))
-        self.horizon = HorizonWatch(self._claims, self.schema, s.rescue_interval, s.horizon_warning)
-        await services.start(self.horizon)
+        await self.services.start(Every("cancel watch", s.rescue_interval, inflight.check_cancels))
+        await self.services.start(Every("progress", PROGRESS_INTERVAL, inflight.write_progress))
+        self.horizon = HorizonWatch(
+            self.claim_link, self.schema, s.rescue_interval, s.horizon_warning
+        )
+        await self.services.start(self.horizon)
         for service in self._maintenance():
-            await services.start(service)
-        if self.listening:
-            await services.start(Notifier(self.listen_dsn, self.schema, set(s.queues), self.events))
+            await self.services.start(service)
+        if self.listen_dsn is not None:
+            notifier = Notifier(self.listen_dsn, self.schema, set(s.queues), self.events)
+            await self.services.start(notifier)
         stop = self._stop
         self.atomic_lanes = make_lanes(
             self.registry,
