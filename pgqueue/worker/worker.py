@@ -1,10 +1,10 @@
 """The worker: claim -> execute -> complete, with heartbeats and a clean shutdown.
 
-Owns: the public face of a worker, its runs' start and stop, and the order of a run's
-services (runtime/service.py). Each run is an object of its own (run.py), new for each run,
-which the worker holds and asks: it makes and starts the services in three steps, and stops
-them in reverse. Registering: the claim and completion connections, the
-worker's registration, the heartbeat. Running: the completer, the executor, then the claimer,
+Owns: the public face of a worker, its runs' start and stop, signals. Each run is an object
+of its own (run.py), new at each start, which the worker holds and asks: it makes and starts
+the run's services (runtime/service.py) in three steps, and stops them in reverse.
+Registering: the claim and completion connections, the worker's registration, the
+heartbeat. Running: the completer, the executor, then the claimer,
 the wake interest, the jobs in flight (inflight.py) and the fetch loop (loop.py), which
 claims jobs and starts them, at most `concurrency` at once. Watching: the rescuer, the cancel
 watch, the progress writer, the horizon watch, the periodic scheduler, the history
