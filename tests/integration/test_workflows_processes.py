@@ -187,6 +187,16 @@ def test_a_killed_worker_and_failing_steps_neither_lose_nor_repeat_a_step(
             log_of[replacement] = logs[2 + n]
             procs.append(replacement)
         procs = [p for p in procs if p not in killed]
+        # Each replacement up before the end: one stopped while it starts (the other worker
+        # may finish the chains first) dies of the signal before its handlers are set.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for proc in procs:
+                wait_until(
+                    lambda proc=proc: conn.execute(
+                        f'SELECT 1 FROM "{schema}".workers WHERE pid = %s', [proc.pid]
+                    ).fetchone(),
+                    what=f"worker process {proc.pid} registered",
+                )
         _wait_all(dsn, schema, chains * steps)
     finally:
         stop_worker_processes(procs)
