@@ -38,6 +38,8 @@ SETTINGS = {
     "synchronous_commit": "off",
     "full_page_writes": "off",
     "citus.shard_count": str(SHARD_COUNT),
+    # Two-phase commits stay recorded in pg_dist_transaction: tests count them there.
+    "citus.recover_2pc_interval": "-1",
     "log_min_messages": "warning",
 }
 
@@ -139,7 +141,9 @@ def _pg_ctl(data: Path, *args: str, check: bool = True) -> None:
 def _as_postgres(command: list[str], check: bool = True) -> None:
     if os.geteuid() == 0:
         command = ["runuser", "-u", "postgres", "--", *command]
-    subprocess.run(command, check=check, capture_output=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()}")
 
 
 def _give_to_postgres(folder: Path) -> None:
