@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from psycopg import sql
 from psycopg.rows import args_row
@@ -169,11 +170,27 @@ async def finish(
             cur = await conn.execute(statement(name, schema), _outcomes(shard, final, keep_history))
             moved += len(await cur.fetchall())
         if retried:
+            rows = [_retry(row) for row in retried]
             cur = await conn.execute(
-                statement("citus_job_retry", schema), _outcomes(shard, retried, keep_history)
+                statement("citus_job_retry", schema), _outcomes(shard, rows, keep_history)
             )
             moved += len(await cur.fetchall())
     return moved
+
+
+def _retry(row: Mapping[str, object]) -> dict[str, object]:
+    """A retry's outcome with what citus_job_retry writes worked out."""
+    delay = row.get("retry_in")
+    retry_in = max(float(delay), 0.0) if isinstance(delay, int | float) else 0.0
+    snooze = bool(row.get("snooze"))
+    error = row.get("error")
+    return {
+        **row,
+        "next": "scheduled" if retry_in > 0 else "queued",
+        "retry_in": retry_in,
+        "given_back": 1 if snooze else 0,
+        "append": [] if error is None or snooze else [error],
+    }
 
 
 def _outcomes(
@@ -204,19 +221,22 @@ async def stranded(conn: AsyncConn, schema: str, lease: float, limit: int) -> li
 
 
 async def rescue(conn: AsyncConn, schema: str, job: Stranded) -> bool:
-    params = {"shard": job.shard, "id": job.id, "worker_id": job.worker_id, "attempt": job.attempt}
+    """Put `job` back on its shard, its attempt spent; whether it was still stranded."""
+    error = _lost(job, "its worker stopped heartbeating while it ran")
+    params = {
+        "shard": job.shard,
+        "id": job.id,
+        "worker_id": job.worker_id,
+        "attempt": job.attempt,
+        "errors": encode_json([error]),
+    }
     cur = await conn.execute(statement("citus_job_rescue", schema), params)
     return bool(await cur.fetchall())
 
 
 def lost_outcome(job: Stranded) -> dict[str, object]:
     """The failure a stranded job whose attempts are spent is finished with."""
-    error = {
-        "attempt": job.attempt,
-        "kind": "lost",
-        "error": "its worker stopped heartbeating while it ran, on its last attempt",
-        "traceback": "",
-    }
+    error = _lost(job, "its worker stopped heartbeating while it ran, on its last attempt")
     row: dict[str, object] = json.loads(
         encode_json(
             {
@@ -242,3 +262,8 @@ def resume_plan(schema: str, queues: Sequence[str]) -> Plan[list[str]]:
     """Resume `queues`; those that were paused."""
     rows = yield query("citus_queue_resume", schema), {"queues": list(queues)}
     return sorted(row.queue for row in rows_as(Queue, rows))
+
+
+def _lost(job: Stranded, why: str) -> dict[str, object]:
+    at = datetime.now(timezone.utc).isoformat()
+    return {"attempt": job.attempt, "at": at, "kind": "lost", "error": why, "traceback": ""}

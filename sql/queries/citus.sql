@@ -182,18 +182,15 @@ RETURNING j.id;
 -- name: citus_job_retry
 -- Puts one shard's retried jobs back: scheduled for when their retry falls due (queued when
 -- now), the error appended; a snooze gives its attempt back and records no error. Same guard
--- as citus_job_finish.
+-- as citus_job_finish. Each outcome arrives with its next status, delay, attempt given back
+-- and errors to append worked out (pgqueue/store/citus.py): Citus refuses a CASE, or a
+-- STABLE function such as timestamptz + interval, over a row's values in an UPDATE.
 UPDATE {schema}.jobs AS j
-SET status = CASE WHEN (%(outcomes)s::jsonb -> j.id::text ->> 'retry_in')::float8 > 0
-                  THEN 'scheduled' ELSE 'queued' END,
-    run_at = now() + make_interval(
-        secs => greatest((%(outcomes)s::jsonb -> j.id::text ->> 'retry_in')::float8, 0)),
-    attempt = CASE WHEN (%(outcomes)s::jsonb -> j.id::text ->> 'snooze')::boolean
-                   THEN j.attempt - 1 ELSE j.attempt END,
-    errors = CASE WHEN nullif(%(outcomes)s::jsonb -> j.id::text -> 'error', 'null') IS NULL
-                  THEN j.errors
-                  ELSE j.errors || jsonb_build_array(%(outcomes)s::jsonb -> j.id::text -> 'error')
-             END,
+SET status = %(outcomes)s::jsonb -> j.id::text ->> 'next',
+    run_at = to_timestamp(extract(epoch FROM now())::float8
+                          + (%(outcomes)s::jsonb -> j.id::text ->> 'retry_in')::float8),
+    attempt = j.attempt - (%(outcomes)s::jsonb -> j.id::text ->> 'given_back')::integer,
+    errors = j.errors || (%(outcomes)s::jsonb -> j.id::text -> 'append'),
     worker_id = NULL,
     started_at = NULL
 WHERE j.shard = %(shard)s AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
@@ -225,13 +222,13 @@ LIMIT %(limit)s;
 
 -- name: citus_job_rescue
 -- Puts back one shard's jobs of dead workers, their attempt spent (the attempt may have run
--- in part); one whose attempts are used up is failed instead (citus_job_finish). Guarded by
--- the dead worker and the attempt found.
+-- in part), with the error `errors` holds appended (built by the caller: Citus refuses a
+-- STABLE function such as jsonb_build_object over a row's values in an UPDATE); one whose
+-- attempts are used up is failed instead (citus_job_finish). Guarded by the dead worker and
+-- the attempt found.
 UPDATE {schema}.jobs AS j
 SET status = 'queued', worker_id = NULL, started_at = NULL,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempt, 'at', now(), 'kind', 'lost',
-        'error', 'its worker stopped heartbeating while it ran', 'traceback', ''))
+    errors = j.errors || %(errors)s::jsonb
 WHERE j.shard = %(shard)s AND j.id = %(id)s AND j.status = 'running'
   AND j.worker_id = %(worker_id)s AND j.attempt = %(attempt)s AND j.attempt < j.max_attempts
 RETURNING j.id;

@@ -13,10 +13,9 @@ from psycopg import sql
 from pgqueue import RetryPolicy
 from pgqueue.citus import CitusQueue
 
-DSN = os.environ.get("CITUS_APP_DSN", "")
-SCHEMA = os.environ.get("CITUS_APP_SCHEMA", "pgqueue")
-
-queue = CitusQueue(DSN or None, schema=SCHEMA)
+queue = CitusQueue(
+    os.environ.get("CITUS_APP_DSN") or None, schema=os.environ.get("CITUS_APP_SCHEMA", "pgqueue")
+)
 
 
 def runs_table(conn: psycopg.Connection[object], schema: str) -> None:
@@ -31,10 +30,10 @@ def runs_table(conn: psycopg.Connection[object], schema: str) -> None:
 @queue.task(name="citus.record", shard_key="{tenant_id}")
 def record(tenant_id: str, n: int, sleep: float = 0.0) -> None:
     time.sleep(sleep)
-    with psycopg.connect(DSN) as conn:
+    with psycopg.connect(os.environ["CITUS_APP_DSN"]) as conn:
         conn.execute(
             sql.SQL("INSERT INTO {}.runs (tenant_id, n, pid) VALUES (%s, %s, %s)").format(
-                sql.Identifier(SCHEMA)
+                sql.Identifier(os.environ["CITUS_APP_SCHEMA"])
             ),
             [tenant_id, n, os.getpid()],
         )
