@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -38,7 +39,7 @@ def citus_schema(coordinator: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-def node_of(conn: psycopg.Connection[object], table: str, value: str) -> int:
+def node_of(conn: psycopg.Connection[Any], table: str, value: str) -> int:
     """The port of the node holding `value`'s shard of the distributed `table`."""
     row = conn.execute(
         "SELECT p.nodeport FROM pg_dist_shard_placement AS p "
@@ -49,7 +50,7 @@ def node_of(conn: psycopg.Connection[object], table: str, value: str) -> int:
     return int(row[0])
 
 
-def values_on_two_nodes(conn: psycopg.Connection[object], table: str) -> tuple[str, str]:
+def values_on_two_nodes(conn: psycopg.Connection[Any], table: str) -> tuple[str, str]:
     """Two shard values whose shards are on different nodes."""
     first = "tenant-0"
     home = node_of(conn, table, first)
