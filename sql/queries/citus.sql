@@ -61,6 +61,36 @@ BEGIN
 END
 $$;
 CREATE INDEX job_history_id_idx ON {schema}.job_history (id);
+-- Enqueue and signals in SQL insert without a shard: on Citus they refuse, saying so.
+CREATE OR REPLACE FUNCTION {schema}.enqueue(
+    task text, args jsonb DEFAULT '{{}}'::jsonb, queue text DEFAULT NULL::text,
+    priority integer DEFAULT NULL::integer, run_at timestamptz DEFAULT NULL::timestamptz,
+    max_attempts integer DEFAULT NULL::integer, concurrency_key text DEFAULT NULL::text,
+    tags text[] DEFAULT NULL::text[], dedupe_key text DEFAULT NULL::text,
+    dedupe_window interval DEFAULT NULL::interval) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'pgqueue: enqueue() in SQL is not available on Citus: enqueue with '
+                    'pgqueue.citus.CitusQueue, which gives each job its shard'
+        USING ERRCODE = 'feature_not_supported';
+END
+$$;
+CREATE OR REPLACE FUNCTION {schema}.enqueue_many(jobs jsonb) RETURNS SETOF bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'pgqueue: enqueue_many() in SQL is not available on Citus: enqueue with '
+                    'pgqueue.citus.CitusQueue, which gives each job its shard'
+        USING ERRCODE = 'feature_not_supported';
+END
+$$;
+CREATE OR REPLACE FUNCTION {schema}.signal(key text, payload jsonb DEFAULT 'null'::jsonb)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'pgqueue: signals are not available on Citus'
+        USING ERRCODE = 'feature_not_supported';
+END
+$$;
 SELECT create_distributed_table(quote_ident({schema_name}) || '.jobs', 'shard');
 SELECT create_distributed_table(quote_ident({schema_name}) || '.job_history', 'shard',
                                 colocate_with => quote_ident({schema_name}) || '.jobs');

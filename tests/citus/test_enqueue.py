@@ -157,3 +157,15 @@ def test_queue_methods_citus_cannot_run_are_refused(shop: CitusQueue) -> None:
     with pytest.raises(CitusUnsupportedError, match=r"Queue\.list_jobs"):
         shop.list_jobs()
     assert issubclass(CitusUnsupportedError, ConfigurationError)
+
+
+def test_enqueue_in_sql_refuses_on_citus_saying_why(coordinator: str, citus_schema: str) -> None:
+    with (
+        psycopg.connect(coordinator) as conn,
+        pytest.raises(psycopg.errors.FeatureNotSupported, match="not available on Citus"),
+    ):
+        conn.execute(
+            sql.SQL("SELECT {}.enqueue('citus.record', '{{}}')").format(
+                sql.Identifier(citus_schema)
+            )
+        )
