@@ -147,6 +147,7 @@ class CitusQueue(Queue):
             "max_attempts": options.max_attempts,
             "run_at": options.run_at,
             "delay": options.delay.total_seconds() if options.delay else None,
+            "concurrency_key": options.concurrency_key,
             "tags": list(options.tags) if options.tags else None,
             "trace_context": trace_context.get(),
         }

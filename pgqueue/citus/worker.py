@@ -168,18 +168,18 @@ class CitusWorker:
         s = self.settings
         poll = s.poll_interval.total_seconds()
         next_round = 0.0
-        next_rescue = time.monotonic() + s.rescue_interval.total_seconds()
+        next_rescue = 0.0  # first thing: jobs a dead worker left are claimable this round
         while not self._stop_requested:
             now = time.monotonic()
+            if now >= next_rescue:
+                await self._rescue(finish)
+                next_rescue = now + s.rescue_interval.total_seconds()
             free = s.concurrency - len(self._running)
             if free > 0 and now >= next_round:
                 found, full = await self._round(claims, free)
                 if s.burst and not found and not self._running and not self._done:
                     return
                 next_round = now if full else now + poll
-            if now >= next_rescue:
-                await self._rescue(finish)
-                next_rescue = now + s.rescue_interval.total_seconds()
             await self._write_outcomes(finish)
             await self._sleep(max(0.0, min(next_round, next_rescue) - time.monotonic()))
 

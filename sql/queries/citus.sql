@@ -104,11 +104,12 @@ FROM unnest(ARRAY['queue_pauses', 'rate_limits', 'job_rate_limits', 'concurrency
 -- commits there alone, without two-phase commit. No NOTIFY: a transaction that reaches two
 -- nodes commits by two-phase commit, which a NOTIFY would make fail. Workers poll instead.
 INSERT INTO {schema}.jobs AS j
-    (shard, queue, task, args, priority, max_attempts, run_at, tags, trace_context, status)
+    (shard, queue, task, args, priority, max_attempts, run_at, concurrency_key, tags,
+     trace_context, status)
 VALUES (%(shard)s::text, %(queue)s::text, %(task)s::text, %(args)s::jsonb,
         %(priority)s::smallint, %(max_attempts)s::integer,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
-        %(tags)s::text[], %(trace_context)s::jsonb,
+        %(concurrency_key)s::text, %(tags)s::text[], %(trace_context)s::jsonb,
         CASE WHEN coalesce(%(run_at)s::timestamptz,
                            now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) > now()
              THEN 'scheduled' ELSE 'queued' END)

@@ -169,3 +169,19 @@ def test_enqueue_in_sql_refuses_on_citus_saying_why(coordinator: str, citus_sche
                 sql.Identifier(citus_schema)
             )
         )
+
+
+def test_a_concurrency_key_places_the_job_and_is_kept(shop: CitusQueue) -> None:
+    job_id = shop.enqueue_many([app.record.with_options(concurrency_key="k1").job(
+        tenant_id="acme", n=1
+    )])[0]  # fmt: skip
+    job = shop.get_job(job_id)
+    assert job is not None and job.concurrency_key == "k1"
+
+
+def test_an_atomic_task_is_refused_at_enqueue(shop: CitusQueue) -> None:
+    @shop.task(name="citus.atomic_enqueue", atomic=True)
+    def atomic() -> None: ...
+
+    with pytest.raises(CitusUnsupportedError, match="atomic tasks"):
+        shop.enqueue(atomic.job())

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from psycopg import sql
 from pgqueue.citus import CitusQueue, CitusWorker
 from pgqueue.errors import CitusUnsupportedError
 from pgqueue.store.citus import claim_statement
+from tests.acceptance.test_cli import assert_usage_error, run_pgqueue
 from tests.citus import app
 from tests.citus.conftest import values_on_two_nodes
 from tests.conftest import wait_until, worker_process
@@ -119,7 +121,14 @@ def test_a_failing_job_is_retried_then_fails_with_its_errors_in_history(
     coordinator: str, citus_schema: str, queue: CitusQueue
 ) -> None:
     job_id = queue.enqueue_many([app.fail.job(tenant_id="acme")])[0]
-    asyncio.run(_in_process(coordinator, citus_schema).run_async())
+
+    def failed() -> bool:
+        # A burst worker ends while the retry is scheduled ahead: run another until it failed.
+        asyncio.run(_in_process(coordinator, citus_schema).run_async())
+        job = queue.get_job(job_id)
+        return job is not None and job.status == "failed"
+
+    wait_until(failed, timeout=30, what="the second attempt to fail")
     job = queue.get_job(job_id)
     assert job is not None and job.status == "failed" and job.attempt == 2
     assert len(job.errors) == 2 and "no luck for acme" in job.errors[-1]["error"]
@@ -185,3 +194,40 @@ def test_a_citus_worker_refuses_atomic_tasks(queue: CitusQueue) -> None:
 
     with pytest.raises(CitusUnsupportedError, match=r"citus\.atomic"):
         CitusWorker(queue)
+
+
+def test_a_job_lost_on_its_last_attempt_fails_as_lost(
+    coordinator: str, citus_schema: str, queue: CitusQueue, tmp_path: Path
+) -> None:
+    job_id = queue.enqueue_many(
+        [app.record.with_options(max_attempts=1).job(tenant_id="acme", n=1, sleep=30)]
+    )[0]
+    running = "SELECT count(*) FROM {schema}.jobs WHERE status = 'running'"
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        doomed = _worker(coordinator, citus_schema, tmp_path / "doomed.log")
+        wait_until(lambda: _scalar(conn, running, citus_schema) == 1, what="the job to start")
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait(timeout=30)
+    rescuer = _in_process(coordinator, citus_schema)
+    rescuer.settings = rescuer.settings.model_copy(
+        update={"lease_timeout": timedelta(seconds=1), "rescue_interval": timedelta(seconds=0.2)}
+    )
+    wait_until(lambda: _lost(coordinator, citus_schema), timeout=30, what="the heartbeat to age")
+    asyncio.run(rescuer.run_async())
+    job = queue.get_job(job_id)
+    assert job is not None and job.status == "failed" and job.attempt == 1
+    assert job.errors[-1]["kind"] == "lost"
+
+
+def _lost(coordinator: str, schema: str) -> bool:
+    old = "SELECT count(*) FROM {schema}.workers WHERE heartbeat_at < now() - interval '1 second'"
+    with psycopg.connect(coordinator) as conn:
+        return bool(_scalar(conn, old, schema))
+
+
+def test_a_citus_worker_refuses_a_metrics_port(coordinator: str, citus_schema: str) -> None:
+    env = {"CITUS_APP_DSN": coordinator, "CITUS_APP_SCHEMA": citus_schema}
+    done = run_pgqueue(
+        "worker", "tests.citus.app:queue", "--dsn", coordinator, "--metrics-port", "9", env=env
+    )
+    assert_usage_error(done, "--metrics-port is not available for a Citus worker")
