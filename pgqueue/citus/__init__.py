@@ -10,5 +10,6 @@ shards and refuses what Citus cannot run (queue.py), and the worker that claims 
 from pgqueue.citus.layout import migrate
 from pgqueue.citus.queue import CitusQueue, shard_of
 from pgqueue.citus.worker import CitusWorker
+from pgqueue.errors import CitusUnsupportedError
 
-__all__ = ["CitusQueue", "CitusWorker", "migrate", "shard_of"]
+__all__ = ["CitusQueue", "CitusUnsupportedError", "CitusWorker", "migrate", "shard_of"]
