@@ -231,3 +231,19 @@ def test_a_citus_worker_refuses_a_metrics_port(coordinator: str, citus_schema: s
         "worker", "tests.citus.app:queue", "--dsn", coordinator, "--metrics-port", "9", env=env
     )
     assert_usage_error(done, "--metrics-port is not available for a Citus worker")
+
+
+def test_processes_2_runs_two_citus_workers_under_one_supervisor(
+    coordinator: str, citus_schema: str, queue: CitusQueue
+) -> None:
+    jobs = [app.record.job(tenant_id=t, n=i) for i in range(5) for t in TENANTS]
+    queue.enqueue_many(jobs)
+    env = {"CITUS_APP_DSN": coordinator, "CITUS_APP_SCHEMA": citus_schema}
+    done = run_pgqueue(
+        "worker", "tests.citus.app:queue", "--dsn", coordinator, "--schema", citus_schema,
+        "--processes", "2", "--burst", "--poll-interval", "0.1", env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(coordinator) as conn:
+        assert _scalar(conn, "SELECT count(*) FROM {schema}.runs", citus_schema) == len(jobs)
+        assert _scalar(conn, "SELECT count(*) FROM {schema}.jobs", citus_schema) == 0
