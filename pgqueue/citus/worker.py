@@ -23,8 +23,9 @@ import random
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Awaitable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -41,6 +42,7 @@ from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.registration import Registration, identity
 
+T = TypeVar("T")
 log = logging.getLogger("pgqueue.citus")
 STRAGGLER_THREADS = 64
 STOP_GRACE = 60.0
@@ -85,6 +87,7 @@ class CitusWorker:
         self._force = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        self._lost_claim = False  # a claim failed: put back what it may have taken first
 
     # -- public -----------------------------------------------------------------------------
 
@@ -118,7 +121,7 @@ class CitusWorker:
 
     async def _serve(self) -> None:
         s = self.settings
-        claims = Link(self.dsn, "claim")
+        claims = Link(self.dsn, "claim", on_reconnect=self._release_orphans)
         finish = Link(self.dsn, "complete")
         services = Services()
         self._running: dict[int, tuple[asyncio.Future[Outcome], ClaimedJob, str]] = {}
@@ -151,6 +154,14 @@ class CitusWorker:
                 await self._drain(finish)
             await services.stop(STOP_GRACE)
 
+    async def _release_orphans(self, conn: Any) -> None:
+        """Jobs a claim took whose reply a broken connection lost: back to their queues."""
+        held = [*self._running, *(outcome.job.id for _, outcome in self._done)]
+        released = await store.release_orphans(conn, self.schema, self.id, held)
+        self._lost_claim = False
+        if released:
+            log.warning("citus worker %s put back %d jobs of a lost claim", self.id, released)
+
     async def _require_layout(self, link: Link) -> None:
         async def check(conn: Any) -> bool:
             try:
@@ -172,16 +183,34 @@ class CitusWorker:
         while not self._stop_requested:
             now = time.monotonic()
             if now >= next_rescue:
-                await self._rescue(finish)
+                await self._unless_a_node_fails("rescue", self._rescue(finish))
                 next_rescue = now + s.rescue_interval.total_seconds()
+            if self._lost_claim:  # a claim failed: it may have committed all the same
+                await self._unless_a_node_fails("put-back", claims.run(self._release_orphans))
             free = s.concurrency - len(self._running)
-            if free > 0 and now >= next_round:
-                found, full = await self._round(claims, free)
+            if free > 0 and now >= next_round and not self._lost_claim:
+                found, full = await self._unless_a_node_fails(
+                    "claim", self._round(claims, free), (True, False)
+                )
                 if s.burst and not found and not self._running and not self._done:
                     return
                 next_round = now if full else now + poll
-            await self._write_outcomes(finish)
+            if not await self._unless_a_node_fails("outcomes", self._write_outcomes(finish), False):
+                next_round = max(next_round, now + poll)  # the outcomes wait for the node too
             await self._sleep(max(0.0, min(next_round, next_rescue) - time.monotonic()))
+
+    async def _unless_a_node_fails(self, what: str, step: Awaitable[T], failed: Any = None) -> T:
+        """Run `step`; if the cluster fails it (a node restarting: the coordinator's own
+        connection is fine, so Link raises), log it and return `failed`, to try again later.
+        Outcomes not written stay to be written (_write_outcomes)."""
+        try:
+            return await step
+        except psycopg.Error as exc:
+            log.warning("citus worker %s: %s failed, trying again: %s", self.id, what, exc)
+            self._lost_claim = self._lost_claim or what == "claim"
+            await asyncio.sleep(self.settings.poll_interval.total_seconds())
+            result: T = failed
+            return result
 
     async def _round(self, claims: Link, free: int) -> tuple[bool, bool]:
         """One claim round; whether any shard had work, and whether every share came back
@@ -229,26 +258,37 @@ class CitusWorker:
         if self._wake is not None:
             self._wake.set()
 
-    async def _write_outcomes(self, finish: Link) -> None:
-        """Each shard's outcomes in one transaction on its node."""
+    async def _write_outcomes(self, finish: Link) -> bool:
+        """Each shard's outcomes in one transaction on its node; those of a shard that could
+        not be written stay, for the next call (the guard makes a second write of one that
+        did commit move nothing)."""
         done, self._done = self._done, []
         by_shard: dict[str, list[Outcome]] = defaultdict(list)
         for shard, outcome in done:
             if not outcome.settled:
                 by_shard[shard].append(outcome)
-        for shard, outcomes in by_shard.items():
-            final = [o.as_row() for o in outcomes if o.status != "retry"]
-            retried = [o.as_row() for o in outcomes if o.status == "retry"]
-            write = partial(
-                store.finish,
-                schema=self.schema,
-                shard=shard,
-                final=final,
-                retried=retried,
-                keep_history=self.keep_history,
-            )
-            await finish.run(write)
-            self.finished += len(outcomes)
+        for index, (shard, outcomes) in enumerate(list(by_shard.items())):
+            try:
+                await self._write_shard(finish, shard, outcomes)
+            except BaseException:
+                left = list(by_shard.items())[index:]
+                self._done = [(s, o) for s, found in left for o in found] + self._done
+                raise
+        return True
+
+    async def _write_shard(self, finish: Link, shard: str, outcomes: list[Outcome]) -> None:
+        final = [o.as_row() for o in outcomes if o.status != "retry"]
+        retried = [o.as_row() for o in outcomes if o.status == "retry"]
+        write = partial(
+            store.finish,
+            schema=self.schema,
+            shard=shard,
+            final=final,
+            retried=retried,
+            keep_history=self.keep_history,
+        )
+        await finish.run(write)
+        self.finished += len(outcomes)
 
     async def _rescue(self, finish: Link) -> None:
         """Put back (or, attempts spent, fail) the running jobs of workers that stopped

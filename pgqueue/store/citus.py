@@ -212,6 +212,15 @@ async def release(
     return len(await cur.fetchall())
 
 
+async def release_orphans(
+    conn: AsyncConn, schema: str, worker_id: int, known: Sequence[int]
+) -> int:
+    """Put back this worker's running jobs not in `known`; how many."""
+    params = {"worker_id": worker_id, "known": list(known)}
+    cur = await conn.execute(statement("citus_job_release_orphans", schema), params)
+    return len(await cur.fetchall())
+
+
 async def stranded(conn: AsyncConn, schema: str, lease: float, limit: int) -> list[Stranded]:
     async with conn.cursor(row_factory=args_row(Stranded)) as cur:
         await cur.execute(

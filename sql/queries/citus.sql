@@ -238,6 +238,16 @@ WHERE shard = %(shard)s AND id = ANY(%(ids)s::bigint[]) AND status = 'running'
   AND worker_id = %(worker_id)s
 RETURNING id;
 
+-- name: citus_job_release_orphans
+-- After the claim connection broke, puts back the running jobs this worker holds but never
+-- received (a claim committed, its reply was lost), their attempt returned. Claims run on
+-- that connection alone, one at a time, so every job of ours not in `known` is such an
+-- orphan. Across the shards: this worker's jobs may be on any of them.
+UPDATE {schema}.jobs
+SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
+WHERE worker_id = %(worker_id)s AND status = 'running' AND NOT (id = ANY(%(known)s::bigint[]))
+RETURNING id;
+
 -- name: citus_job_find_stranded
 -- Running jobs whose worker is gone (no row) or missed its heartbeats for longer than the
 -- lease, with their shards: one read across the shards, the worker rows being the

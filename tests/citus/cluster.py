@@ -38,8 +38,6 @@ SETTINGS = {
     "synchronous_commit": "off",
     "full_page_writes": "off",
     "citus.shard_count": str(SHARD_COUNT),
-    # Two-phase commits stay recorded in pg_dist_transaction: tests count them there.
-    "citus.recover_2pc_interval": "-1",
     "log_min_messages": "warning",
 }
 
@@ -75,7 +73,9 @@ class Cluster:
 
     def restart(self, index: int) -> None:
         """Restart one server fast (its connections are cut), for fault tests."""
-        _pg_ctl(self.data(index), "-m", "fast", "restart")
+        # -l: a server started without a log file holds this process's pipes open.
+        data = self.data(index)
+        _pg_ctl(data, "-m", "fast", "-l", str(data / "server.log"), "restart")
 
     def stop(self) -> None:
         if self.stopped:

@@ -247,3 +247,33 @@ def test_processes_2_runs_two_citus_workers_under_one_supervisor(
     with psycopg.connect(coordinator) as conn:
         assert _scalar(conn, "SELECT count(*) FROM {schema}.runs", citus_schema) == len(jobs)
         assert _scalar(conn, "SELECT count(*) FROM {schema}.jobs", citus_schema) == 0
+
+
+def test_a_node_restarted_fast_under_a_worker_loses_no_job_and_runs_none_twice(
+    citus: Any, coordinator: str, citus_schema: str, queue: CitusQueue, tmp_path: Path
+) -> None:
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        first, second = values_on_two_nodes(conn, f"{citus_schema}.jobs")
+        tenants = list(dict.fromkeys([first, second, *TENANTS]))
+        jobs = [app.record.job(tenant_id=t, n=i, sleep=0.05) for i in range(8) for t in tenants]
+        queue.enqueue_many(jobs)
+        worker = _worker(coordinator, citus_schema, tmp_path / "w.log", "--concurrency", "4")
+        ran = "SELECT count(*) FROM {schema}.runs"
+        try:
+            wait_until(lambda: _scalar(conn, ran, citus_schema) >= 10, what="jobs to run")
+            citus.restart(1)
+            wait_until(
+                lambda: _scalar(conn, "SELECT count(*) FROM {schema}.jobs", citus_schema) == 0,
+                timeout=120,
+                what="every job to finish after the restart",
+            )
+        finally:
+            _stop(worker)
+        twice = (
+            "SELECT count(*) FROM (SELECT 1 FROM {schema}.runs GROUP BY tenant_id, n"
+            " HAVING count(*) > 1) AS d"
+        )
+        assert _scalar(conn, ran, citus_schema) == len(jobs)
+        assert _scalar(conn, twice, citus_schema) == 0
+        done = "SELECT count(*) FROM {schema}.job_history WHERE status = 'succeeded'"
+        assert _scalar(conn, done, citus_schema) == len(jobs)
