@@ -10,7 +10,8 @@ BIN    := $(VENV)/bin
 # more test processes than cores pays. PYTEST_WORKERS=0 runs them in this process, one by one.
 PYTEST_WORKERS ?= 4
 PYTEST_ARGS ?=
-PYTEST_MARK ?=
+# The Citus suite starts a cluster of its own: `make test-citus`, not the suite's run.
+PYTEST_MARK ?= not citus
 
 # $(1) pytest, $(2) its arguments: the tests side by side but those marked `alone`, then those.
 define PYTEST_SPLIT
@@ -103,6 +104,12 @@ pytest: $(VENV)/.installed
 	$(call PYTEST_SPLIT,$(BIN)/pytest,$(PYTEST_ARGS))
 
 check: test
+
+# The Citus suite (tests/citus) on a local cluster it starts: a coordinator and two nodes of
+# the PostgreSQL that ../shared/citus/build.sh built Citus into. One cluster, one process.
+.PHONY: test-citus
+test-citus: $(VENV)/.installed
+	$(BIN)/pytest -q -m citus tests/citus $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml), built in strict mode into site/: a broken link or an
 # API name that no longer exists fails it. Its tools are the `docs` extra, added to .venv here

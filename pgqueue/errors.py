@@ -2,6 +2,7 @@
 
     PgQueueError
     ├── ConfigurationError      a setting or option is impossible (names the setting and range)
+    │   └── CitusUnsupportedError   a feature pgqueue does not offer on a Citus cluster
     ├── DatabaseError           the database cannot be reached, or the schema is not migrated
     │   └── ConnectionLostError the connection is closed or broke (also a psycopg
     │                           OperationalError, so retry loops that catch that still do)
@@ -39,6 +40,11 @@ class PgQueueError(Exception):
 
 class ConfigurationError(PgQueueError, ValueError):
     """A setting or option is impossible; nothing was started or stored."""
+
+
+class CitusUnsupportedError(ConfigurationError):
+    """What was asked is not available on a Citus cluster (see "Running on Citus" in the
+    docs); raised before anything is sent."""
 
 
 class DatabaseError(PgQueueError):

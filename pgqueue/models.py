@@ -311,6 +311,17 @@ class JobOptions(Settings):
             raise ValueError("a fairness key is 1-255 characters without NUL, and not '*'")
         return value
 
+    # On a Citus cluster, the job's distribution value (pgqueue.citus): a value, or a template
+    # such as "{tenant_id}" filled from the job's arguments. Plain PostgreSQL ignores it.
+    shard_key: str | None = None
+
+    @field_validator("shard_key")
+    @classmethod
+    def _shard_key(cls, value: str | None) -> str | None:
+        if value is not None and not CONCURRENCY_KEY.fullmatch(value):
+            raise ValueError("a shard key is 1-255 characters without NUL, and not '*'")
+        return value
+
     tags: tuple[str, ...] | None = None
 
     @field_validator("tags", mode="before")

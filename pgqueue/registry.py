@@ -59,6 +59,7 @@ class EnqueueOptions(TypedDict, total=False):
     concurrency_key: str | None
     limits: Sequence[str] | None
     fairness_key: str | None
+    shard_key: str | None
     tags: Sequence[str] | None
 
 

@@ -73,8 +73,10 @@ def migrate(args: argparse.Namespace) -> int:
     with connect(resolve_dsn(args)) as conn:
         if args.sql:
             print(migrations.render(schema, migrations.pending(conn, schema)), end="")
+            if args.citus:
+                print(_citus_layout_sql(conn, schema), end="")
             return 0
-        applied = migrations.apply(conn, schema)
+        applied = _citus_migrate(conn, schema) if args.citus else migrations.apply(conn, schema)
         app: Queue | AsyncQueue | None = args.app_loaded
         synced = None if app is None else _sync_tasks(conn, schema, app)
     names = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "none (up to date)"
@@ -83,6 +85,21 @@ def migrate(args: argparse.Namespace) -> int:
         written = ", ".join(synced) or "none (up to date)"
         print(f"schema {schema}: task declarations written {written}", file=sys.stderr)
     return 0
+
+
+def _citus_migrate(conn: psycopg.Connection[Any], schema: str) -> list[Any]:
+    from pgqueue import citus
+
+    return citus.migrate(conn, schema)
+
+
+def _citus_layout_sql(conn: psycopg.Connection[Any], schema: str) -> str:
+    from pgqueue.citus.layout import is_laid_out
+    from pgqueue.store.citus import layout_sql
+
+    if is_laid_out(conn, schema):
+        return ""
+    return f"-- the Citus layout\n{layout_sql(schema)}\n"
 
 
 def _sync_tasks(conn: psycopg.Connection[Any], schema: str, app: Queue | AsyncQueue) -> list[str]:
@@ -129,6 +146,8 @@ def worker(args: argparse.Namespace) -> int:
     }
     settings = WorkerSettings(**options)
     dsn = resolve_dsn(args)
+    if _is_citus(app) and processes == 1:
+        return _citus_worker(args, app, dsn, settings, child)
     listen_dsn = checked_listen_dsn(args.listen_dsn or os.environ.get("PGQUEUE_LISTEN_DSN"))
     run = Worker(
         app,
@@ -154,6 +173,30 @@ def worker(args: argparse.Namespace) -> int:
         # designed, hence 0). Waiting for their threads could take forever: leave now.
         logging.shutdown()
         os._exit(0)
+    return 0
+
+
+def _is_citus(app: object) -> bool:
+    from pgqueue.citus import CitusQueue
+
+    return isinstance(app, CitusQueue)
+
+
+def _citus_worker(
+    args: argparse.Namespace, app: Any, dsn: str, settings: WorkerSettings, child: Any
+) -> int:
+    """A CitusQueue's worker: claims shard by shard on the cluster (pgqueue/citus/)."""
+    from pgqueue.citus import CitusWorker
+
+    if args.metrics_port is not None:
+        raise UsageError("--metrics-port is not available for a Citus worker")
+    run = CitusWorker(app, dsn=dsn, settings=settings, schema=schema_of(args))
+    if child is not None:
+        from pgqueue.cli import supervised
+
+        supervised.tag_logs(child)
+        supervised.watch_supervisor(child, run.stop)
+    run.run()
     return 0
 
 

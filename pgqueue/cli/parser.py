@@ -129,6 +129,12 @@ def _globals(p: argparse.ArgumentParser, *, default: bool) -> None:
 
 def _migrate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sql", action="store_true", help="print the pending SQL, apply nothing")
+    p.add_argument(
+        "--citus",
+        action="store_true",
+        help="on a Citus coordinator: then lay the tables out for the cluster (jobs distributed "
+        "by their shard key)",
+    )
     p.set_defaults(handler=commands.migrate)
 
 

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         concurrency_key: str | None
         limits: Sequence[str] | None
         fairness_key: str | None
+        shard_key: str | None
         tags: Sequence[str] | None
 
     # A handler whose first parameter is a JobContext is a Task[P, R] of the parameters
@@ -225,6 +226,7 @@ class _Base(Plans, abc.ABC):
         concurrency_key: str | None = None,
         limits: Sequence[str] | None = None,
         fairness_key: str | None = None,
+        shard_key: str | None = None,
         tags: Sequence[str] | None = None,
     ) -> Any:
         """Register a handler, `def` or `async def`, as a task.
@@ -239,7 +241,8 @@ class _Base(Plans, abc.ABC):
         own limit, or templates of them formatted from each job's arguments
         ("tenant:{tenant_id}"); a job starts when all its keys have room. Atomic tasks take
         no key. `fairness_key` (also a template) shares the queue's starts fairly between
-        keys, by their weights (set_fairness_weight). `tags`
+        keys, by their weights (set_fairness_weight). `shard_key` (also a template) places
+        its jobs on a Citus cluster (pgqueue.citus); plain PostgreSQL ignores it. `tags`
         label its jobs, for list_jobs(tag=...).
         """
         options = JobOptions(
@@ -253,6 +256,7 @@ class _Base(Plans, abc.ABC):
             if limits is None
             else tuple([limits] if isinstance(limits, str) else limits),
             fairness_key=fairness_key,
+            shard_key=shard_key,
             tags=None if tags is None else tuple([tags] if isinstance(tags, str) else tags),
         )
         if atomic:

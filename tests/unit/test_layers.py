@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pgqueue.cli",
             "pgqueue.dashboard",
             "pgqueue.contrib",
+            "pgqueue.citus",
             "pgqueue.metrics",
             "pgqueue.tracing",
             "pgqueue.sinks",

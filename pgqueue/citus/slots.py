@@ -1,0 +1,43 @@
+"""How a Citus worker shares its free slots across shards: by backlog, none starving.
+
+No I/O. Each shard with work gets slots in proportion to its backlog, at most its backlog,
+and at least one while slots last; with fewer slots than shards, which shards get one is
+drawn at random, weighted by backlog, so every shard with work has its turn.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+
+def share(free: int, backlog: Mapping[str, int], rng: random.Random) -> dict[str, int]:
+    """Split `free` slots across the shards of `backlog` (jobs waiting per shard value)."""
+    waiting = {shard: n for shard, n in backlog.items() if n > 0}
+    if free <= 0 or not waiting:
+        return {}
+    if free < len(waiting):
+        return dict.fromkeys(_draw(free, waiting, rng), 1)
+    total = sum(waiting.values())
+    shares = {shard: max(1, min(n, free * n // total)) for shard, n in waiting.items()}
+    left = free - sum(shares.values())
+    # What rounding left over goes to the shards with the most still waiting.
+    while left > 0:
+        more = [s for s in waiting if shares[s] < waiting[s]]
+        if not more:
+            break
+        for shard in sorted(more, key=lambda s: waiting[s] - shares[s], reverse=True)[:left]:
+            shares[shard] += 1
+            left -= 1
+    while left < 0:  # the floor of one each went over: take back from the largest
+        largest = max(shares, key=lambda s: shares[s])
+        shares[largest] -= 1
+        left += 1
+    return {shard: n for shard, n in shares.items() if n > 0}
+
+
+def _draw(k: int, weights: Mapping[str, int], rng: random.Random) -> list[str]:
+    """`k` distinct shards, each drawn with probability in proportion to its weight."""
+    # Efraimidis-Spirakis: the k largest of u ** (1 / w).
+    keyed = sorted(weights, key=lambda s: rng.random() ** (1.0 / weights[s]), reverse=True)
+    return keyed[:k]

@@ -1,0 +1,366 @@
+"""The worker of a Citus cluster: claims shard by shard through the coordinator, runs the jobs
+with the worker's executor, and writes each shard's outcomes on that shard.
+
+Owns: the round (read the backlog of every shard, promote due jobs, share the free slots by
+backlog, claim each share naming its shard), the outcomes' writes, the put-back of unfinished
+jobs at stop, and the rescue of jobs whose worker stopped heartbeating. Every statement on a
+job names its shard, so Citus runs it as one task on the shard's node (test_claims.py reads
+the plan); only the backlog read and the search for stranded jobs cross shards. Wake-ups are
+by polling (`poll_interval`): an enqueue on Citus sends no NOTIFY.
+
+Its registration and heartbeat are the plain worker's (worker/registration.py,
+worker/heartbeat.py), on the coordinator's workers table; the rescue lease is the same
+`lease_timeout`. Stopping: claiming stops, running jobs get `shutdown_grace`, the rest are
+cancelled and put back without spending an attempt, then the worker row is removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Awaitable
+from functools import partial
+from typing import Any, TypeVar
+
+import psycopg
+
+from pgqueue.citus.slots import share
+from pgqueue.errors import CitusUnsupportedError, ConfigurationError
+from pgqueue.models import ALL_QUEUES, ClaimedJob, WorkerSettings
+from pgqueue.registry import Registry
+from pgqueue.runtime.link import Link
+from pgqueue.runtime.service import Services
+from pgqueue.store import citus as store
+from pgqueue.worker.declarations import sync_declarations
+from pgqueue.worker.executor import Executor
+from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.registration import Registration, identity
+
+T = TypeVar("T")
+log = logging.getLogger("pgqueue.citus")
+STRAGGLER_THREADS = 64
+STOP_GRACE = 60.0
+RESCUE_BATCH = 1000
+
+
+class CitusWorker:
+    """Runs the jobs of a CitusQueue's tasks on a cluster, given the coordinator's DSN (the
+    queue's by default). Settings as Worker's; those Citus does without are refused."""
+
+    def __init__(
+        self,
+        queue: Any,
+        settings: WorkerSettings | None = None,
+        *,
+        dsn: str | None = None,
+        schema: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
+            raise ConfigurationError(
+                f"CitusWorker takes the application's CitusQueue, got {type(queue).__name__}"
+            )
+        self.registry: Registry = queue.registry
+        self.schema: str = schema or queue.settings.schema_name
+        self.keep_history: bool = queue.settings.keep_history
+        self.max_payload: int = queue.settings.max_payload_bytes
+        found = dsn or getattr(queue, "dsn", None)
+        if found is None:
+            raise ConfigurationError("CitusWorker needs the coordinator's DSN: pass dsn=")
+        self.dsn: str = found
+        self.settings = settings or WorkerSettings(**overrides)
+        if self.settings.queues == (ALL_QUEUES,):
+            known = tuple(self.registry.queues())
+            self.settings = self.settings.model_copy(update={"queues": known})
+        _refuse_unsupported(queue)
+        self.id = 0
+        self.claimed = 0  # jobs claimed, this run
+        self.finished = 0  # outcomes written, this run
+        self._rng = random.Random()
+        self._stop_requested = False
+        self._force = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._lost_claim = False  # a claim failed: put back what it may have taken first
+
+    # -- public -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until SIGTERM/SIGINT (or, with burst, until no shard has work)."""
+        asyncio.run(self.run_async(handle_signals=True))
+
+    async def run_async(self, *, handle_signals: bool = False) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self._serve()
+        finally:
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            self._loop = None
+
+    def stop(self, *, force: bool = False) -> None:
+        """Ask the worker to stop; safe from any thread."""
+        loop = self._loop
+        if loop is None:
+            self._stop_requested = True
+            return
+        loop.call_soon_threadsafe(self._request_stop, force)
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        s = self.settings
+        claims = Link(self.dsn, "claim", on_reconnect=self._release_orphans)
+        finish = Link(self.dsn, "complete")
+        services = Services()
+        self._running: dict[int, tuple[asyncio.Future[Outcome], ClaimedJob, str]] = {}
+        self._done: list[tuple[str, Outcome]] = []
+        try:
+            await services.start(claims)
+            await services.start(finish)
+            await self._require_layout(claims)
+            await sync_declarations(finish, self.schema, self.registry)
+            registration = Registration(finish, self.schema, identity(s))
+            await services.start(registration)
+            self.id = registration.worker_id
+            await services.start(
+                Heartbeat(self.dsn, self.schema, identity(s), self.id, s.heartbeat_interval)
+            )
+            self._executor = Executor(
+                self.registry, s.concurrency + STRAGGLER_THREADS, self.max_payload
+            )
+            await services.start(self._executor)
+            log.info(
+                "citus worker %s started: queues=%s concurrency=%s schema=%s",
+                self.id,
+                ",".join(s.queues),
+                s.concurrency,
+                self.schema,
+            )
+            await self._rounds(claims, finish)
+        finally:
+            if self.id:
+                await self._drain(finish)
+            await services.stop(STOP_GRACE)
+
+    async def _release_orphans(self, conn: Any) -> None:
+        """Jobs a claim took whose reply a broken connection lost: back to their queues."""
+        held = [*self._running, *(outcome.job.id for _, outcome in self._done)]
+        released = await store.release_orphans(conn, self.schema, self.id, held)
+        self._lost_claim = False
+        if released:
+            log.warning("citus worker %s put back %d jobs of a lost claim", self.id, released)
+
+    async def _require_layout(self, link: Link) -> None:
+        async def check(conn: Any) -> bool:
+            try:
+                return await store.laid_out_async(conn, self.schema)
+            except psycopg.errors.UndefinedTable:  # no pg_dist_partition: no citus here
+                return False
+
+        if not await link.run(check):
+            raise CitusUnsupportedError(
+                f"schema {self.schema!r} is not laid out for Citus on this database: run "
+                "`pgqueue migrate --citus` on the coordinator and give its DSN"
+            )
+
+    async def _rounds(self, claims: Link, finish: Link) -> None:
+        s = self.settings
+        poll = s.poll_interval.total_seconds()
+        next_round = 0.0
+        next_rescue = 0.0  # first thing: jobs a dead worker left are claimable this round
+        while not self._stop_requested:
+            now = time.monotonic()
+            if now >= next_rescue:
+                await self._unless_a_node_fails("rescue", self._rescue(finish))
+                next_rescue = now + s.rescue_interval.total_seconds()
+            if self._lost_claim:  # a claim failed: it may have committed all the same
+                await self._unless_a_node_fails("put-back", claims.run(self._release_orphans))
+            free = s.concurrency - len(self._running)
+            if free > 0 and now >= next_round and not self._lost_claim:
+                found, full = await self._unless_a_node_fails(
+                    "claim", self._round(claims, free), (True, False)
+                )
+                if s.burst and not found and not self._running and not self._done:
+                    return
+                next_round = now if full else now + poll
+            if not await self._unless_a_node_fails("outcomes", self._write_outcomes(finish), False):
+                next_round = max(next_round, now + poll)  # the outcomes wait for the node too
+            await self._sleep(max(0.0, min(next_round, next_rescue) - time.monotonic()))
+
+    async def _unless_a_node_fails(self, what: str, step: Awaitable[T], failed: Any = None) -> T:
+        """Run `step`; if the cluster fails it (a node restarting: the coordinator's own
+        connection is fine, so Link raises), log it and return `failed`, to try again later.
+        Outcomes not written stay to be written (_write_outcomes)."""
+        try:
+            return await step
+        except psycopg.Error as exc:
+            log.warning("citus worker %s: %s failed, trying again: %s", self.id, what, exc)
+            self._lost_claim = self._lost_claim or what == "claim"
+            await asyncio.sleep(self.settings.poll_interval.total_seconds())
+            result: T = failed
+            return result
+
+    async def _round(self, claims: Link, free: int) -> tuple[bool, bool]:
+        """One claim round; whether any shard had work, and whether every share came back
+        full (claim again at once)."""
+        queues = self.settings.queues
+        backlog = await claims.run(lambda c: store.backlog(c, self.schema, queues))
+        for row in backlog:
+            if row.due:
+                promote = partial(
+                    store.promote,
+                    schema=self.schema,
+                    shard=row.shard,
+                    queues=queues,
+                    limit=self.settings.promote_batch,
+                )
+                await claims.run(promote)
+        waiting = {row.shard: row.queued + row.due for row in backlog}
+        full = True
+        for shard, want in share(free, waiting, self._rng).items():
+            claim = partial(
+                store.claim,
+                schema=self.schema,
+                shard=shard,
+                queues=queues,
+                limit=want,
+                worker_id=self.id,
+            )
+            jobs = await claims.run(claim)
+            full = full and len(jobs) == want
+            for job in jobs:
+                self._start(job, shard)
+        return any(n > 0 for n in waiting.values()), full and bool(waiting)
+
+    def _start(self, job: ClaimedJob, shard: str) -> None:
+        self.claimed += 1
+        task = asyncio.ensure_future(self._executor.run(job))
+        self._running[job.id] = (task, job, shard)
+        task.add_done_callback(partial(self._ended, job.id))
+
+    def _ended(self, job_id: int, task: asyncio.Future[Outcome]) -> None:
+        entry = self._running.pop(job_id, None)
+        if entry is None or task.cancelled():
+            return
+        self._done.append((entry[2], task.result()))
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _write_outcomes(self, finish: Link) -> bool:
+        """Each shard's outcomes in one transaction on its node; those of a shard that could
+        not be written stay, for the next call (the guard makes a second write of one that
+        did commit move nothing)."""
+        done, self._done = self._done, []
+        by_shard: dict[str, list[Outcome]] = defaultdict(list)
+        for shard, outcome in done:
+            if not outcome.settled:
+                by_shard[shard].append(outcome)
+        for index, (shard, outcomes) in enumerate(list(by_shard.items())):
+            try:
+                await self._write_shard(finish, shard, outcomes)
+            except BaseException:
+                left = list(by_shard.items())[index:]
+                self._done = [(s, o) for s, found in left for o in found] + self._done
+                raise
+        return True
+
+    async def _write_shard(self, finish: Link, shard: str, outcomes: list[Outcome]) -> None:
+        final = [o.as_row() for o in outcomes if o.status != "retry"]
+        retried = [o.as_row() for o in outcomes if o.status == "retry"]
+        write = partial(
+            store.finish,
+            schema=self.schema,
+            shard=shard,
+            final=final,
+            retried=retried,
+            keep_history=self.keep_history,
+        )
+        await finish.run(write)
+        self.finished += len(outcomes)
+
+    async def _rescue(self, finish: Link) -> None:
+        """Put back (or, attempts spent, fail) the running jobs of workers that stopped
+        heartbeating for longer than the lease."""
+        lease = self.settings.lease_timeout.total_seconds()
+        found = await finish.run(lambda c: store.stranded(c, self.schema, lease, RESCUE_BATCH))
+        for job in found:
+            if job.attempt < job.max_attempts:
+                await finish.run(partial(store.rescue, schema=self.schema, job=job))
+            else:
+                fail = partial(
+                    store.finish,
+                    schema=self.schema,
+                    shard=job.shard,
+                    final=[store.lost_outcome(job)],
+                    retried=[],
+                    keep_history=self.keep_history,
+                )
+                await finish.run(fail)
+        if found:
+            log.warning("rescued %d jobs of workers that stopped heartbeating", len(found))
+
+    async def _drain(self, finish: Link) -> None:
+        """Give running jobs the grace, then cancel and put back the rest."""
+        grace = 0.0 if self._force else self.settings.shutdown_grace.total_seconds()
+        tasks = [task for task, _, _ in self._running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace)
+        left = dict(self._running)
+        for task, _, _ in left.values():
+            task.cancel()
+        self._running.clear()
+        await self._write_outcomes(finish)
+        by_shard: dict[str, list[int]] = defaultdict(list)
+        for job_id, (_, _, shard) in left.items():
+            by_shard[shard].append(job_id)
+        for shard, ids in by_shard.items():
+            release = partial(
+                store.release, schema=self.schema, shard=shard, ids=ids, worker_id=self.id
+            )
+            await finish.run(release)
+        if left:
+            log.info("citus worker %s put back %d unfinished jobs", self.id, len(left))
+
+    async def _sleep(self, timeout: float) -> None:
+        assert self._wake is not None
+        if self._done or self._stop_requested:
+            return
+        self._wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.warning("received %s: stopping%s", sig.name, " now" if self._stop_requested else "")
+        self._request_stop(self._stop_requested)
+
+    def _request_stop(self, force: bool) -> None:
+        self._stop_requested = True
+        self._force = self._force or force
+        if self._wake is not None:
+            self._wake.set()
+
+
+def _refuse_unsupported(queue: Any) -> None:
+    """A Citus worker runs neither atomic tasks nor recurring jobs: refuse at construction."""
+    atomic = sorted(t.name for t in queue.registry if getattr(t, "atomic", False))
+    if atomic:
+        raise CitusUnsupportedError(
+            f"atomic tasks are not available on Citus: {', '.join(atomic)} "
+            '(see "Running on Citus" in the docs)'
+        )
+    if len(queue.periodics):
+        raise CitusUnsupportedError(
+            'recurring jobs are not available on Citus (see "Running on Citus" in the docs)'
+        )

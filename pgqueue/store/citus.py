@@ -1,0 +1,278 @@
+"""pgqueue's statements on a Citus cluster: the layout, and the jobs statements that name one
+shard each. Runs sql/queries/citus.sql.
+
+Every statement on a job names its shard, so Citus routes it to the shard's node as one task;
+the backlog read (`backlog`) and the search for stranded jobs are the only ones that cross
+shards. None sends a NOTIFY (a two-phase commit refuses them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from psycopg import sql
+from psycopg.rows import args_row
+
+from pgqueue.codec import encode_json
+from pgqueue.models import ClaimedJob
+from pgqueue.queries import query, statement
+from pgqueue.store.plan import AsyncConn, Plan, SyncConn, rows_as
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """citus_shard_backlog's row: one shard value's queued and due jobs, and in how many
+    seconds its next scheduled job falls due (None: none scheduled)."""
+
+    shard: str
+    queued: int
+    due: int
+    next_due_in: float | None
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """citus_job_find_stranded's row: a running job whose worker is gone."""
+
+    shard: str
+    id: int
+    worker_id: int
+    attempt: int
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Version:
+    """citus_version's row."""
+
+    extversion: str
+
+
+@dataclass(frozen=True)
+class LaidOut:
+    """citus_laid_out's row."""
+
+    laid_out: bool
+
+
+@dataclass(frozen=True)
+class JobId:
+    """The id a statement returns for each job it wrote."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class Paused:
+    """citus_queue_pause's row: a queue, and whether this pause is new."""
+
+    queue: str
+    new: bool
+
+
+@dataclass(frozen=True)
+class Queue:
+    """citus_queue_resume's row."""
+
+    queue: str
+
+
+def version(conn: SyncConn) -> str | None:
+    """The citus extension's version in the connected database; None without it."""
+    with conn.cursor(row_factory=args_row(Version)) as cur:
+        row = cur.execute(query("citus_version", "pgqueue")).fetchone()
+    return None if row is None else row.extversion
+
+
+def laid_out(conn: SyncConn, schema: str) -> bool:
+    """Whether `schema`'s jobs are distributed (requires the citus extension)."""
+    with conn.cursor(row_factory=args_row(LaidOut)) as cur:
+        row = cur.execute(query("citus_laid_out", schema)).fetchone()
+    return row is not None and row.laid_out
+
+
+async def laid_out_async(conn: AsyncConn, schema: str) -> bool:
+    async with conn.cursor(row_factory=args_row(LaidOut)) as cur:
+        await cur.execute(query("citus_laid_out", schema))
+        row = await cur.fetchone()
+    return row is not None and row.laid_out
+
+
+def layout_sql(schema: str) -> str:
+    """The layout's SQL for `schema`, as text to review (`migrate --citus --sql`)."""
+    return query("citus_lay_out", schema).as_string(None).strip()
+
+
+def lay_out(conn: SyncConn, schema: str) -> None:
+    """Distribute the migrated `schema`, in the caller's transaction."""
+    conn.execute(query("citus_lay_out", schema))
+
+
+def insert(conn: SyncConn, schema: str, rows: Sequence[Mapping[str, object]]) -> list[int]:
+    """Insert jobs (citus_job_insert's parameters each) in the caller's transaction; their
+    ids, in order. One statement a job: each is routed to its own shard."""
+    ids = []
+    with conn.cursor(row_factory=args_row(JobId)) as cur:
+        for row in rows:
+            cur.execute(statement("citus_job_insert", schema), row)
+            found = cur.fetchone()
+            assert found is not None
+            ids.append(found.id)
+    return ids
+
+
+async def backlog(conn: AsyncConn, schema: str, queues: Sequence[str]) -> list[Backlog]:
+    async with conn.cursor(row_factory=args_row(Backlog)) as cur:
+        await cur.execute(statement("citus_shard_backlog", schema), {"queues": list(queues)})
+        return await cur.fetchall()
+
+
+async def promote(
+    conn: AsyncConn, schema: str, shard: str, queues: Sequence[str], limit: int
+) -> int:
+    params = {"shard": shard, "queues": list(queues), "limit": limit}
+    cur = await conn.execute(statement("citus_job_promote", schema), params)
+    return len(await cur.fetchall())
+
+
+async def claim(
+    conn: AsyncConn, schema: str, shard: str, queues: Sequence[str], limit: int, worker_id: int
+) -> list[ClaimedJob]:
+    params = {"shard": shard, "queues": list(queues), "limit": limit, "worker_id": worker_id}
+    async with conn.cursor(row_factory=args_row(ClaimedJob)) as cur:
+        await cur.execute(statement("citus_job_claim", schema), params)
+        return sorted(await cur.fetchall(), key=lambda j: (j.priority, j.id))
+
+
+def claim_statement(schema: str) -> sql.Composed:
+    """citus_job_claim as sent (tests read its plan)."""
+    return query("citus_job_claim", schema)
+
+
+async def finish(
+    conn: AsyncConn,
+    schema: str,
+    shard: str,
+    final: Sequence[Mapping[str, object]],
+    retried: Sequence[Mapping[str, object]],
+    keep_history: bool,
+) -> int:
+    """Write one shard's outcomes (Outcome.as_row dicts) in one transaction on its node:
+    final ones leave the hot table (to history unless `keep_history` is off), retried ones
+    go back. How many rows moved."""
+    moved = 0
+    async with conn.transaction():
+        if final:
+            name = "citus_job_finish" if keep_history else "citus_job_drop"
+            cur = await conn.execute(statement(name, schema), _outcomes(shard, final, keep_history))
+            moved += len(await cur.fetchall())
+        if retried:
+            rows = [_retry(row) for row in retried]
+            cur = await conn.execute(
+                statement("citus_job_retry", schema), _outcomes(shard, rows, keep_history)
+            )
+            moved += len(await cur.fetchall())
+    return moved
+
+
+def _retry(row: Mapping[str, object]) -> dict[str, object]:
+    """A retry's outcome with what citus_job_retry writes worked out."""
+    delay = row.get("retry_in")
+    retry_in = max(float(delay), 0.0) if isinstance(delay, int | float) else 0.0
+    snooze = bool(row.get("snooze"))
+    error = row.get("error")
+    return {
+        **row,
+        "next": "scheduled" if retry_in > 0 else "queued",
+        "retry_in": retry_in,
+        "given_back": 1 if snooze else 0,
+        "append": [] if error is None or snooze else [error],
+    }
+
+
+def _outcomes(
+    shard: str, rows: Sequence[Mapping[str, object]], keep_history: bool
+) -> dict[str, object]:
+    return {
+        "shard": shard,
+        "ids": [row["id"] for row in rows],
+        "outcomes": "{" + ",".join(f'"{row["id"]}":{encode_json(row)}' for row in rows) + "}",
+        "keep_history": keep_history,
+    }
+
+
+async def release(
+    conn: AsyncConn, schema: str, shard: str, ids: Sequence[int], worker_id: int
+) -> int:
+    params = {"shard": shard, "ids": list(ids), "worker_id": worker_id}
+    cur = await conn.execute(statement("citus_job_release", schema), params)
+    return len(await cur.fetchall())
+
+
+async def release_orphans(
+    conn: AsyncConn, schema: str, worker_id: int, known: Sequence[int]
+) -> int:
+    """Put back this worker's running jobs not in `known`; how many."""
+    params = {"worker_id": worker_id, "known": list(known)}
+    cur = await conn.execute(statement("citus_job_release_orphans", schema), params)
+    return len(await cur.fetchall())
+
+
+async def stranded(conn: AsyncConn, schema: str, lease: float, limit: int) -> list[Stranded]:
+    async with conn.cursor(row_factory=args_row(Stranded)) as cur:
+        await cur.execute(
+            statement("citus_job_find_stranded", schema), {"lease": lease, "limit": limit}
+        )
+        return await cur.fetchall()
+
+
+async def rescue(conn: AsyncConn, schema: str, job: Stranded) -> bool:
+    """Put `job` back on its shard, its attempt spent; whether it was still stranded."""
+    error = _lost(job, "its worker stopped heartbeating while it ran")
+    params = {
+        "shard": job.shard,
+        "id": job.id,
+        "worker_id": job.worker_id,
+        "attempt": job.attempt,
+        "errors": encode_json([error]),
+    }
+    cur = await conn.execute(statement("citus_job_rescue", schema), params)
+    return bool(await cur.fetchall())
+
+
+def lost_outcome(job: Stranded) -> dict[str, object]:
+    """The failure a stranded job whose attempts are spent is finished with."""
+    error = _lost(job, "its worker stopped heartbeating while it ran, on its last attempt")
+    row: dict[str, object] = json.loads(
+        encode_json(
+            {
+                "id": job.id,
+                "attempt": job.attempt,
+                "worker_id": job.worker_id,
+                "status": "failed",
+                "error": error,
+                "duration": None,
+            }
+        )
+    )
+    return row
+
+
+def pause_plan(schema: str, queues: Sequence[str], reason: str) -> Plan[list[str]]:
+    """Pause `queues`; those that were running."""
+    rows = yield query("citus_queue_pause", schema), {"queues": list(queues), "reason": reason}
+    return sorted(row.queue for row in rows_as(Paused, rows) if row.new)
+
+
+def resume_plan(schema: str, queues: Sequence[str]) -> Plan[list[str]]:
+    """Resume `queues`; those that were paused."""
+    rows = yield query("citus_queue_resume", schema), {"queues": list(queues)}
+    return sorted(row.queue for row in rows_as(Queue, rows))
+
+
+def _lost(job: Stranded, why: str) -> dict[str, object]:
+    at = datetime.now(timezone.utc).isoformat()
+    return {"attempt": job.attempt, "at": at, "kind": "lost", "error": why, "traceback": ""}
