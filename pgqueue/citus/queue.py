@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import psycopg
 
 from pgqueue import dsn as dsn_rule
+from pgqueue import hooks
 from pgqueue.codec import encode_args, too_large
 from pgqueue.errors import CitusUnsupportedError, ConfigurationError, InvalidArgumentsError
 from pgqueue.models import Enqueued, NewJob
@@ -24,7 +25,6 @@ from pgqueue.queue.arguments import _jobs_only, _queue_names
 from pgqueue.queue.connections import _connect
 from pgqueue.queue.sync import Queue
 from pgqueue.store import citus as store
-from pgqueue.store.jobs import trace_context
 from pgqueue.store.plan import Plan
 from pgqueue.tenants import template_fields
 
@@ -98,7 +98,15 @@ class CitusQueue(Queue):
         batch = _jobs_only(jobs)
         if not batch:
             return []
-        rows = [self._row(index, job) for index, job in enumerate(batch)]
+        hooked = hooks.enqueuing(batch, self.enqueue_hooks)
+        if hooked is None:
+            return self._store_rows(batch, conn, None)
+        with hooked as call:
+            call.ids.extend(ids := self._store_rows(batch, conn, call.trace_context))
+            return ids
+
+    def _store_rows(self, batch: Sequence[NewJob], conn: Any, traced: str | None) -> list[Enqueued]:
+        rows = [self._row(index, job, traced) for index, job in enumerate(batch)]
         with self._connection(conn) as c:
             return [Enqueued(i) for i in store.insert(c, self.schema, rows)]
 
@@ -122,7 +130,7 @@ class CitusQueue(Queue):
     def _resume_plan(self, queues: str | Sequence[str]) -> Plan[list[str]]:
         return store.resume_plan(self.schema, _queue_names(queues))
 
-    def _row(self, index: int, job: NewJob) -> dict[str, Any]:
+    def _row(self, index: int, job: NewJob, traced: str | None) -> dict[str, Any]:
         options = job.options
         for given, what in (
             (job.atomic, "atomic tasks"),
@@ -149,7 +157,7 @@ class CitusQueue(Queue):
             "delay": options.delay.total_seconds() if options.delay else None,
             "concurrency_key": options.concurrency_key,
             "tags": list(options.tags) if options.tags else None,
-            "trace_context": trace_context.get(),
+            "trace_context": traced,
         }
 
 

@@ -2,8 +2,9 @@
 with the worker's executor, and writes each shard's outcomes on that shard.
 
 Owns: the round (read the backlog of every shard, promote due jobs, share the free slots by
-backlog, claim each share naming its shard), the outcomes' writes, the put-back of unfinished
-jobs at stop, and the rescue of jobs whose worker stopped heartbeating. Every statement on a
+backlog, claim each share naming its shard) and the rescue of jobs whose worker stopped
+heartbeating; the jobs in flight, their outcomes' writes and the put-back at stop are
+inflight.py's. Every statement on a
 job names its shard, so Citus runs it as one task on the shard's node (test_claims.py reads
 the plan); only the backlog read and the search for stranded jobs cross shards. Wake-ups are
 by polling (`poll_interval`): an enqueue on Citus sends no NOTIFY.
@@ -22,16 +23,16 @@ import logging
 import random
 import signal
 import time
-from collections import defaultdict
 from collections.abc import Awaitable
 from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
 
+from pgqueue.citus.inflight import InFlight
 from pgqueue.citus.slots import share
 from pgqueue.errors import CitusUnsupportedError, ConfigurationError
-from pgqueue.models import ALL_QUEUES, ClaimedJob, WorkerSettings
+from pgqueue.models import ALL_QUEUES, WorkerSettings
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Services
@@ -39,7 +40,6 @@ from pgqueue.store import citus as store
 from pgqueue.worker.declarations import sync_declarations
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
-from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.registration import Registration, identity
 
 T = TypeVar("T")
@@ -81,7 +81,7 @@ class CitusWorker:
         _refuse_unsupported(queue)
         self.id = 0
         self.claimed = 0  # jobs claimed, this run
-        self.finished = 0  # outcomes written, this run
+        self.jobs: InFlight | None = None  # this run's jobs
         self._rng = random.Random()
         self._stop_requested = False
         self._force = False
@@ -124,8 +124,6 @@ class CitusWorker:
         claims = Link(self.dsn, "claim", on_reconnect=self._release_orphans)
         finish = Link(self.dsn, "complete")
         services = Services()
-        self._running: dict[int, tuple[asyncio.Future[Outcome], ClaimedJob, str]] = {}
-        self._done: list[tuple[str, Outcome]] = []
         try:
             await services.start(claims)
             await services.start(finish)
@@ -137,10 +135,9 @@ class CitusWorker:
             await services.start(
                 Heartbeat(self.dsn, self.schema, identity(s), self.id, s.heartbeat_interval)
             )
-            self._executor = Executor(
-                self.registry, s.concurrency + STRAGGLER_THREADS, self.max_payload
-            )
-            await services.start(self._executor)
+            executor = Executor(self.registry, s.concurrency + STRAGGLER_THREADS, self.max_payload)
+            await services.start(executor)
+            self.jobs = InFlight(executor, self.schema, self.keep_history, self._wake_up)
             log.info(
                 "citus worker %s started: queues=%s concurrency=%s schema=%s",
                 self.id,
@@ -150,13 +147,14 @@ class CitusWorker:
             )
             await self._rounds(claims, finish)
         finally:
-            if self.id:
-                await self._drain(finish)
+            if self.id and self.jobs is not None:
+                grace = 0.0 if self._force else s.shutdown_grace.total_seconds()
+                await self.jobs.drain(finish, grace, self.id)
             await services.stop(STOP_GRACE)
 
     async def _release_orphans(self, conn: Any) -> None:
         """Jobs a claim took whose reply a broken connection lost: back to their queues."""
-        held = [*self._running, *(outcome.job.id for _, outcome in self._done)]
+        held = self.jobs.held() if self.jobs is not None else []
         released = await store.release_orphans(conn, self.schema, self.id, held)
         self._lost_claim = False
         if released:
@@ -180,6 +178,8 @@ class CitusWorker:
         poll = s.poll_interval.total_seconds()
         next_round = 0.0
         next_rescue = 0.0  # first thing: jobs a dead worker left are claimable this round
+        jobs = self.jobs
+        assert jobs is not None
         while not self._stop_requested:
             now = time.monotonic()
             if now >= next_rescue:
@@ -187,15 +187,15 @@ class CitusWorker:
                 next_rescue = now + s.rescue_interval.total_seconds()
             if self._lost_claim:  # a claim failed: it may have committed all the same
                 await self._unless_a_node_fails("put-back", claims.run(self._release_orphans))
-            free = s.concurrency - len(self._running)
+            free = s.concurrency - len(jobs.running)
             if free > 0 and now >= next_round and not self._lost_claim:
                 found, full = await self._unless_a_node_fails(
                     "claim", self._round(claims, free), (True, False)
                 )
-                if s.burst and not found and not self._running and not self._done:
+                if s.burst and not found and not jobs.running and not jobs.done:
                     return
                 next_round = now if full else now + poll
-            if not await self._unless_a_node_fails("outcomes", self._write_outcomes(finish), False):
+            if not await self._unless_a_node_fails("outcomes", jobs.write_outcomes(finish), False):
                 next_round = max(next_round, now + poll)  # the outcomes wait for the node too
             await self._sleep(max(0.0, min(next_round, next_rescue) - time.monotonic()))
 
@@ -215,7 +215,8 @@ class CitusWorker:
     async def _round(self, claims: Link, free: int) -> tuple[bool, bool]:
         """One claim round; whether any shard had work, and whether every share came back
         full (claim again at once)."""
-        queues = self.settings.queues
+        queues, in_flight = self.settings.queues, self.jobs
+        assert in_flight is not None
         backlog = await claims.run(lambda c: store.backlog(c, self.schema, queues))
         for row in backlog:
             if row.due:
@@ -240,55 +241,10 @@ class CitusWorker:
             )
             jobs = await claims.run(claim)
             full = full and len(jobs) == want
+            self.claimed += len(jobs)
             for job in jobs:
-                self._start(job, shard)
+                in_flight.start(job, shard)
         return any(n > 0 for n in waiting.values()), full and bool(waiting)
-
-    def _start(self, job: ClaimedJob, shard: str) -> None:
-        self.claimed += 1
-        task = asyncio.ensure_future(self._executor.run(job))
-        self._running[job.id] = (task, job, shard)
-        task.add_done_callback(partial(self._ended, job.id))
-
-    def _ended(self, job_id: int, task: asyncio.Future[Outcome]) -> None:
-        entry = self._running.pop(job_id, None)
-        if entry is None or task.cancelled():
-            return
-        self._done.append((entry[2], task.result()))
-        if self._wake is not None:
-            self._wake.set()
-
-    async def _write_outcomes(self, finish: Link) -> bool:
-        """Each shard's outcomes in one transaction on its node; those of a shard that could
-        not be written stay, for the next call (the guard makes a second write of one that
-        did commit move nothing)."""
-        done, self._done = self._done, []
-        by_shard: dict[str, list[Outcome]] = defaultdict(list)
-        for shard, outcome in done:
-            if not outcome.settled:
-                by_shard[shard].append(outcome)
-        for index, (shard, outcomes) in enumerate(list(by_shard.items())):
-            try:
-                await self._write_shard(finish, shard, outcomes)
-            except BaseException:
-                left = list(by_shard.items())[index:]
-                self._done = [(s, o) for s, found in left for o in found] + self._done
-                raise
-        return True
-
-    async def _write_shard(self, finish: Link, shard: str, outcomes: list[Outcome]) -> None:
-        final = [o.as_row() for o in outcomes if o.status != "retry"]
-        retried = [o.as_row() for o in outcomes if o.status == "retry"]
-        write = partial(
-            store.finish,
-            schema=self.schema,
-            shard=shard,
-            final=final,
-            retried=retried,
-            keep_history=self.keep_history,
-        )
-        await finish.run(write)
-        self.finished += len(outcomes)
 
     async def _rescue(self, finish: Link) -> None:
         """Put back (or, attempts spent, fail) the running jobs of workers that stopped
@@ -311,35 +267,17 @@ class CitusWorker:
         if found:
             log.warning("rescued %d jobs of workers that stopped heartbeating", len(found))
 
-    async def _drain(self, finish: Link) -> None:
-        """Give running jobs the grace, then cancel and put back the rest."""
-        grace = 0.0 if self._force else self.settings.shutdown_grace.total_seconds()
-        tasks = [task for task, _, _ in self._running.values()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=grace)
-        left = dict(self._running)
-        for task, _, _ in left.values():
-            task.cancel()
-        self._running.clear()
-        await self._write_outcomes(finish)
-        by_shard: dict[str, list[int]] = defaultdict(list)
-        for job_id, (_, _, shard) in left.items():
-            by_shard[shard].append(job_id)
-        for shard, ids in by_shard.items():
-            release = partial(
-                store.release, schema=self.schema, shard=shard, ids=ids, worker_id=self.id
-            )
-            await finish.run(release)
-        if left:
-            log.info("citus worker %s put back %d unfinished jobs", self.id, len(left))
-
     async def _sleep(self, timeout: float) -> None:
         assert self._wake is not None
-        if self._done or self._stop_requested:
+        if (self.jobs is not None and self.jobs.done) or self._stop_requested:
             return
         self._wake.clear()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _wake_up(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.warning("received %s: stopping%s", sig.name, " now" if self._stop_requested else "")
