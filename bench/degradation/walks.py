@@ -115,6 +115,8 @@ KINDS: list[Kind] = [
             "queue": QUEUE,
             "after_priority": FLOOR[0],
             "after_vtime": 0.0,
+            "before_priority": 32767,
+            "before_vtime": float("inf"),
             "limit": CLAIM_LIMIT,
             "worker_id": s.worker_id,
             "now": None,

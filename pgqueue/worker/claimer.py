@@ -173,7 +173,9 @@ class Claimer:
         self.store = JobsStore(schema)
         self._hints = {q: _QueueHint() for q in settings.queues}
         # The safety net's sweeps; without a listener short claims go to the floor anyway.
-        self._sweeps = {q: Sweep() for q in settings.queues} if listening else {}
+        self._sweeps: dict[str, Sweep[Position]] = (
+            {q: Sweep() for q in settings.queues} if listening else {}
+        )
         self.sweeps = 0  # slices looked at
         # Queues where a job with a concurrency key was seen: claimed with job_claim, the
         # others with job_claim_unkeyed, which costs what claims cost before keys existed.
@@ -191,7 +193,7 @@ class Claimer:
         self.limited_tasks: frozenset[str] = frozenset()  # tasks with a rate limit
         self.key_limits = False  # some concurrency key has a rate limit
         self.fair: set[str] = set()  # queues that have had fair jobs
-        self._fair = FairHints(link, schema, settings, worker_id)
+        self._fair = FairHints(link, schema, settings, worker_id, listening=listening)
         self._room_at: dict[str, float] = {}  # a full rate-limited queue: when it has room
         # Queues whose wake-up rows skip new jobs while the worker is steady (loop.py): a
         # watched transaction's end moves their hint back (_track).
@@ -545,7 +547,7 @@ class Claimer:
                 lo, hi, unnamed = hint.unnamed or (named, own, now)
                 hint.unnamed = (min(lo, named), max(hi, own), unnamed.merged(now))
 
-    def _absorb(self, hint: _QueueHint, sweep: Sweep | None) -> None:
+    def _absorb(self, hint: _QueueHint, sweep: Sweep[Position] | None) -> None:
         """Fold the announcements since the last round into the hint, a rewind and a reset
         (the sweep's next slice, or without one a claim from the floor)."""
         expired = hint.after is not None and time.monotonic() >= hint.deadline
