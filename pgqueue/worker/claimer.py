@@ -11,9 +11,20 @@ Invariants:
 - The safety net, for a job no wake-up named, is a sweep (sweep.py): after each jittered
   hint_reset_interval, one slice of the table's pages is looked at and its jobs at or before
   the hint claimed, each walk bounded by the slice; a cycle of slices reaches every job.
-  Claims from the floor are left for the first claim, a forgotten hint (forget_hints: a queue
-  resumed, the listener lost) and polling without a listener. test_hint.py and
-  test_sweep.py pin each case.
+  test_hint.py and test_sweep.py pin each case.
+- Claims from the floor, which walk every dead entry a long transaction keeps below the jobs
+  they find, are left where a bound would lose a guarantee:
+  - a worker's first claim, once per start: it has no hint yet;
+  - a forgotten hint (forget_hints), once per event. The listener lost: the wake-ups sent
+    meanwhile are gone, so a job may have come back below the hint anywhere, and it runs at
+    the first claim after, where a sweep would find it only within a cycle (about a third of
+    a long transaction's age). A queue resumed: no claim of it ran while it was paused, so
+    the transactions its claims would have followed were not, and its resume may be learnt
+    from the table, not heard; a start after the pause that keeps every job found at once
+    is not shown here, so the resume still claims from the floor;
+  - polling without a listener, after every short hinted claim: nothing announces a job
+    that comes back below the hint (a retry, a promotion by another worker, a late commit),
+    and it must run at the next poll. A worker that may face long transactions listens.
 - A queue in `steady` (its rows skip new jobs' wake-ups, loop.py) hears of no new job, late
   commits included. Every unkeyed claim names the transactions in progress in its snapshot;
   those in progress when a claim moved the hint are watched, and once one has ended the next
