@@ -147,7 +147,7 @@ def test_a_job_no_wake_up_names_is_found_by_the_sweep_within_one_cycle(
                 later = queue.enqueue(t.job(), conn=conn)
                 got = [j.id for j in (await claimer.claim_round(10))[0]]  # from the floor
                 assert got == [later.id]
-            hint = claimer._hints["default"]
+            hint = claimer.hints["default"]
             unhinted = claimer.stats.unhinted_claims
             for _ in range(3):  # control: without a reset nothing finds it
                 assert (await claimer.claim_round(10))[0] == []
@@ -274,8 +274,8 @@ def test_the_fair_safety_net_finds_a_job_behind_its_hint_by_a_slice_not_the_floo
                 assert got == [later.id]
                 # The next fair claim walks the last one's range again: it passes the job too.
                 assert (await claimer.claim_round(10))[0] == []
-            assert "default" in claimer.fair
-            plain, hint = claimer._hints["default"], claimer._fair._hints["default"]
+            assert "default" in claimer.controls.fair
+            plain, hint = claimer.hints["default"], claimer._fair._hints["default"]
             plain.deadline = float("inf")  # the plain claim's own sweep is not this test's
             unhinted = claimer.stats.unhinted_claims
             for _ in range(3):  # control: without a reset nothing finds it
