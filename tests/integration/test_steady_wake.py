@@ -27,6 +27,7 @@ from pgqueue.queries import channel, query
 from pgqueue.store.workers import WorkersStore
 from pgqueue.wakeup import Position
 from pgqueue.worker import claimer as claimer_module
+from pgqueue.worker import hints as hints_module
 from tests.apps import tasks as apps
 from tests.conftest import (
     claimer_by_hand,
@@ -362,7 +363,7 @@ def test_a_steady_claim_starts_where_it_passed_a_transaction_still_young(
     # probe at once; the control makes every transaction old, so the probe waits for the
     # rewind: one claim to see its transaction ended, the next to walk back.
     if not young:
-        monkeypatch.setattr(claimer_module, "YOUNG_SECONDS", -1.0)
+        monkeypatch.setattr(hints_module, "YOUNG_SECONDS", -1.0)
 
     @queue.task(name="noop")
     def noop() -> None:
