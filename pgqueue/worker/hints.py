@@ -344,7 +344,7 @@ def watch_from(
     from, when the claims before it left the hint at `left` and it stepped back from
     there (a rewind, an announced job) or dropped it (a claim from the floor).
 
-    Those already watched keep their older start (_track merges them). A new one took
+    Those already watched keep their older start (track merges them). A new one took
     its id after the claims that left the hint at `left` had taken their snapshots
     (they watched, or followed as an unnamed range, every transaction then in
     progress), so it drew its job ids after every id they saw: its jobs lie after
