@@ -210,7 +210,7 @@ async def claimer_by_hand(
             ).fetchone()
             assert row is not None
             claimer = Claimer(link, schema, WorkerSettings(), row[0], WorkerStats())
-            claimer.steady = {"default"} if steady else set()
+            claimer.hints.steady = {"default"} if steady else set()
             yield claimer, conn
     finally:
         await link.close()

@@ -58,7 +58,7 @@ async def chain(dsn: str, schema: str, rounds: int) -> list[str]:
                 [QUEUE],
             ).fetchone()
             claimer = Claimer(link, schema, WorkerSettings(), row[0] if row else 0, WorkerStats())
-            claimer.steady = {QUEUE}
+            claimer.hints.steady = {QUEUE}
             _enqueue(conn, schema)
             await claimer.claim_round(10)
             claimer.forget_hints()  # the safety net's reset
@@ -68,7 +68,7 @@ async def chain(dsn: str, schema: str, rounds: int) -> list[str]:
                     _enqueue(conn, schema)  # a later one, committed
                     before = claimer.stats.unhinted_claims
                     got, _ = await claimer.claim_round(10)
-                    hint = claimer._hints[QUEUE]
+                    hint = claimer.hints[QUEUE]
                     floor = claimer.stats.unhinted_claims - before
                     watched = sorted({w.at for w in hint.watch.values()})
                     lines.append(

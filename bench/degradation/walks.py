@@ -17,6 +17,11 @@ table's first SWEEP_PAGES pages, as a slice of pgqueue/worker/sweep.py does, and
 job just after the hint at its own position. A statement whose buffers grow with N
 walks the dead entries. Prints one table (kind, buffers and ms per step) and writes nothing.
 Small enough for a 2-core machine: 300,000 jobs take about a minute.
+
+With --fair the jobs moved through (and the live end) carry a fairness key and a vtime, and
+are claimed with job_claim_fair from the fair hint, so the dead entries are the fair claim
+index's: the fair kinds (from the hint, from the floor, the fair safety net's slice and its
+claim of a job it found) are the ones to read then.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from pgqueue.worker.sweep import SWEEP_FOUND, SWEEP_MIN_PAGES
 
 QUEUE = "default"
 FLOOR = (-32768, 0)
+FAIR_FLOOR = (-32768, float("-inf"))
+FAIR_CEILING = (32767, float("inf"))
 CEILING = (32767, 2**63 - 1)
 LIVE_QUEUED = 100
 LIVE_RUNNING = 10
@@ -65,6 +72,10 @@ class State:
 
     worker_id: int
     hint: tuple[int, int] = FLOOR
+    fair: bool = False  # the jobs moved through are fair (--fair)
+    fair_hint: tuple[int, float] = FAIR_FLOOR
+    vtime: float = 0.0  # the next fair job's
+    live_vtime: float = 0.0  # the first queued fair job of the live end
 
 
 def _claim(
@@ -84,6 +95,25 @@ def _claim(
         "worker_id": s.worker_id,
         "now": None,
         "limited_tasks": [],
+    }
+
+
+def _fair(
+    after: tuple[int, float],
+    s: State,
+    *,
+    limit: int = CLAIM_LIMIT,
+    before: tuple[int, float] = FAIR_CEILING,
+) -> dict[str, Any]:
+    return {
+        "queue": QUEUE,
+        "after_priority": after[0],
+        "after_vtime": after[1],
+        "before_priority": before[0],
+        "before_vtime": before[1],
+        "limit": limit,
+        "worker_id": s.worker_id,
+        "now": None,
     }
 
 
@@ -108,17 +138,25 @@ KINDS: list[Kind] = [
         "job_claim_unkeyed",
         lambda s: _claim((0, s.hint[1]), s, before=(0, s.hint[1] + 2), limit=1),
     ),
+    Kind("fair claim (from vtime 0)", "job_claim_fair", lambda s: _fair((FLOOR[0], 0.0), s)),
+    Kind("fair claim (from the hint)", "job_claim_fair", lambda s: _fair(s.fair_hint, s)),
+    Kind("fair claim (from the floor)", "job_claim_fair", lambda s: _fair(FAIR_FLOOR, s)),
     Kind(
-        "fair claim (from vtime 0)",
-        "job_claim_fair",
+        f"fair safety net: a slice of {SWEEP_PAGES:,} pages",
+        "job_sweep_find_fair",
         lambda s: {
             "queue": QUEUE,
-            "after_priority": FLOOR[0],
-            "after_vtime": 0.0,
-            "limit": CLAIM_LIMIT,
-            "worker_id": s.worker_id,
-            "now": None,
+            "lo": "(0,0)",
+            "hi": f"({SWEEP_PAGES},0)",
+            "hint_priority": s.fair_hint[0],
+            "hint_vtime": s.fair_hint[1],
+            "limit": SWEEP_FOUND,
         },
+    ),
+    Kind(
+        "fair safety net: claim of a job it found",
+        "job_claim_fair",
+        lambda s: _fair((0, s.live_vtime), s, before=(0, s.live_vtime), limit=1),
     ),
     Kind(
         "promotion of due jobs",
@@ -179,6 +217,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--dead", type=int, default=300_000, help="jobs moved through (300000)")
     parser.add_argument("--steps", type=int, default=3, help="measurements after 0 dead (3)")
     parser.add_argument("--batch", type=int, default=2000, help="jobs per insert/claim/finish")
+    parser.add_argument("--fair", action="store_true", help="move fair jobs through instead")
     args = parser.parse_args(argv)
     for flag in ("dead", "steps", "batch"):
         if getattr(args, flag) <= 0:
@@ -193,10 +232,25 @@ def _insert(conn: psycopg.Connection[Any], schema: str, n: int, **extra: Any) ->
     return [row[0] for row in conn.execute(query("job_insert", schema), params).fetchall()]
 
 
+def _insert_fair(conn: psycopg.Connection[Any], schema: str, s: State, n: int) -> None:
+    """n fair jobs of one key, at the next vtimes."""
+    job = {"queue": QUEUE, "task": "noop", "args": {}, "priority": 0, "max_attempts": 3}
+    jobs = [job | {"fairness_key": "a", "vtime": s.vtime + i} for i in range(n)]
+    s.vtime += n
+    params = {"jobs": json.dumps(jobs), "now": None, "trace_context": None}
+    conn.execute(query("job_insert", schema), params)
+
+
 def _claim_ids(
     conn: psycopg.Connection[Any], schema: str, s: State, limit: int
 ) -> list[tuple[int, int, int]]:
     """(id, priority, attempt) of the jobs a hinted claim took; the hint moves past them."""
+    if s.fair:
+        rows = conn.execute(query("job_claim_fair", schema), _fair(s.fair_hint, s, limit=limit))
+        fair = [(r[0], r[3], r[4], r[11]) for r in rows.fetchall() if r[0] is not None]
+        if fair:
+            s.fair_hint = max((p, v) for _, p, _, v in fair)
+        return [(i, p, a) for i, p, a, _ in fair]
     rows = conn.execute(query("job_claim_unkeyed", schema), _claim(s.hint, s, limit=limit))
     got = [(r[0], r[3], r[4]) for r in rows.fetchall() if r[0] is not None]
     if got:
@@ -218,7 +272,10 @@ def churn(conn: psycopg.Connection[Any], schema: str, s: State, n: int, batch: i
     left = n
     while left > 0:
         size = min(batch, left)
-        _insert(conn, schema, size)
+        if s.fair:
+            _insert_fair(conn, schema, s, size)
+        else:
+            _insert(conn, schema, size)
         got = _claim_ids(conn, schema, s, size)
         _finish(conn, schema, s, got)
         left -= len(got)
@@ -228,7 +285,11 @@ def churn(conn: psycopg.Connection[Any], schema: str, s: State, n: int, batch: i
 
 def live_end(conn: psycopg.Connection[Any], schema: str, s: State) -> None:
     """LIVE_QUEUED queued jobs after the hint, LIVE_RUNNING of them running."""
-    _insert(conn, schema, LIVE_QUEUED)
+    if s.fair:
+        _insert_fair(conn, schema, s, LIVE_QUEUED)
+        s.live_vtime = s.vtime - LIVE_QUEUED + LIVE_RUNNING
+    else:
+        _insert(conn, schema, LIVE_QUEUED)
     _claim_ids(conn, schema, s, LIVE_RUNNING)
 
 
@@ -295,7 +356,9 @@ def _orphans(conn: psycopg.Connection[Any], schema: str) -> None:
     conn.execute(sql.SQL("DELETE FROM {}.workers WHERE id = %s").format(name), [vanished])
 
 
-def walks(dsn: str, dead: int, steps: int, batch: int) -> list[tuple[int, dict[str, Any]]]:
+def walks(
+    dsn: str, dead: int, steps: int, batch: int, fair: bool = False
+) -> list[tuple[int, dict[str, Any]]]:
     schema = f"bench_walks_{os.getpid()}"
     results: list[tuple[int, dict[str, Any]]] = []
     with (
@@ -304,6 +367,7 @@ def walks(dsn: str, dead: int, steps: int, batch: int) -> list[tuple[int, dict[s
     ):
         try:
             s = setup(conn, schema)
+            s.fair = fair
             holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             holder.execute("SELECT txid_current()")
             done = 0
@@ -340,8 +404,12 @@ def table(results: list[tuple[int, dict[str, Any]]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     with database(options.dsn(args.dsn)) as server:
-        results = walks(server.dsn, args.dead, args.steps, args.batch)
-        print(f"PostgreSQL {server.version}, {CLAIM_LIMIT}-job claims, hint at the live end")
+        results = walks(server.dsn, args.dead, args.steps, args.batch, args.fair)
+        moved = "fair jobs" if args.fair else "jobs"
+        print(
+            f"PostgreSQL {server.version}, {CLAIM_LIMIT}-job claims, {moved} moved through,"
+            " hint at the live end"
+        )
     print(table(results))
     return 0
 

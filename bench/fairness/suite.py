@@ -175,6 +175,8 @@ def claim_cost(dsn: str, backlog: int, claims: int) -> dict[str, Any]:
                     "queue": "default",
                     "after_priority": fair_after[0],
                     "after_vtime": fair_after[1],
+                    "before_priority": 32767,
+                    "before_vtime": float("inf"),
                     "limit": BATCH,
                     "worker_id": 1,
                     "now": None,

@@ -17,7 +17,7 @@ import psycopg
 
 from bench.throughput.systems import QUEUE, SCHEMA
 from pgqueue.queries import query
-from pgqueue.worker.claimer import CEILING, FLOOR
+from pgqueue.worker.hints import CEILING, FLOOR
 
 
 def top_up(conn: psycopg.Connection[Any], size: int, schema: str = SCHEMA) -> None:

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pgqueue.errors import ConfigurationError
 from pgqueue.models import CONCURRENCY_KEY, ClaimedJob, NewJob
 from pgqueue.queries import query, statement
-from pgqueue.store.plan import AsyncConn, Plan, execute, fetch, rows_as
+from pgqueue.store.plan import AsyncConn, Plan, execute, fetch, fetch_one, rows_as
 from pgqueue.tenants import FairShare
 
 FairPosition = tuple[int, float]  # (priority, vtime)
 FAIR_FLOOR: FairPosition = (-32768, float("-inf"))
+FAIR_CEILING: FairPosition = (32767, float("inf"))
 MAX_WEIGHT = 1_000_000
 
 
@@ -62,18 +63,21 @@ def fair(jobs: Sequence[NewJob]) -> bool:
 @dataclass(frozen=True, slots=True)
 class FairClaimParams:
     """job_claim_fair's parameters: up to `limit` fair jobs of `queue` at or after `after`
-    (priority, vtime), for the worker `worker_id`."""
+    (priority, vtime) and at or before `before`, for the worker `worker_id`."""
 
     queue: str
     after: FairPosition
     limit: int
     worker_id: int
+    before: FairPosition = FAIR_CEILING
 
     def as_params(self) -> dict[str, object]:
         return {
             "queue": self.queue,
             "after_priority": self.after[0],
             "after_vtime": self.after[1],
+            "before_priority": self.before[0],
+            "before_vtime": self.before[1],
             "limit": self.limit,
             "worker_id": self.worker_id,
             "now": None,
@@ -122,6 +126,41 @@ async def claim_fair(conn: AsyncConn, schema: str, params: FairClaimParams) -> F
     top = max((position for _, position, _ in rows), default=None)
     top_id = max((at for _, _, at in rows), default=None)
     return FairClaimed(jobs, len(rows), top, top_id)
+
+
+@dataclass(frozen=True)
+class FairSweepFound:
+    """What job_sweep_find_fair saw in one slice: the table's pages, and the positions of the
+    queued fair jobs before the hint (their priorities and vtimes, in fair claim order)."""
+
+    pages: int
+    priorities: list[int]
+    vtimes: list[float]
+
+    @property
+    def jobs(self) -> list[FairPosition]:
+        return list(zip(self.priorities, self.vtimes, strict=True))
+
+
+async def sweep_find_fair(
+    conn: AsyncConn,
+    schema: str,
+    queue: str,
+    pages: tuple[int, int],
+    hint: FairPosition,
+    limit: int,
+) -> FairSweepFound:
+    """The queued fair jobs of `queue` before `hint` in the heap pages [lo, hi), and the
+    table's pages now (job_sweep_find_fair)."""
+    params = {
+        "queue": queue,
+        "lo": f"({pages[0]},0)",
+        "hi": f"({pages[1]},0)",
+        "hint_priority": hint[0],
+        "hint_vtime": hint[1],
+        "limit": limit,
+    }
+    return await fetch_one(conn, FairSweepFound, query("job_sweep_find_fair", schema), params)
 
 
 def set_weight_plan(schema: str, key: str, weight: float | None) -> Plan[None]:

@@ -303,7 +303,7 @@ class Executor:
 
 
 class StartedLateError(Exception):
-    """A rate-limited job's handler was not started by its start_by time (claimer.py)."""
+    """A rate-limited job's handler was not started by its start_by time (statement.py)."""
 
 
 def _check_start(job: ClaimedJob) -> None:

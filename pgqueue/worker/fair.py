@@ -11,9 +11,18 @@ Invariants:
   or after the hint of any worker's claim that can see it. The claim misses only jobs of more
   urgent priorities than the hint's: a wake-up at such a priority, or one that says nothing
   of where, sends the next claim to the floor.
-- The safety net, as for the plain claim: the hint is forgotten every hint_reset_interval
-  (jittered), and the next claim starts at the floor. If that claim finds nothing, nothing
-  was left behind: claims go on from where those before the reset had reached, rather than
+- The safety net, as for the plain claim, is a sweep (sweep.py, job_sweep_find_fair): after
+  each jittered hint_reset_interval, one slice of the table's pages is looked at, and the
+  fair jobs it holds before the hint (one a claim passed while another held it locked, then
+  released unclaimed) are claimed each at its own (priority, vtime), a walk that ends there.
+  The hint is not dropped, so no reset walks the dead entries a long transaction keeps below
+  it; a cycle of slices reaches every job.
+- Claims from the floor are left for the first claim, a wake-up more urgent than the hint or
+  that says nothing of where, a forgotten hint (a queue resumed, the listener lost), and
+  polling without a listener, where no wake-up announces a more urgent job and the hint is
+  still forgotten every hint_reset_interval instead. Each walks every dead entry below the
+  jobs it finds (bench/notes say what that costs). If a claim from the floor finds nothing,
+  nothing was left behind: claims go on from where those before it had reached, rather than
   each walking from the floor again while other workers take every new job first.
 
 The claimer (claimer.py) calls `claim` first for a queue that has had fair jobs, and claims
@@ -31,9 +40,17 @@ import psycopg
 
 from pgqueue.models import WorkerSettings
 from pgqueue.runtime.link import Link
-from pgqueue.store.fairness import FAIR_FLOOR, FairClaimed, FairClaimParams, claim_fair
+from pgqueue.store.fairness import (
+    FAIR_FLOOR,
+    FairClaimed,
+    FairClaimParams,
+    FairPosition,
+    claim_fair,
+    sweep_find_fair,
+)
 from pgqueue.store.plan import AsyncConn
 from pgqueue.wakeup import Position
+from pgqueue.worker.sweep import SWEEP_FOUND, Sweep
 
 CLAIM_RETRIES = 5
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # the claim's floor and ceiling priorities
@@ -68,7 +85,15 @@ class _FairHint:
 
 
 class FairHints:
-    def __init__(self, link: Link, schema: str, settings: WorkerSettings, worker_id: int) -> None:
+    def __init__(
+        self,
+        link: Link,
+        schema: str,
+        settings: WorkerSettings,
+        worker_id: int,
+        *,
+        listening: bool = True,
+    ) -> None:
         self.link = link
         self.schema = schema
         self.settings = settings
@@ -76,6 +101,9 @@ class FairHints:
         self._hints: dict[str, _FairHint] = {}
         self._rng = random.Random()
         self.from_floor = False  # whether the last claim started at the floor, unhinted
+        # The safety net's sweeps (None: no listener, so the hint is forgotten instead).
+        self._sweeps: dict[str, Sweep[FairPosition]] | None = {} if listening else None
+        self.sweeps = 0  # slices looked at
 
     def announce(self, queue: str, position: Position | None) -> None:
         """A wake-up in `queue`: claim from the floor next if it may lie before the hint."""
@@ -103,15 +131,62 @@ class FairHints:
         hint = self._hints.setdefault(queue, _FairHint())
         now = time.monotonic()
         if hint.reached is not None and now >= hint.deadline:
-            hint.forget()
+            if self._sweeps is not None and hint.after is not None:
+                self._sweeps.setdefault(queue, Sweep()).due = True
+                self._reset_deadline(hint, now)
+            else:
+                hint.forget()
         if hint.reached is None:
-            s = self.settings
-            spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
-            hint.deadline = now + s.hint_reset_interval.total_seconds() * spread
+            self._reset_deadline(hint, now)
+        swept = await self._claim_swept(queue, hint, want)
+        self.from_floor = False
+        if swept.walked >= want:
+            return swept
         self.from_floor = hint.after is None
         resets = hint.resets
-        params = FairClaimParams(queue, hint.after or FAIR_FLOOR, want, self.worker_id)
+        params = FairClaimParams(
+            queue, hint.after or FAIR_FLOOR, want - swept.walked, self.worker_id
+        )
+        got = await self._run(params)
+        hint.moved(got.top, from_floor=self.from_floor and hint.resets == resets)
+        if not swept.walked:
+            return got
+        tops = [at for at in (swept.top_id, got.top_id) if at is not None]
+        return FairClaimed(
+            swept.jobs + got.jobs, swept.walked + got.walked, got.top, max(tops, default=None)
+        )
 
+    def _reset_deadline(self, hint: _FairHint, now: float) -> None:
+        s = self.settings
+        spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
+        hint.deadline = now + s.hint_reset_interval.total_seconds() * spread
+
+    async def _claim_swept(self, queue: str, hint: _FairHint, want: int) -> FairClaimed:
+        """The safety net: look at the sweep's next slice when a reset asked for it, and
+        claim the fair jobs it found before the hint, each at its own position (its top is
+        None: the hint stays where it was)."""
+        sweep = self._sweeps.get(queue) if self._sweeps is not None else None
+        if sweep is None or hint.after is None:
+            return FairClaimed([], 0, None)  # a claim from the floor is next: it covers all
+        if sweep.due and not sweep.pending:
+            sweep.due = False
+            pages, before = sweep.slice(), hint.after
+            found = await self.link.run(
+                lambda conn: sweep_find_fair(conn, self.schema, queue, pages, before, SWEEP_FOUND)
+            )
+            sweep.found(found.pages, found.jobs)
+            self.sweeps += 1
+        swept = FairClaimed([], 0, None)
+        while sweep.pending and swept.walked < want:
+            at = sweep.pending.pop(0)
+            got = await self._run(FairClaimParams(queue, at, 1, self.worker_id, before=at))
+            swept.jobs += got.jobs
+            swept.walked += got.walked
+            tops = [p for p in (swept.top_id, got.top_id) if p is not None]
+            swept.top_id = max(tops, default=None)
+        return swept
+
+    async def _run(self, params: FairClaimParams) -> FairClaimed:
         async def run(conn: AsyncConn) -> FairClaimed:
             for _ in range(CLAIM_RETRIES - 1):
                 try:
@@ -120,6 +195,4 @@ class FairHints:
                     pass
             return await claim_fair(conn, self.schema, params)
 
-        got = await self.link.run(run)
-        hint.moved(got.top, from_floor=self.from_floor and hint.resets == resets)
-        return got
+        return await self.link.run(run)

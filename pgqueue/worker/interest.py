@@ -14,7 +14,7 @@ Invariants:
   arriving), the rows of the queues whose claims name the transactions they could not see
   (claimer.steady_eligible) skip the same priorities, for new jobs only (`new_only`): jobs
   that come back below the hint are still announced. A new job committed late below the
-  hint is found by the claimer once its transaction has ended (claimer._track).
+  hint is found by the claimer once its transaction has ended (hints.track).
 - Asking for more (widening) is followed by a claim from the floor of the widened queues,
   which sees what was committed unannounced, and by another once the transactions that were
   in progress at the widening have ended: one of them may have checked the rows before the

@@ -142,7 +142,7 @@ class FetchLoop:
         while not self.stop.requested:
             free = s.concurrency - len(self.running)
             now = time.monotonic()
-            if now >= next_poll or self.claimer.room_due(now):
+            if now >= next_poll or self.claimer.controls.room_due(now):
                 self._maybe_more = True
             if self.pace.steady and now >= self.pace.claim_at:
                 self._maybe_more = True  # nobody announces new jobs to a steady worker
@@ -185,7 +185,7 @@ class FetchLoop:
                 # not reach the ask made before sleeping for as long as the stream lasts.
                 if (
                     self.interest is not None
-                    and self.pace.steady != bool(self.claimer.steady)
+                    and self.pace.steady != bool(self.claimer.hints.steady)
                     and await self._ask()
                 ):
                     self._maybe_more = True
@@ -238,7 +238,7 @@ class FetchLoop:
                 skip[queue] = (*found, True)
                 steady.add(queue)
         # Rewinds are armed before the rows that make them needed are written.
-        self.claimer.steady = steady
+        self.claimer.hints.steady = steady
         return await self.interest.ask(skip)
 
     async def _burst_done(self) -> bool:

@@ -94,6 +94,15 @@ class WorkerStats:
         default_factory=lambda: deque(maxlen=RECENT_CLAIMS)
     )
 
+    def count_claim(self, seconds: float, jobs: int, walked: int, unhinted: bool) -> None:
+        """One claim statement: it took `seconds`, got `jobs` to run and walked `walked`
+        rows (run or parked), from the floor if `unhinted`."""
+        self.recent_claims.append((seconds, unhinted))
+        self.claims += 1
+        self.unhinted_claims += unhinted
+        self.claimed += jobs
+        self.empty_claims += walked == 0
+
 
 class WorkerTally:
     """Outcomes counted by this worker since it started, and its recent claim times; its

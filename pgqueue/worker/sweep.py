@@ -24,8 +24,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from pgqueue.wakeup import Position
+from typing import Generic, TypeVar
 
 # The least a slice spans, in pages of the jobs table: a table that grows slowly is still
 # gone round in a bounded number of resets, each reading about this many pages.
@@ -36,9 +35,12 @@ SWEEP_FOUND = 100  # jobs one slice claims at most; more wait for the next reset
 GAIN = 4
 
 
+At = TypeVar("At")  # a job's position in its claim's order: (priority, id) or (priority, vtime)
+
+
 @dataclass
-class Sweep:
-    """One queue's sweep."""
+class Sweep(Generic[At]):
+    """One queue's sweep (of its plain claim's or of its fair claim's hint)."""
 
     at: int = 0  # where the next slice begins (a page)
     pages: int | None = None  # the table's pages at the last slice
@@ -46,15 +48,15 @@ class Sweep:
     due: bool = False  # a reset came: take the next slice at the next round
     hi: int = 0  # the current slice's end (exclusive)
     # The jobs the current slice found, still to claim, in claim order.
-    pending: list[Position] = field(default_factory=list)
+    pending: list[At] = field(default_factory=list)
 
     def slice(self) -> tuple[int, int]:
         """The next slice's pages [lo, hi)."""
         self.hi = self.at + max(SWEEP_MIN_PAGES, GAIN * self.grown)
         return self.at, self.hi
 
-    def found(self, pages: int, jobs: list[Position]) -> None:
-        """What job_sweep_find saw in the slice, and the table's pages then."""
+    def found(self, pages: int, jobs: list[At]) -> None:
+        """What job_sweep_find (or its fair twin) saw in the slice, and the table's pages then."""
         self.grown = max(pages - self.pages, 0) if self.pages is not None else 0
         self.pages = pages
         self.pending = jobs

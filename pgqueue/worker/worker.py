@@ -257,7 +257,7 @@ class Worker:
     def paused(self) -> frozenset[str]:
         """The served queues this worker knows to be paused: it claims none of their jobs."""
         claimer: Claimer | None = getattr(self.current, "claimer", None)  # made when serving starts
-        return frozenset(claimer.paused) if claimer is not None else frozenset()
+        return frozenset(claimer.controls.paused) if claimer is not None else frozenset()
 
     # -- stopping ---------------------------------------------------------------------------
 

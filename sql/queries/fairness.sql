@@ -62,15 +62,21 @@ WHERE (SELECT n FROM told) IS NOT NULL AND (SELECT count(*) FROM logged) IS NOT 
 -- Keyed jobs are admitted as in job_claim (concurrency_admit). Moves the queue's clock to the
 -- highest vtime claimed (a new entry of fairness_clock_log), and counts the starts per key
 -- and five seconds (fairness_starts). Returns
--- each row's vtime, where the worker's next fair claim starts.
+-- each row's vtime, where the worker's next fair claim starts. Up to (priority, vtime) <= the
+-- stop bound: the ceiling for a claim from the hint, a job's own position for the safety net's
+-- claim of a job its sweep found (job_sweep_find_fair), whose walk ends there.
 WITH picked AS (
     SELECT id, priority, vtime, concurrency_key IS NOT NULL OR limit_keys IS NOT NULL AS keyed
     FROM {schema}.jobs
     WHERE queue = %(queue)s
       AND status = 'queued'
       AND vtime IS NOT NULL
-      AND NOT atomic
+      -- Not `NOT atomic`, which would let the planner pick jobs_claim_idx (its predicate),
+      -- as PostgreSQL 15 did for a claim pinned to one priority: that walk passes every
+      -- dead entry of the priority (test_sweep.py).
+      AND atomic = (SELECT false)
       AND (priority, vtime) >= (%(after_priority)s::smallint, %(after_vtime)s::float8)
+      AND (priority, vtime) <= (%(before_priority)s::smallint, %(before_vtime)s::float8)
     ORDER BY priority, vtime, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -124,6 +130,32 @@ UNION ALL
 SELECT p.id, NULL, NULL, p.priority, NULL, NULL, NULL, NULL, true, NULL, NULL, p.vtime
 FROM picked AS p JOIN admission AS a ON a.job = p.id
 WHERE NOT a.fits;
+
+-- name: job_sweep_find_fair
+-- One slice of the fair claim's safety net (pgqueue/worker/fair.py), as job_sweep_find is the
+-- plain claim's: the queued fair jobs of the queue before the worker's fair hint whose row
+-- lies in the heap pages [lo, hi), the first %(limit)s in fair claim order, and how many pages
+-- the table has now. A TID range scan, bounded by the slice however many dead rows a long
+-- transaction keeps. The status is compared with a value the planner does not know, so that
+-- it cannot pick jobs_fair_claim_idx instead: that walk would be the claim from the floor.
+WITH found AS (
+    SELECT j.priority::integer AS priority, j.vtime
+    FROM {schema}.jobs AS j
+    WHERE j.ctid >= %(lo)s::tid AND j.ctid < %(hi)s::tid
+      AND j.queue = %(queue)s
+      AND j.status = (SELECT 'queued'::text)
+      AND j.vtime IS NOT NULL
+      AND NOT j.atomic
+      AND (j.priority, j.vtime) < (%(hint_priority)s::smallint, %(hint_vtime)s::float8)
+    ORDER BY j.priority, j.vtime, j.id
+    LIMIT %(limit)s
+)
+SELECT pg_relation_size((quote_ident({schema_name}) || '.jobs')::regclass)
+           / current_setting('block_size')::bigint AS pages,
+       coalesce((SELECT array_agg(f.priority ORDER BY f.priority, f.vtime) FROM found AS f),
+                '{{}}') AS priorities,
+       coalesce((SELECT array_agg(f.vtime ORDER BY f.priority, f.vtime) FROM found AS f),
+                '{{}}') AS vtimes;
 
 -- name: fairness_weight_set
 -- Sets one key's weight; jobs enqueued from now on step by 1 / weight.

@@ -194,6 +194,8 @@ def test_fair_claim_is_an_index_range_scan_on_the_fair_claim_index(
         "queue": "default",
         "after_priority": hint[0],
         "after_vtime": hint[1],
+        "before_priority": 32767,
+        "before_vtime": float("inf"),
         "limit": 10,
         "worker_id": 1,
         "now": None,

@@ -80,6 +80,7 @@ def mixed(dsn: str, schema: str) -> dict[str, Any]:
         "after_priority": -32768,
         "after_id": 0,
         "after_vtime": 0,
+        "before_vtime": float("inf"),
         "before_priority": 32767,
         "before_id": 2**62,
         "limit": 100,

@@ -27,6 +27,7 @@ def test_tenants_page_and_metrics_show_limits_and_fair_shares(dsn: str, schema: 
     queue.enqueue_many([noop.with_options(fairness_key="b").job() for _ in range(20)])
     params = {
         "queue": "default", "after_priority": -32768, "after_vtime": float("-inf"),
+        "before_priority": 32767, "before_vtime": float("inf"),
         "limit": 8, "worker_id": 1, "now": None,
     }  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -47,6 +47,8 @@ def fair_claim(
         "queue": "default",
         "after_priority": after[0],
         "after_vtime": after[1],
+        "before_priority": 32767,
+        "before_vtime": float("inf"),
         "limit": limit,
         "worker_id": 1,
         "now": None,

@@ -176,3 +176,64 @@ def test_the_rescuer_reads_only_the_silent_workers_entries(
             seq = [n for n in plan_nodes(plan) if n.get("Relation Name") == "jobs"]
             assert all(n["Node Type"] != "Seq Scan" for n in seq), mode
         conn.rollback()
+
+
+@pytest.mark.parametrize("ids", ["none", "some"])
+def test_the_cancellation_fallback_reads_by_primary_key_after_stats_taken_while_jobs_ran(
+    dsn: str, schema: str, ids: str
+) -> None:
+    """Statistics gathered while a few jobs ran make jobs_running_idx look tiny; the fallback
+    still looks its ids up by primary key, so the dead running entries a long transaction
+    keeps are never walked (with no id at all, a plan on that index walked every one)."""
+    table = sql.Identifier(schema, "jobs")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = off)").format(table))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args, status, worker_id, attempt, started_at) "
+                "SELECT 'default', 't', '{{}}', 'running', 1, 1, now() "
+                "FROM generate_series(1, 5)"
+            ).format(table)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, task, args) SELECT 'default', 't', '{{}}' "
+                "FROM generate_series(1, %s)"
+            ).format(table),
+            [QUEUED],
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(table))
+        with psycopg.connect(dsn) as holder:  # a long transaction keeps what follows dead
+            holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT txid_current()")
+            for _ in range(4):  # jobs worker 1 claimed and finished: dead running entries
+                conn.execute(
+                    sql.SQL(
+                        "UPDATE {} SET status = 'running', worker_id = 1, attempt = 1 "
+                        "WHERE id IN (SELECT id FROM {} WHERE status = 'queued' LIMIT 5000)"
+                    ).format(table, table)
+                )
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE status = 'running' AND id > 5").format(table)
+                )
+            running = [
+                r[0]
+                for r in conn.execute(
+                    sql.SQL("SELECT id FROM {} WHERE status = 'running'").format(table)
+                )
+            ]
+            params = {"ids": running if ids == "some" else [], "worker_id": 1}
+            statement = query("job_list_cancel_requested", schema)
+            with psycopg.connect(dsn) as conn2:
+                conn2.execute(query("session_prefer_indexes", schema))  # as a worker's sessions
+                for mode, explain in (("custom", custom_plan), ("generic", generic_plan)):
+                    reads = _reads_of_jobs(explain(conn2, statement, params))
+                    assert set(reads) == {"jobs_pkey"}, (mode, reads)
+                doc = conn2.execute(
+                    sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + statement, params
+                ).fetchone()[0]  # type: ignore[index]
+                plan = doc[0]["Plan"]
+                buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+                assert buffers < 40, buffers
+                conn2.rollback()
+            holder.rollback()

@@ -297,7 +297,7 @@ def test_a_notice_heard_while_the_controls_are_read_is_not_undone_by_that_read(
                 link.run = read_then_change  # type: ignore[method-assign,assignment]
                 await claimer.claim_round(10)  # reads the controls, hears the notice meanwhile
                 await claimer.claim_round(10)
-                return set(claimer.paused), set(claimer.rated)
+                return set(claimer.controls.paused), set(claimer.controls.rated)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -27,6 +27,7 @@ from pgqueue.queries import channel, query
 from pgqueue.store.workers import WorkersStore
 from pgqueue.wakeup import Position
 from pgqueue.worker import claimer as claimer_module
+from pgqueue.worker import hints as hints_module
 from tests.apps import tasks as apps
 from tests.conftest import (
     claimer_by_hand,
@@ -284,7 +285,7 @@ def test_a_job_committed_late_below_the_hint_runs_while_the_worker_stays_steady(
     # (claimer.py), and the worker asks for every wake-up meanwhile: a probe enqueued in
     # that moment is announced. That is rare; a worker that announced every probe is not.
     assert len(steady_probes & named) <= 2, sorted(steady_probes & named)
-    assert worker.current.claimer.rewinds > 0
+    assert worker.current.claimer.hints.rewinds > 0
 
 
 def test_jobs_that_come_back_wake_a_steady_worker_and_new_ones_do_not(
@@ -362,7 +363,7 @@ def test_a_steady_claim_starts_where_it_passed_a_transaction_still_young(
     # probe at once; the control makes every transaction old, so the probe waits for the
     # rewind: one claim to see its transaction ended, the next to walk back.
     if not young:
-        monkeypatch.setattr(claimer_module, "YOUNG_SECONDS", -1.0)
+        monkeypatch.setattr(hints_module, "YOUNG_SECONDS", -1.0)
 
     @queue.task(name="noop")
     def noop() -> None:
@@ -442,7 +443,7 @@ def test_a_transaction_passed_while_steady_is_claimed_back_after_the_queue_leave
                 later = queue.enqueue(noop.job(), conn=conn)
                 got = [j.id for j in (await claimer.claim_round(10))[0]]
                 assert got == [later.id]  # passed the probe, unseen
-                claimer.steady = set()
+                claimer.hints.steady = set()
                 held.commit()
             return await _claims_after(claimer, probe.id)
 
@@ -541,8 +542,8 @@ def test_a_late_commit_seen_only_by_a_claim_from_the_floor_is_found_at_once(
                 assert len((await claimer.claim_round(10))[0]) == 1
                 # Other sessions of a shared server, watched from the floor by the first
                 # claim, would add claims from the floor as they end.
-                claimer._hints["default"].watch.clear()
-                claimer._hints["default"].unnamed = None
+                claimer.hints["default"].watch.clear()
+                claimer.hints["default"].unnamed = None
                 claimer.forget_hints()  # the safety net's reset
                 dropped = await _skip_as_steady(claimer, schema)
                 with psycopg.connect(dsn) as held:
@@ -589,7 +590,7 @@ def test_one_claim_from_the_floor_does_not_lead_a_steady_queue_to_the_next(
 
     async def scenario() -> tuple[int, int, int, int]:
         async with claimer_by_hand(dsn, schema) as (claimer, conn):
-            hint = claimer._hints["default"]
+            hint = claimer.hints["default"]
             back = 0  # held transactions watched from before where the hint was left
             enqueued = [queue.enqueue(noop.job(), conn=conn)]
             claimed = len((await claimer.claim_round(10))[0])

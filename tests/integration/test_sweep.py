@@ -147,7 +147,7 @@ def test_a_job_no_wake_up_names_is_found_by_the_sweep_within_one_cycle(
                 later = queue.enqueue(t.job(), conn=conn)
                 got = [j.id for j in (await claimer.claim_round(10))[0]]  # from the floor
                 assert got == [later.id]
-            hint = claimer._hints["default"]
+            hint = claimer.hints["default"]
             unhinted = claimer.stats.unhinted_claims
             for _ in range(3):  # control: without a reset nothing finds it
                 assert (await claimer.claim_round(10))[0] == []
@@ -174,6 +174,133 @@ def test_a_job_no_wake_up_names_is_found_by_the_sweep_within_one_cycle(
     page, resets, floor_claims, spans, sweeps = asyncio.run(scenario())
     assert floor_claims == 0
     assert set(spans) == {4}  # each slice as wide as the least, the table not growing
+    assert resets == page // 4 + 1 == sweeps  # the slice holding its page, the first time
+
+
+def test_a_fair_slice_reads_its_pages_however_many_dead_fair_rows_a_held_snapshot_keeps(
+    dsn: str, schema: str, queue: Queue
+) -> None:
+    """The fair claim's safety net reads one slice of pages, and claims a job it found with
+    a walk that ends at that job; the fair claim from the floor, the control, walks every
+    dead fair entry."""
+    t = queue.task(name="t")(lambda: None)
+    pages = 40
+    name = sql.Identifier(schema)
+    find = query("job_sweep_find_fair", schema)
+    claim = query("job_claim_fair", schema)
+    slice_params = {
+        "queue": "default",
+        "lo": "(0,0)",
+        "hi": f"({pages},0)",
+        "hint_priority": CEILING[0],
+        "hint_vtime": float("inf"),
+        "limit": 100,
+    }
+
+    def fair_claim(after: tuple[int, float], before: tuple[int, float]) -> dict[str, Any]:
+        return {
+            "queue": "default",
+            "after_priority": after[0],
+            "after_vtime": after[1],
+            "before_priority": before[0],
+            "before_vtime": before[1],
+            "limit": 1,
+            "worker_id": 0,
+            "now": None,
+        }
+
+    found: list[tuple[int, int, int]] = []
+    with _held(dsn), psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET enable_seqscan = off")  # as the claim connection
+        for _ in range(2):
+            conn.execute(
+                sql.SQL(
+                    # below the clock, where the claims from the floor pass them
+                    "INSERT INTO {}.jobs (queue, task, args, priority, vtime, fairness_key)"
+                    " SELECT 'default', 't', '{{}}', 0, -g, 'a' FROM generate_series(1, 10000) AS g"
+                ).format(name)
+            )
+            conn.execute(sql.SQL("DELETE FROM {}.jobs WHERE queue = 'default'").format(name))
+            queue.enqueue_many(
+                [t.with_options(fairness_key="a").job() for _ in range(10)], conn=conn
+            )
+            row = conn.execute(
+                sql.SQL("SELECT min(vtime) FROM {}.jobs WHERE queue = 'default'").format(name)
+            ).fetchone()
+            assert row is not None
+            at = (0, float(row[0]))
+            floor = (FLOOR[0], float("-inf"))
+            found.append(
+                (
+                    _buffers(conn, find, slice_params),
+                    _buffers(conn, claim, fair_claim(at, at)),
+                    _buffers(conn, claim, fair_claim(floor, (CEILING[0], float("inf")))),
+                )
+            )
+    (slice_1, at_1, floor_1), (slice_2, at_2, floor_2) = found
+    assert slice_1 <= pages + 10 and slice_2 <= pages + 10, found
+    assert at_2 <= at_1 + 10, found  # the claim of a found job: one descent, flat
+    assert floor_2 > floor_1 + 50, found  # the control
+
+
+def test_the_fair_safety_net_finds_a_job_behind_its_hint_by_a_slice_not_the_floor(
+    dsn: str, schema: str, queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fair job locked by another session while the fair claim passes it, then released:
+    # nothing announces it. The fair hint's resets look at slices of a few pages, keep the
+    # hint, and one of them finds the job; no claim starts from the floor after the first.
+    monkeypatch.setattr(sweep_module, "SWEEP_MIN_PAGES", 4)
+    t = queue.task(name="t")(lambda: None)
+    fair = t.with_options(fairness_key="a")
+    name = sql.Identifier(schema)
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with claimer_by_hand(dsn, schema, steady=False) as (claimer, conn):
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (queue, task, args, status, run_at) SELECT 'other',"
+                    " 't', '{{}}', 'scheduled', now() + interval '1 day'"
+                    " FROM generate_series(1, 2000)"
+                ).format(name)
+            )
+            lonely = queue.enqueue(fair.job(), conn=conn)
+            with psycopg.connect(dsn) as locker:
+                locker.execute(
+                    sql.SQL("SELECT id FROM {}.jobs WHERE id = %s FOR UPDATE").format(name),
+                    [lonely.id],
+                )
+                later = queue.enqueue(fair.job(), conn=conn)
+                got = [j.id for j in (await claimer.claim_round(10))[0]]  # from the floor
+                assert got == [later.id]
+                # The next fair claim walks the last one's range again: it passes the job too.
+                assert (await claimer.claim_round(10))[0] == []
+            assert "default" in claimer.controls.fair
+            plain, hint = claimer.hints["default"], claimer._fair._hints["default"]
+            plain.deadline = float("inf")  # the plain claim's own sweep is not this test's
+            unhinted = claimer.stats.unhinted_claims
+            for _ in range(3):  # control: without a reset nothing finds it
+                assert (await claimer.claim_round(10))[0] == []
+            row = conn.execute(
+                sql.SQL("SELECT (ctid::text::point)[0]::int FROM {}.jobs WHERE id = %s").format(
+                    name
+                ),
+                [lonely.id],
+            ).fetchone()
+            assert row is not None
+            page, resets = row[0], 0
+            while resets < 100:
+                hint.deadline = 0.0  # the fair reset is due
+                resets += 1
+                claimed = [j.id for j in (await claimer.claim_round(10))[0]]
+                if claimed:
+                    assert claimed == [lonely.id]
+                    break
+                assert hint.after is not None  # the reset keeps the hint
+            floor_claims = claimer.stats.unhinted_claims - unhinted
+            return page, resets, floor_claims, claimer._fair.sweeps
+
+    page, resets, floor_claims, sweeps = asyncio.run(scenario())
+    assert floor_claims == 0
     assert resets == page // 4 + 1 == sweeps  # the slice holding its page, the first time
 
 
