@@ -43,6 +43,8 @@ from pgqueue.worker.sweep import SWEEP_FOUND, Sweep
 
 
 class Claimer:
+    """One worker's claims: a round across its queues, each queue's batch."""
+
     def __init__(
         self,
         link: Link,

@@ -327,7 +327,8 @@ def test_a_running_worker_hears_of_a_task_limit_and_only_that_task_s_queue_pays_
         wait_until(lambda: worker.stats.claims >= 2, what="the worker's first claims")
         queue.set_task_rate_limit(apps.noop, 4, per=2)
         wait_until(
-            lambda: worker.current.claimer.controls.limited_tasks == {"noop"}, what="the worker to hear"
+            lambda: worker.current.claimer.controls.limited_tasks == {"noop"},
+            what="the worker to hear",
         )
         queue.enqueue_many([apps.sleepy.with_options(queue="plain").job(0.0) for _ in range(20)])
         queue.enqueue_many([apps.noop.with_options(queue="mixed").job() for _ in range(6)])
