@@ -2,6 +2,7 @@
 
 from pgqueue._version import __version__ as __version__
 from pgqueue.errors import (
+    CitusUnsupportedError,
     ConfigurationError,
     ConnectionLostError,
     DatabaseError,
@@ -56,6 +57,7 @@ __all__ = [
     "Cancellation",
     "Chain",
     "Chord",
+    "CitusUnsupportedError",
     "ConcurrencyLimit",
     "ConfigurationError",
     "ConnectionLostError",

@@ -198,6 +198,8 @@ SETTINGS_MEANINGS: dict[str, dict[str, str]] = {
         "when every key has room",
         "fairness_key": "shares the queue's starts between keys by weight (a template too)",
         "tags": "labels to find the job by (up to 32, 1-128 characters each)",
+        "shard_key": "on Citus, the shard the job goes to (a template too); "
+        "see Running on Citus",
     },
     "RetryPolicy": {
         "base": "the first retry's delay; it doubles with each attempt",

@@ -8,6 +8,7 @@ EXPECTED = [
     "Cancellation",
     "Chain",
     "Chord",
+    "CitusUnsupportedError",
     "ConcurrencyLimit",
     "ConfigurationError",
     "ConnectionLostError",
