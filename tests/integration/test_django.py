@@ -70,7 +70,7 @@ def test_pgqueue_worker_with_two_processes_runs_each_as_the_same_command(
 
     worked = _manage(own_database, "manage.py", "pgqueue_worker", "--processes", "2", "--burst")
     err = worked.stderr  # type: ignore[attr-defined]
-    assert worked.returncode == 0, err
+    assert worked.returncode == 0, err  # type: ignore[attr-defined]
     # Both children started, each a Django process: its lines carry its tag.
     assert "[worker 1/2]" in err and "[worker 2/2]" in err, err
     with psycopg.connect(own_database) as conn:
