@@ -43,8 +43,16 @@ def positive_figures(row: dict[str, Any]) -> None:
     assert "failed" not in row, row
     assert row["runs"], row
     for name, figure in row["summary"].items():
-        assert figure["min"] > 0, (row["system"], row["params"], name, figure)
+        if name.endswith("_ms") and "gap_s" in row["params"]:
+            # Commit to handler start, the commit's time read once the producer's commit
+            # returned: a worker that sees the row first (the commit is visible before its
+            # reply is read) starts it a hair earlier, so a latency may be just below zero.
+            assert figure["min"] > -5, (row["params"], name, figure)
+        else:
+            assert figure["min"] > 0, (row["system"], row["params"], name, figure)
         assert figure["min"] <= figure["median"] <= figure["max"], (row["params"], name)
+    if "max_ms" in row["summary"]:  # some job started after its commit returned
+        assert row["summary"]["max_ms"]["max"] > 0, row["summary"]
 
 
 def test_short_throughput_bench_writes_every_workload_row_and_chart(
