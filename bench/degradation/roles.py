@@ -48,7 +48,10 @@ FLOOR_HIST = HIST + HIST_BUCKETS  # the unhinted claims' own histogram
 # The claims' total time and the unhinted ones', in microseconds (bench/degradation/windows.py).
 CLAIM_MICROS = FLOOR_HIST + HIST_BUCKETS
 FLOOR_MICROS = CLAIM_MICROS + 1
-SLOTS = FLOOR_MICROS + 1
+# Why pgqueue's worker claimed from the floor: its wake interest's widenings (those from busy
+# mode among them) and settlements (interest.py).
+WIDENINGS, BUSY_WIDENINGS, SETTLEMENTS = FLOOR_MICROS + 1, FLOOR_MICROS + 2, FLOOR_MICROS + 3
+SLOTS = SETTLEMENTS + 1
 
 # The no-op task every strategy works: the bench measures the queue, not the handler.
 queue = Queue()
@@ -283,6 +286,11 @@ def _report_stats(worker: Worker, ready: Any, stop: Any, counters: Any) -> None:
         counters[CLAIM_STATEMENTS] = stats.claims
         counters[FLOOR_CLAIMS] = stats.unhinted_claims
         completer = getattr(worker.current, "completer", None)  # made once it registered
+        interest = getattr(worker.current, "interest", None)
+        if interest is not None:
+            counters[WIDENINGS] = interest.widenings
+            counters[BUSY_WIDENINGS] = interest.busy_widenings
+            counters[SETTLEMENTS] = interest.settlements
         counters[COMPLETIONS] = completer.written if completer is not None else 0
         recent = stats.recent_claims
         while recent:

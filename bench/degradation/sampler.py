@@ -175,6 +175,7 @@ class _Totals:
     floor_hist: list[int]
     micros: int
     floor_micros: int
+    causes: tuple[int, int, int]  # widenings, busy widenings, settlements
 
 
 class Sampler:
@@ -266,12 +267,17 @@ class Sampler:
             floor_hist=column[roles.FLOOR_HIST : roles.FLOOR_HIST + roles.HIST_BUCKETS],
             micros=column[roles.CLAIM_MICROS],
             floor_micros=column[roles.FLOOR_MICROS],
+            causes=(
+                column[roles.WIDENINGS],
+                column[roles.BUSY_WIDENINGS],
+                column[roles.SETTLEMENTS],
+            ),
         )
 
     def claims(self) -> Claims:
         """The workers' claim counters now (bench/degradation/windows.py)."""
         now = self._totals()
-        return Claims(now.statements, now.floor, now.micros, now.floor_micros)
+        return Claims(now.statements, now.floor, now.micros, now.floor_micros, *now.causes)
 
     def _claim_percentiles(
         self, last: _Totals, now: _Totals

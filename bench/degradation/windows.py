@@ -78,6 +78,10 @@ class Claims:
     floor: int
     micros: int
     floor_micros: int
+    # Why pgqueue's worker claimed from the floor (interest.py); 0 for the other strategies.
+    widenings: int = 0
+    busy_widenings: int = 0
+    settlements: int = 0
 
 
 class Windows:
@@ -142,6 +146,9 @@ class Windows:
             "hinted_claim_ms": (claims.micros - last.micros) / 1000 - floor_ms,
             "floor_claim_calls": floor,
             "floor_claim_ms": floor_ms,
+            "widenings": claims.widenings - last.widenings,
+            "busy_widenings": claims.busy_widenings - last.busy_widenings,
+            "settlements": claims.settlements - last.settlements,
         }
         now, before = self._read_statements(), self._statements
         self._statements = now
@@ -165,6 +172,7 @@ def columns() -> list[str]:
     """The windows CSV's columns, in order (before the strategy and mode)."""
     fixed = ["t_s", "depth_max", "wait_p50_s", "wait_p99_s"]
     fixed += ["hinted_claim_calls", "hinted_claim_ms", "floor_claim_calls", "floor_claim_ms"]
+    fixed += ["widenings", "busy_widenings", "settlements"]
     return fixed + [f"{column(k)}_{f}" for k in KINDS for f in STATEMENT_FIELDS]
 
 

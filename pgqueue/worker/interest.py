@@ -71,6 +71,7 @@ class WakeInterest:
         self._check_at: float | None = None
         self._backoff = FIRST_CHECK
         self.widenings = 0
+        self.busy_widenings = 0  # those that asked again for the wake-ups of jobs that came back
         self.settlements = 0  # claims from the floor made because a watched transaction ended
 
     async def ask(self, skip: Mapping[str, Skip | None]) -> bool:
@@ -91,10 +92,13 @@ class WakeInterest:
             in_progress = await self.link.run(write)
         except psycopg.errors.ForeignKeyViolation:
             return False  # the worker's row is gone: presumed dead until its next heartbeat
+        was = [self.skipped.get(q) for q in widened]
         self.skipped.update(changed)
         if not widened:
             return False
         self.widenings += 1
+        if any(w is not None and w[0] <= w[1] and not w[2] for w in was):
+            self.busy_widenings += 1
         self._forget(widened)
         if in_progress:
             self._waiting_on = sorted(set(self._waiting_on) | set(in_progress))
