@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Collection
 
 from pgqueue.models import ClaimedJob, WorkerSettings
 from pgqueue.runtime.link import Link
@@ -108,6 +109,12 @@ class Claimer:
         if queue in self.controls.fair and not self._rated(queue):
             return self._fair.wake_range(queue)
         return self.hints.wake_range(queue)
+
+    def widen(self, queue: str, in_progress: Collection[int]) -> bool:
+        """A steady queue's rows ask for every wake-up again: keep its hint if it can be kept
+        (hints.widen); the fair hint, unused by a steady queue, is forgotten."""
+        self._fair.announce(queue, None)
+        return self.hints.widen(queue, in_progress)
 
     def steady_eligible(self, queue: str) -> bool:
         """Whether `queue`'s claims say which transactions they could not see (the unkeyed

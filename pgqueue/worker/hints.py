@@ -27,7 +27,9 @@ Invariants:
     is not shown here, so the resume still claims from the floor;
   - polling without a listener, after every short hinted claim: nothing announces a job
     that comes back below the hint (a retry, a promotion by another worker, a late commit),
-    and it must run at the next poll. A worker that may face long transactions listens.
+    and it must run at the next poll. A worker that may face long transactions listens;
+  - a busy worker's widening (interest.py): its rows skipped the wake-ups of jobs that came
+    back too, which no claim follows. A steady queue's widening keeps its hint (widen).
 - A queue in `steady` (its rows skip new jobs' wake-ups, loop.py) hears of no new job, late
   commits included. Every unkeyed claim names the transactions in progress in its snapshot;
   those in progress when a claim moved the hint are watched, and once one has ended the next
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -286,9 +289,7 @@ class Hints:
             ended = [hint.watch.pop(xid) for xid in list(hint.watch) if xid not in still]
             backs += [w.at for w in ended if steady or w.steady]
         if backs:
-            back = min(backs)
-            hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
-            self.rewinds += 1
+            self._rewind(hint, min(backs))
         if hint.after != began:  # it moved past what this snapshot could not see
             now = Seen(watch_from, time.monotonic(), steady)
             for xid in seen:
@@ -297,6 +298,37 @@ class Hints:
             if named is not None and own is not None and own > named and watch_from != FLOOR:
                 lo, hi, unnamed = hint.unnamed or (named, own, now)
                 hint.unnamed = (min(lo, named), max(hi, own), unnamed.merged(now))
+
+    def widen(self, queue: str, in_progress: Collection[int]) -> bool:
+        """A steady queue's rows ask again for new jobs' wake-ups (interest.py). Its claims
+        followed what they could not see, so the hint is kept: a transaction in progress now
+        may have read the rows before and commit its job after the hint, so it is watched
+        from there; one watched that has ended, and a range not yet named, send the next
+        claim back now (track's rule: that claim may be the last for a while). False when
+        there is no job's position to keep (a claim from the floor is next, the hint is
+        parked, or wake-ups were lost): the caller forgets the hint."""
+        hint = self.queues[queue]
+        if hint.forget or hint.unheard or hint.after is None or hint.after == CEILING:
+            return False
+        self.ended(queue, [xid for xid in hint.watch if xid not in in_progress])
+        if hint.unnamed is not None:
+            self._rewind(hint, hint.unnamed[2].at)
+        now = Seen(hint.after, time.monotonic(), True)
+        for xid in in_progress:
+            hint.watch[xid] = hint.watch.get(xid, now).merged(now)
+        return True
+
+    def ended(self, queue: str, xids: Collection[int]) -> None:
+        """Watched transactions ended: those seen steady send the next claim back (track)."""
+        hint = self.queues[queue]
+        gone = [hint.watch.pop(xid) for xid in xids if xid in hint.watch]
+        backs = [w.at for w in gone if w.steady]
+        if backs:
+            self._rewind(hint, min(backs))
+
+    def _rewind(self, hint: QueueHint, back: Position) -> None:
+        hint.rewind = back if hint.rewind is None else min(hint.rewind, back)
+        self.rewinds += 1
 
     def absorb(self, hint: QueueHint, sweep: Sweep[Position] | None) -> None:
         """Fold the announcements since the last round into the hint, a rewind and a reset

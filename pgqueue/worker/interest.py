@@ -20,6 +20,12 @@ Invariants:
   in progress at the widening have ended: one of them may have checked the rows before the
   widening and commit after the claim. pg_xact_status says when they have ended; it is read
   again with backoff, at most every poll interval.
+- Not for a steady queue's rows, which skipped new jobs only: its claims followed every
+  transaction they could not see, so its hint is kept, the transactions in progress at the
+  widening are followed from it, and each one's end sends the next claim back to where it
+  was passed (hints.widen, hints.ended). Under a long transaction a claim from the floor
+  walks every dead entry it keeps, and a worker that goes in and out of steady mode would
+  make one at each spell's end.
 - quiet_after keeps a worker that only fills its slots now and then from toggling its rows,
   and with them the floor claims, at every claim.
 - A job committed late, with an id below a busy worker's hint at a priority it skips, is not
@@ -67,7 +73,8 @@ class WakeInterest:
         self.max_check = max_check  # the poll interval, in seconds
         self.skipped: dict[str, Skip] = {}  # as written; a queue missing has no row
         self._waiting_on: Sequence[int] = []  # transactions in progress at a widening
-        self._widened: set[str] = set()
+        self._widened: set[str] = set()  # hints forgotten again when one of those ends
+        self._followed: set[str] = set()  # hints kept, whose watches those ends end
         self._check_at: float | None = None
         self._backoff = FIRST_CHECK
         self.widenings = 0
@@ -92,39 +99,51 @@ class WakeInterest:
             in_progress = await self.link.run(write)
         except psycopg.errors.ForeignKeyViolation:
             return False  # the worker's row is gone: presumed dead until its next heartbeat
-        was = [self.skipped.get(q) for q in widened]
+        was = {q: self.skipped.get(q) for q in widened}
         self.skipped.update(changed)
         if not widened:
             return False
         self.widenings += 1
-        if any(w is not None and w[0] <= w[1] and not w[2] for w in was):
+        if any(w is not None and w[0] <= w[1] and not w[2] for w in was.values()):
             self.busy_widenings += 1
-        self._forget(widened)
+        running = set(in_progress)
+        # A steady queue's rows skipped new jobs only, whose transactions its claims follow:
+        # its hint is kept (hints.widen). Other rows skipped jobs that came back too, which
+        # nothing follows: those hints are forgotten.
+        followed = {
+            q for q, w in was.items() if w is not None and w[2] and self.claimer.widen(q, running)
+        }
+        forgotten = widened - followed
+        self._forget(forgotten)
         if in_progress:
-            self._waiting_on = sorted(set(self._waiting_on) | set(in_progress))
-            self._widened |= widened
+            self._waiting_on = sorted(set(self._waiting_on) | running)
+            self._widened |= forgotten
+            self._followed |= followed
             self._backoff = FIRST_CHECK
             self._check_at = time.monotonic() + self._backoff
         return True
 
     async def settle(self) -> bool:
         """If some transactions that a widening waits for have ended, forget the hints of the
-        queues widened (the next claim starts from the floor). True when it did."""
+        queues widened (the next claim starts from the floor), or for a steady queue's, send
+        its next claim back to where the hint was then (hints.ended). True when it did."""
         if self._check_at is None or time.monotonic() < self._check_at:
             return False
         waiting_on = self._waiting_on
         left = await self.link.run(lambda conn: self.store.still_in_progress(conn, waiting_on))
-        ended = len(left) < len(waiting_on)
+        ended = set(waiting_on).difference(left)
         if ended:
             self.settlements += 1
             self._forget(self._widened)
+            for queue in self._followed:
+                self.claimer.hints.ended(queue, ended)
         self._waiting_on = left
         if left:
             self._backoff = min(self._backoff * 2, self.max_check)
             self._check_at = time.monotonic() + self._backoff
         else:
-            self._widened, self._check_at = set(), None
-        return ended
+            self._widened, self._followed, self._check_at = set(), set(), None
+        return bool(ended)
 
     def next_check(self) -> float | None:
         """The monotonic time settle() has something to look at, if any."""

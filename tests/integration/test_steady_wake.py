@@ -28,6 +28,7 @@ from pgqueue.store.workers import WorkersStore
 from pgqueue.wakeup import Position
 from pgqueue.worker import claimer as claimer_module
 from pgqueue.worker import hints as hints_module
+from pgqueue.worker.interest import FIRST_CHECK, WakeInterest
 from tests.apps import tasks as apps
 from tests.conftest import (
     claimer_by_hand,
@@ -448,6 +449,48 @@ def test_a_transaction_passed_while_steady_is_claimed_back_after_the_queue_leave
             return await _claims_after(claimer, probe.id)
 
     assert asyncio.run(scenario()) == ([0] if seen_steady else [])
+
+
+@pytest.mark.parametrize("new_only", [True, False], ids=["steady", "control-busy"])
+def test_a_steady_queue_asking_for_every_wake_up_again_keeps_its_hint(
+    queue: Queue, dsn: str, schema: str, new_only: bool
+) -> None:
+    # The rows skipped new jobs only (steady) when the worker asks for every wake-up again
+    # (a widening): its claims followed what they could not see, so the hint is kept and no
+    # claim starts from the floor, which under a long transaction walks every dead entry. A
+    # probe passed while steady, its transaction in progress at the widening, is claimed by
+    # the first claim after its end is seen. The control's rows skipped jobs that came back
+    # too (busy): its hint is forgotten, and the claim after the widening starts from the
+    # floor.
+    @queue.task(name="noop")
+    def noop() -> None:
+        pass
+
+    async def scenario() -> tuple[int, bool]:
+        async with claimer_by_hand(dsn, schema) as (claimer, conn):
+            interest = WakeInterest(claimer.link, schema, claimer.worker_id, claimer, 1.0)
+            queue.enqueue(noop.job(), conn=conn)
+            assert len((await claimer.claim_round(10))[0]) == 1
+            await interest.ask({"default": (0, 32767, new_only)})
+            with psycopg.connect(dsn) as held:
+                probe = queue.enqueue(noop.job(), conn=held)  # in progress
+                later = queue.enqueue(noop.job(), conn=conn)
+                got = [j.id for j in (await claimer.claim_round(10))[0]]
+                assert got == [later.id]  # passed the probe, unseen
+                claimer.hints.steady = set()
+                unhinted = claimer.stats.unhinted_claims
+                assert await interest.ask({"default": None})  # a widening
+                assert (await claimer.claim_round(10))[0] == []
+                floor = claimer.stats.unhinted_claims - unhinted
+                held.commit()
+            await asyncio.sleep(FIRST_CHECK * 4)
+            assert await interest.settle()
+            got = [j.id for j in (await claimer.claim_round(10))[0]]
+            return floor, got == [probe.id]
+
+    floor, found = asyncio.run(scenario())
+    assert found
+    assert floor == (0 if new_only else 1)
 
 
 def test_a_transaction_newer_than_every_ended_one_is_followed_too(
