@@ -21,7 +21,9 @@ Small enough for a 2-core machine: 300,000 jobs take about a minute.
 With --fair the jobs moved through (and the live end) carry a fairness key and a vtime, and
 are claimed with job_claim_fair from the fair hint, so the dead entries are the fair claim
 index's: the fair kinds (from the hint, from the floor, the fair safety net's slice and its
-claim of a job it found) are the ones to read then.
+claim of a job it found) are the ones to read then. With --analyze the jobs table's
+statistics are taken again before each measurement, as autovacuum's ANALYZE does during a
+run (the embedded server's autovacuum is on): a plan that changes with them shows here.
 """
 
 from __future__ import annotations
@@ -218,6 +220,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="measurements after 0 dead (3)")
     parser.add_argument("--batch", type=int, default=2000, help="jobs per insert/claim/finish")
     parser.add_argument("--fair", action="store_true", help="move fair jobs through instead")
+    parser.add_argument(
+        "--analyze",
+        action="store_true",
+        help="ANALYZE the jobs table before each measurement, as autovacuum does during a run",
+    )
     args = parser.parse_args(argv)
     for flag in ("dead", "steps", "batch"):
         if getattr(args, flag) <= 0:
@@ -357,7 +364,7 @@ def _orphans(conn: psycopg.Connection[Any], schema: str) -> None:
 
 
 def walks(
-    dsn: str, dead: int, steps: int, batch: int, fair: bool = False
+    dsn: str, dead: int, steps: int, batch: int, fair: bool = False, analyze: bool = False
 ) -> list[tuple[int, dict[str, Any]]]:
     schema = f"bench_walks_{os.getpid()}"
     results: list[tuple[int, dict[str, Any]]] = []
@@ -377,6 +384,8 @@ def walks(
                 churn(conn, schema, s, target - done, batch)
                 done = target
                 live_end(conn, schema, s)
+                if analyze:
+                    conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
                 print(
                     f"walks: {done:,} dead ({time.monotonic() - started:.1f} s to churn)",
                     file=sys.stderr,
@@ -404,7 +413,7 @@ def table(results: list[tuple[int, dict[str, Any]]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     with database(options.dsn(args.dsn)) as server:
-        results = walks(server.dsn, args.dead, args.steps, args.batch, args.fair)
+        results = walks(server.dsn, args.dead, args.steps, args.batch, args.fair, args.analyze)
         moved = "fair jobs" if args.fair else "jobs"
         print(
             f"PostgreSQL {server.version}, {CLAIM_LIMIT}-job claims, {moved} moved through,"
