@@ -18,8 +18,11 @@ from psycopg import sql
 from pgqueue.store.jobs import finish_rows_params
 
 
-def generic_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
-    """EXPLAIN of `statement` as the generic plan a prepared statement settles on.
+def generic_plan(
+    conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any], *, analyze: bool = False
+) -> Any:
+    """EXPLAIN of `statement` as the generic plan a prepared statement settles on; with
+    `analyze`, run (EXPLAIN ANALYZE, with buffers: the caller rolls back what it wrote).
 
     PostgreSQL 15 has no EXPLAIN (GENERIC_PLAN): the statement is PREPAREd with $n
     parameters and EXPLAIN EXECUTE runs under plan_cache_mode = force_generic_plan. (EXPLAIN
@@ -31,7 +34,8 @@ def generic_plan(conn: psycopg.Connection[Any], statement: Any, params: dict[str
     conn.execute(sql.SQL("PREPARE plans_explained AS {}").format(sql.SQL(body.replace("%%", "%"))))
     try:
         args = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
-        explain = sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE plans_explained({})").format(args)
+        options = sql.SQL("ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON")
+        explain = sql.SQL("EXPLAIN ({}) EXECUTE plans_explained({})").format(options, args)
         doc = conn.execute(explain).fetchone()[0]  # type: ignore[index]
     finally:
         conn.execute("DEALLOCATE plans_explained")

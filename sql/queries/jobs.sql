@@ -676,8 +676,11 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
+    -- By the due ids, never a join: with statistics taken while the table held a job or
+    -- two, the generic plan walked the whole primary key to join it to the due jobs, every
+    -- dead entry a long transaction keeps (test_claim_session_plans.py).
     UPDATE {schema}.jobs AS j SET status = 'queued'
-    FROM due WHERE j.id = due.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING j.id, j.queue, j.priority
 ), woken AS (
     SELECT count({schema}.wake(l.queue, l.priority, l.id)) AS n

@@ -124,3 +124,74 @@ def test_a_claim_connection_statement_reads_jobs_alike_on_its_generic_plan(
     assert _reads_of_jobs(custom), json.dumps(custom, indent=1)  # it does read jobs
     assert _reads_of_jobs(generic) == _reads_of_jobs(custom), json.dumps(generic, indent=1)
     assert "Seq Scan" not in _reads_of_jobs(generic)
+
+
+# The plain claims walk from the hint: what they pass is test_hint.py's and the walks tool's.
+PICKED_BY_KEY = [
+    n for n in STATEMENTS if n not in ("job_claim", "job_claim_unkeyed", "job_claim_rated")
+]
+
+
+@pytest.mark.parametrize("name", PICKED_BY_KEY)
+def test_a_claim_connection_statement_reads_no_dead_entries_it_does_not_need(
+    dsn: str, schema: str, name: str
+) -> None:
+    # Statistics taken (by autovacuum, here by hand) while the table held one live job, and a
+    # held snapshot keeping the dead entries of many more. A generic plan that joined an
+    # update to the jobs it picked by walking the whole primary key (one row, by the
+    # statistics) read every dead entry at each call, as promotion did. These parameters
+    # give each statement its narrowest range.
+    table = sql.Identifier(schema)
+    insert = sql.SQL(
+        "INSERT INTO {}.jobs (queue, task, args) SELECT 'default', 't', '{{}}'"
+        " FROM generate_series(1, %s)"
+    ).format(table)
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        psycopg.connect(dsn) as holder,
+    ):
+        conn.execute(insert, [1])
+        row = conn.execute(sql.SQL("SELECT max(id) FROM {}.jobs").format(table)).fetchone()
+        assert row is not None
+        live = int(row[0])
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT txid_current()")
+        conn.execute(insert, [30_000])
+        conn.execute(sql.SQL("DELETE FROM {}.jobs WHERE id > %s").format(table), [live])
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}.jobs").format(table))
+        conn.execute("SELECT set_config('enable_seqscan', 'off', false)")
+        params = {**NARROW, "after_id": live, "hint_id": live + 1, "before_id": live + 1}
+        with conn.transaction(force_rollback=True):
+            plan = generic_plan(conn, query(name, schema), params, analyze=True)
+        holder.rollback()
+    scans = [
+        n for n in plan_nodes(plan) if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]
+    ]
+    assert scans, json.dumps(plan, indent=1)  # it does read jobs
+    # The scans' own reads (a function's, of other tables, are not the point here).
+    read = sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in scans)
+    assert read < 100, json.dumps(plan, indent=1)
+
+
+NARROW: dict[str, Any] = {
+    "queue": "default",
+    "queues": ["default"],
+    "after_priority": 0,
+    "after_vtime": 0,
+    "before_vtime": 0,
+    "before_priority": 0,
+    "limit": 100,
+    "limited_tasks": [],
+    "job_limits": False,
+    "start_margin": "1 second",
+    "now": None,
+    "worker_id": 0,
+    "workers": [0],
+    "ids": [1],
+    "known": [1],
+    "lease": 30.0,
+    "keep_history": True,
+    "lo": "(0,0)",
+    "hi": "(4,0)",
+    "hint_priority": 0,
+}
