@@ -1,0 +1,1 @@
+"""The processes suite (`suite.py`): one `pgqueue worker --processes N` against another."""
