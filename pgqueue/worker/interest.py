@@ -79,7 +79,7 @@ class WakeInterest:
         self._backoff = FIRST_CHECK
         self.widenings = 0
         self.busy_widenings = 0  # those that asked again for the wake-ups of jobs that came back
-        self.settlements = 0  # claims from the floor made because a watched transaction ended
+        self.settlements = 0  # watched transactions ending, each sending the next claim back
 
     async def ask(self, skip: Mapping[str, Skip | None]) -> bool:
         """Per queue, skip the wake-ups of the priorities in the range (None: skip none).
