@@ -277,7 +277,9 @@ def test_waiter_rows_go_when_waits_end_and_dead_sessions_are_swept(
     quick = task.enqueue()
     drain(queue)
     queue.wait(quick, timeout=60)  # its step ends the timed-out wait's row first
-    assert _rows(dsn, schema) == 0
+    # The wait returns as its own row's delete commits (waiting.py): the orphan's, the
+    # timed-out wait's and the quick one's rows all go.
+    wait_until(lambda: _rows(dsn, schema) == 0, timeout=10, what="every waiter row to go")
     with pytest.raises(WaitTimeoutError):
         queue.wait(orphan, timeout=0.3)
     queue.close()  # the timed-out wait's row goes with the queue's close
