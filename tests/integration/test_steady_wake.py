@@ -440,13 +440,10 @@ def test_a_transaction_passed_while_steady_is_claimed_back_after_the_queue_leave
             queue.enqueue(noop.job(), conn=conn)
             assert len((await claimer.claim_round(10))[0]) == 1
             with psycopg.connect(dsn) as held:
-                probe = queue.enqueue(noop.job(), conn=held)  # in progress
-                later = queue.enqueue(noop.job(), conn=conn)
-                got = [j.id for j in (await claimer.claim_round(10))[0]]
-                assert got == [later.id]  # passed the probe, unseen
+                probe = await _passed_unseen(queue, claimer, conn, held, noop)
                 claimer.hints.steady = set()
                 held.commit()
-            return await _claims_after(claimer, probe.id)
+            return await _claims_after(claimer, probe)
 
     assert asyncio.run(scenario()) == ([0] if seen_steady else [])
 
@@ -473,10 +470,7 @@ def test_a_steady_queue_asking_for_every_wake_up_again_keeps_its_hint(
             assert len((await claimer.claim_round(10))[0]) == 1
             await interest.ask({"default": (0, 32767, new_only)})
             with psycopg.connect(dsn) as held:
-                probe = queue.enqueue(noop.job(), conn=held)  # in progress
-                later = queue.enqueue(noop.job(), conn=conn)
-                got = [j.id for j in (await claimer.claim_round(10))[0]]
-                assert got == [later.id]  # passed the probe, unseen
+                probe = await _passed_unseen(queue, claimer, conn, held, noop)
                 claimer.hints.steady = set()
                 unhinted = claimer.stats.unhinted_claims
                 assert await interest.ask({"default": None})  # a widening
@@ -486,7 +480,7 @@ def test_a_steady_queue_asking_for_every_wake_up_again_keeps_its_hint(
             await asyncio.sleep(FIRST_CHECK * 4)
             assert await interest.settle()
             got = [j.id for j in (await claimer.claim_round(10))[0]]
-            return floor, got == [probe.id]
+            return floor, got == [probe]
 
     floor, found = asyncio.run(scenario())
     assert found
@@ -526,6 +520,23 @@ def test_a_transaction_newer_than_every_ended_one_is_followed_too(
             return await _claims_after(claimer, probe.id)
 
     assert asyncio.run(scenario()) == [0]
+
+
+async def _passed_unseen(
+    queue: Queue,
+    claimer: claimer_module.Claimer,
+    conn: psycopg.Connection[Any],
+    held: psycopg.Connection[Any],
+    task: Any,
+) -> int:
+    """A probe enqueued on `held`, left in progress, and a job after it committed on `conn`
+    and claimed: the claim passed the probe unseen. Returns the probe's id."""
+    probe = queue.enqueue(task.job(), conn=held)
+    later = queue.enqueue(task.job(), conn=conn)
+    got = [j.id for j in (await claimer.claim_round(10))[0]]
+    assert got == [later.id]
+    assert probe.id is not None
+    return probe.id
 
 
 async def _claims_after(claimer: Any, probe: int | None) -> list[int]:
