@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from bench.plans import plan_nodes
 from pgqueue import Queue
 from pgqueue.queries import query
 from pgqueue.worker import sweep as sweep_module
@@ -30,33 +31,31 @@ pytestmark = pytest.mark.each_server
 FLOOR, CEILING = (-32768, 0), (32767, 2**63 - 1)
 
 
-def _buffers(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> int:
-    """Shared buffers one run of `statement` touched, rolled back."""
+def _analysed(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> Any:
+    """The plan of one run of `statement`, with its buffers, rolled back."""
     explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + statement
     with conn.transaction(force_rollback=True):
         row = conn.execute(explain, params).fetchone()
     assert row is not None
-    top = row[0][0]["Plan"]
-    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+    return row[0][0]["Plan"]
+
+
+def _read(node: dict[str, Any]) -> int:
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
+
+
+def _buffers(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> int:
+    """Shared buffers one run of `statement` touched, rolled back."""
+    return _read(_analysed(conn, statement, params))
 
 
 def _jobs_buffers(conn: psycopg.Connection[Any], statement: Any, params: dict[str, Any]) -> int:
     """Shared buffers the plan's scans of the jobs table touched, rolled back: the statement's
     other reads, of the catalog among them, vary with what the cache lost to tests beside it."""
-    explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ") + statement
-    with conn.transaction(force_rollback=True):
-        row = conn.execute(explain, params).fetchone()
-    assert row is not None
-
-    def scans(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        if node.get("Relation Name") == "jobs":
-            yield node
-        for child in node.get("Plans", []):
-            yield from scans(child)
-
-    found = list(scans(row[0][0]["Plan"]))
+    plan = _analysed(conn, statement, params)
+    found = [n for n in plan_nodes(plan) if n.get("Relation Name") == "jobs"]
     assert found, "no scan of the jobs table in the plan"
-    return sum(int(n["Shared Hit Blocks"]) + int(n["Shared Read Blocks"]) for n in found)
+    return sum(_read(n) for n in found)
 
 
 @contextmanager
