@@ -103,6 +103,24 @@ class Claimer:
             self._fair.announce(queue, position)
             self.hints.announce(queue, position)
 
+    def unannounced(self, queue: str) -> None:
+        """Wake-ups of `queue` in its wake_range went unheard while the worker was busy (a
+        widening), or may have (the end of a transaction in progress at it). The fair hint
+        looks again only where they could have been missed (fair.unannounced). The plain
+        hint is forgotten, as a job that came back below it is found from the floor; but
+        in a queue claimed fairly, whose claim index holds a dead entry for every fair job
+        claimed under a long transaction, it is kept, and the safety net's next slice is
+        looked at now: such a job is found within a sweep's cycle, as while it was busy."""
+        if queue not in self.hints.queues:
+            return
+        self._fair.unannounced(queue)
+        sweep = self._sweeps.get(queue)
+        fair = queue in self.controls.fair and not self._rated(queue)
+        if fair and sweep is not None and self.hints[queue].after is not None:
+            sweep.due = True
+        else:
+            self.hints.announce(queue, None)
+
     def wake_range(self, queue: str) -> tuple[int, int] | None:
         """While every slot is busy: the priorities whose new jobs in `queue` the next claim
         finds without a wake-up (hints.py; the fair claim's for a fair queue)."""

@@ -63,6 +63,7 @@ class _FairHint:
     deadline: float = 0.0
     before_reset: tuple[int, float] | None = None  # what the claims had reached at the reset
     resets: int = 0  # how many resets so far: a claim that saw one come is not from the floor
+    urgent: bool = False  # more urgent jobs than the hint's may have gone unannounced
 
     def moved(self, top: tuple[int, float] | None, *, from_floor: bool = False) -> None:
         """A claim walked up to `top` (None: it found nothing): the next one starts where
@@ -79,6 +80,7 @@ class _FairHint:
             self.reached = top if self.reached is None else max(self.reached, top)
 
     def forget(self) -> None:
+        self.urgent = False
         self.resets += 1
         self.before_reset = self.reached or self.before_reset
         self.after = self.reached = None
@@ -117,6 +119,17 @@ class FairHints:
         for hint in self._hints.values():
             hint.forget()
 
+    def unannounced(self, queue: str) -> None:
+        """Wake-ups of `queue` in wake_range went unheard (the worker was busy), or may have
+        (an enqueue in progress then): its jobs at the hint's priority or after are found
+        from the hint however they became queued, as every way to 'queued' stamps them at
+        or past the queue's clock. Only more urgent ones may sit before it, so the next
+        claim first walks those priorities alone, not from the floor, where a long
+        transaction keeps a dead entry for every fair job claimed."""
+        hint = self._hints.get(queue)
+        if hint is not None and hint.after is not None:
+            hint.urgent = hint.after[0] > PRIORITY_MIN
+
     def wake_range(self, queue: str) -> tuple[int, int]:
         """While every slot is busy: the priorities whose new jobs the next fair claim finds
         without a wake-up: its hint's and after (every one from the floor). A more urgent job
@@ -138,28 +151,35 @@ class FairHints:
                 hint.forget()
         if hint.reached is None:
             self._reset_deadline(hint, now)
-        swept = await self._claim_swept(queue, hint, want)
         self.from_floor = False
-        if swept.walked >= want:
-            return swept
+        first = await self._claim_urgent(queue, hint, want)
+        if first.walked < want:
+            first = _joined(first, await self._claim_swept(queue, hint, want - first.walked))
+        if first.walked >= want:
+            return first
         self.from_floor = hint.after is None
         resets = hint.resets
         params = FairClaimParams(
-            queue, hint.after or FAIR_FLOOR, want - swept.walked, self.worker_id
+            queue, hint.after or FAIR_FLOOR, want - first.walked, self.worker_id
         )
         got = await self._run(params)
         hint.moved(got.top, from_floor=self.from_floor and hint.resets == resets)
-        if not swept.walked:
-            return got
-        tops = [at for at in (swept.top_id, got.top_id) if at is not None]
-        return FairClaimed(
-            swept.jobs + got.jobs, swept.walked + got.walked, got.top, max(tops, default=None)
-        )
+        return _joined(first, got) if first.walked else got
 
     def _reset_deadline(self, hint: _FairHint, now: float) -> None:
         s = self.settings
         spread = self._rng.uniform(1 - s.hint_reset_jitter, 1 + s.hint_reset_jitter)
         hint.deadline = now + s.hint_reset_interval.total_seconds() * spread
+
+    async def _claim_urgent(self, queue: str, hint: _FairHint, want: int) -> FairClaimed:
+        """After unannounced(): the jobs of priorities more urgent than the hint's, each
+        claim's walk ending before the hint's priority (its top is None: the hint stays)."""
+        if not hint.urgent or hint.after is None:
+            return FairClaimed([], 0, None)
+        before = (hint.after[0] - 1, float("inf"))
+        got = await self._run(FairClaimParams(queue, FAIR_FLOOR, want, self.worker_id, before))
+        hint.urgent = got.walked >= want  # a full claim: more may wait there
+        return FairClaimed(got.jobs, got.walked, None, got.top_id)
 
     async def _claim_swept(self, queue: str, hint: _FairHint, want: int) -> FairClaimed:
         """The safety net: look at the sweep's next slice when a reset asked for it, and
@@ -196,3 +216,11 @@ class FairHints:
             return await claim_fair(conn, self.schema, params)
 
         return await self.link.run(run)
+
+
+def _joined(first: FairClaimed, then: FairClaimed) -> FairClaimed:
+    """Two claims of one round as one: the jobs of both, and the second's top (the hint's)."""
+    tops = [at for at in (first.top_id, then.top_id) if at is not None]
+    return FairClaimed(
+        first.jobs + then.jobs, first.walked + then.walked, then.top, max(tops, default=None)
+    )

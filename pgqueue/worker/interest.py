@@ -26,6 +26,10 @@ Invariants:
   was passed (hints.widen, hints.ended). Under a long transaction a claim from the floor
   walks every dead entry it keeps, and a worker that goes in and out of steady mode would
   make one at each spell's end.
+- Nor for a queue claimed fairly: its fair jobs at the fair hint's priority or after are
+  found from the hint however they became queued, so its next claim looks only at the more
+  urgent priorities, and the plain hint stays, its safety net's next slice looked at
+  (claimer.unannounced).
 - quiet_after keeps a worker that only fills its slots now and then from toggling its rows,
   and with them the floor claims, at every claim.
 - A job committed late, with an id below a busy worker's hint at a priority it skips, is not
@@ -159,7 +163,7 @@ class WakeInterest:
 
     def _forget(self, queues: set[str]) -> None:
         for queue in queues:
-            self.claimer.announce(queue, None)
+            self.claimer.unannounced(queue)
 
 
 def _within(before: Skip | None, after: Skip) -> bool:
