@@ -43,18 +43,25 @@ def _raw_queries() -> dict[str, str]:
     return queries
 
 
+# The tables a query may name by placeholder ({jobs}, ...) rather than as {schema}.jobs, so
+# that a Citus worker can run it on a node against one shard's own tables.
+Tables = tuple[tuple[str, str], ...]
+_TABLES = ("jobs", "job_history", "queue_pauses")
+
+
 @functools.cache
-def query(name: str, schema: str) -> sql.Composed:
-    """The named query with its schema rendered as an identifier. Cached per (name, schema)."""
+def query(name: str, schema: str, tables: Tables = ()) -> sql.Composed:
+    """The named query with its schema rendered as an identifier. Cached per (name, schema).
+    `tables` renames placeholder tables: (("jobs", "jobs_102008"),) names that table."""
     try:
         text = _raw_queries()[name]
     except KeyError:
         raise PgQueueError(f"no query named {name!r} in sql/queries") from None
-    return _render(text, schema)
+    return _render(text, schema, tables)
 
 
 @functools.cache
-def statement(name: str, schema: str) -> bytes | sql.Composed:
+def statement(name: str, schema: str, tables: Tables = ()) -> bytes | sql.Composed:
     """The named query rendered once to bytes, for statements run once per job: psycopg
     renders a Composed again at every execute, a visible share of an enqueue's client time.
     Its lines lose their indentation: psycopg parses and hashes a statement longer than its
@@ -62,7 +69,7 @@ def statement(name: str, schema: str) -> bytes | sql.Composed:
     query has a string literal across lines, which this would change (test_queries.py).
     ASCII is the same bytes in every client encoding; a schema name outside it keeps the
     Composed."""
-    composed = query(name, schema)
+    composed = query(name, schema, tables)
     text = "\n".join(line.lstrip() for line in composed.as_string(None).splitlines())
     return text.encode("ascii") if text.isascii() else composed
 
@@ -98,8 +105,14 @@ def dead_channel(schema: str) -> str:
     return f"{schema}_dead"
 
 
-def _render(text: str, schema: str) -> sql.Composed:
+def _render(text: str, schema: str, tables: Tables = ()) -> sql.Composed:
+    named = {table: sql.Identifier(schema, table) for table in _TABLES}
+    for placeholder, table in tables:
+        if placeholder not in named:
+            raise PgQueueError(f"no table placeholder {{{placeholder}}} in sql/queries")
+        named[placeholder] = sql.Identifier(schema, table)
     return sql.SQL(text).format(
+        **named,
         schema=sql.Identifier(schema),
         schema_name=sql.Literal(schema),
         channel=sql.Identifier(channel(schema)),

@@ -1,7 +1,8 @@
 """A throwaway Citus cluster on this machine: a coordinator and worker nodes, each its own
 PostgreSQL server in a temporary directory on a free loopback port.
 
-For the Citus tests and benches. Citus is built into a PostgreSQL install by
+For the Citus tests and benches; `single()` starts one plain server with the same settings,
+for the benches to compare with. Citus is built into a PostgreSQL install by
 ../shared/citus/build.sh (`installed()` says whether it is there); nothing here installs it.
 Run as root, the servers run as the `postgres` user, whom PostgreSQL requires.
 
@@ -91,9 +92,9 @@ def dsn(port: int) -> str:
     return f"postgresql://postgres@127.0.0.1:{port}/postgres"
 
 
-def start(nodes: int = 2) -> Cluster:
+def start(nodes: int = 2, settings: dict[str, str] | None = None) -> Cluster:
     """Start a coordinator and `nodes` worker nodes with the citus extension, the nodes added
-    to the coordinator's metadata. The caller must stop() it."""
+    to the coordinator's metadata; `settings` added to SETTINGS. The caller must stop() it."""
     why = installed()
     if why:
         raise RuntimeError(why)
@@ -102,7 +103,7 @@ def start(nodes: int = 2) -> Cluster:
     cluster = Cluster(folder, [_free_port() for _ in range(nodes + 1)])
     try:
         for index, port in enumerate(cluster.ports):
-            _start_server(cluster.data(index), port, folder)
+            _start_server(cluster.data(index), port, folder, {**SETTINGS, **(settings or {})})
         for port in cluster.ports:
             with psycopg.connect(dsn(port), autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS citus")
@@ -117,18 +118,35 @@ def start(nodes: int = 2) -> Cluster:
 
 
 @contextlib.contextmanager
-def running(nodes: int = 2) -> Iterator[Cluster]:
-    cluster = start(nodes)
+def running(nodes: int = 2, settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    cluster = start(nodes, settings)
     try:
         yield cluster
     finally:
         cluster.stop()
 
 
-def _start_server(data: Path, port: int, sockets: Path) -> None:
+@contextlib.contextmanager
+def single(settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """One plain PostgreSQL server of the same install and settings, without Citus."""
+    folder = Path(tempfile.mkdtemp(prefix="pgqueue-plain-"))
+    _give_to_postgres(folder)
+    server = Cluster(folder, [_free_port()])
+    try:
+        plain = {k: v for k, v in SETTINGS.items() if "citus" not in k and "citus" not in v}
+        plain.update(settings or {})
+        _start_server(server.data(0), server.ports[0], folder, plain)
+        yield server
+    finally:
+        server.stop()
+
+
+def _start_server(
+    data: Path, port: int, sockets: Path, settings: dict[str, str] | None = None
+) -> None:
     _as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"])
     with (data / "postgresql.conf").open("a") as conf:
-        for name, value in {**SETTINGS, "port": str(port)}.items():
+        for name, value in {**(settings or SETTINGS), "port": str(port)}.items():
             conf.write(f"{name} = {value}\n")
         conf.write(f"unix_socket_directories = '{sockets}'\n")
     _pg_ctl(data, "-l", str(data / "server.log"), "start")

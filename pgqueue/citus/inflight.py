@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
+from pgqueue.citus.routes import Route
 from pgqueue.models import ClaimedJob
-from pgqueue.runtime.link import Link
+from pgqueue.queries import Tables
 from pgqueue.store import citus as store
+from pgqueue.store.plan import AsyncConn
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.outcome import Outcome
 
@@ -53,7 +55,7 @@ class InFlight:
         self.done.append((entry[2], task.result()))
         self.wake()
 
-    async def write_outcomes(self, finish: Link) -> bool:
+    async def write_outcomes(self, route: Route) -> bool:
         """Each shard's outcomes in one transaction on its node; those of a shard that could
         not be written stay, for the next call."""
         done, self.done = self.done, []
@@ -63,28 +65,24 @@ class InFlight:
                 by_shard[shard].append(outcome)
         for index, (shard, outcomes) in enumerate(list(by_shard.items())):
             try:
-                await self._write_shard(finish, shard, outcomes)
+                await self._write_shard(route, shard, outcomes)
             except BaseException:
                 left = list(by_shard.items())[index:]
                 self.done = [(s, o) for s, found in left for o in found] + self.done
                 raise
         return True
 
-    async def _write_shard(self, finish: Link, shard: str, outcomes: list[Outcome]) -> None:
+    async def _write_shard(self, route: Route, shard: str, outcomes: list[Outcome]) -> None:
         final = [o.as_row() for o in outcomes if o.status != "retry"]
         retried = [o.as_row() for o in outcomes if o.status == "retry"]
-        write = partial(
-            store.finish,
-            schema=self.schema,
-            shard=shard,
-            final=final,
-            retried=retried,
-            keep_history=self.keep_history,
-        )
-        await finish.run(write)
+
+        def write(conn: AsyncConn, tables: Tables) -> Awaitable[int]:
+            return store.finish(conn, self.schema, shard, final, retried, self.keep_history, tables)
+
+        await route.run(shard, write)
         self.finished += len(outcomes)
 
-    async def drain(self, finish: Link, grace: float, worker_id: int) -> None:
+    async def drain(self, route: Route, grace: float, worker_id: int) -> None:
         """Give running jobs the grace, then cancel and put back the rest."""
         tasks = [task for task, _, _ in self.running.values()]
         if tasks:
@@ -93,14 +91,17 @@ class InFlight:
         for task, _, _ in left.values():
             task.cancel()
         self.running.clear()
-        await self.write_outcomes(finish)
+        await self.write_outcomes(route)
         by_shard: dict[str, list[int]] = defaultdict(list)
         for job_id, (_, _, shard) in left.items():
             by_shard[shard].append(job_id)
         for shard, ids in by_shard.items():
-            release = partial(
-                store.release, schema=self.schema, shard=shard, ids=ids, worker_id=worker_id
-            )
-            await finish.run(release)
+            release = partial(self._release, shard=shard, ids=ids, worker_id=worker_id)
+            await route.run(shard, release)
         if left:
             log.info("citus worker %s put back %d unfinished jobs", worker_id, len(left))
+
+    async def _release(
+        self, conn: AsyncConn, tables: Tables, *, shard: str, ids: list[int], worker_id: int
+    ) -> int:
+        return await store.release(conn, self.schema, shard, ids, worker_id, tables)

@@ -1,13 +1,15 @@
-"""The worker of a Citus cluster: claims shard by shard through the coordinator, runs the jobs
+"""The worker of a Citus cluster: claims shard by shard on each shard's node, runs the jobs
 with the worker's executor, and writes each shard's outcomes on that shard.
 
 Owns: the round (read the backlog of every shard, promote due jobs, share the free slots by
 backlog, claim each share naming its shard) and the rescue of jobs whose worker stopped
 heartbeating; the jobs in flight, their outcomes' writes and the put-back at stop are
-inflight.py's. Every statement on a
-job names its shard, so Citus runs it as one task on the shard's node (test_claims.py reads
-the plan); only the backlog read and the search for stranded jobs cross shards. Wake-ups are
-by polling (`poll_interval`): an enqueue on Citus sends no NOTIFY.
+inflight.py's, and where a shard's statements run is routes.py's. Every statement on a job
+names its shard and runs on the shard's node: on the node's own connection (`claim_on=
+"nodes"`, the default), or through the coordinator, which runs it there as one task
+(`"coordinator"`). Only the backlog read, the placements and the search for stranded jobs
+go to the coordinator, once a round. Wake-ups are by polling (`poll_interval`): an enqueue
+on Citus sends no NOTIFY.
 
 Its registration and heartbeat are the plain worker's (worker/registration.py,
 worker/heartbeat.py), on the coordinator's workers table; the rescue lease is the same
@@ -30,13 +32,16 @@ from typing import Any, TypeVar
 import psycopg
 
 from pgqueue.citus.inflight import InFlight
+from pgqueue.citus.routes import CLAIM_ON, Route, routes
 from pgqueue.citus.slots import share
 from pgqueue.errors import CitusUnsupportedError, ConfigurationError
-from pgqueue.models import ALL_QUEUES, WorkerSettings
+from pgqueue.models import ALL_QUEUES, ClaimedJob, WorkerSettings
+from pgqueue.queries import Tables
 from pgqueue.registry import Registry
 from pgqueue.runtime.link import Link
 from pgqueue.runtime.service import Services
 from pgqueue.store import citus as store
+from pgqueue.store.plan import AsyncConn
 from pgqueue.worker.declarations import sync_declarations
 from pgqueue.worker.executor import Executor
 from pgqueue.worker.heartbeat import Heartbeat
@@ -51,7 +56,9 @@ RESCUE_BATCH = 1000
 
 class CitusWorker:
     """Runs the jobs of a CitusQueue's tasks on a cluster, given the coordinator's DSN (the
-    queue's by default). Settings as Worker's; those Citus does without are refused."""
+    queue's by default). Settings as Worker's; those Citus does without are refused.
+    `claim_on="coordinator"` sends every statement through the coordinator, for nodes this
+    host cannot reach by the names the cluster knows them by."""
 
     def __init__(
         self,
@@ -60,8 +67,14 @@ class CitusWorker:
         *,
         dsn: str | None = None,
         schema: str | None = None,
+        claim_on: str = "nodes",
         **overrides: Any,
     ) -> None:
+        if claim_on not in CLAIM_ON:
+            raise ConfigurationError(
+                f"claim_on must be one of {', '.join(CLAIM_ON)}, got {claim_on!r}"
+            )
+        self.claim_on = claim_on
         if not all(hasattr(queue, name) for name in ("registry", "periodics", "settings")):
             raise ConfigurationError(
                 f"CitusWorker takes the application's CitusQueue, got {type(queue).__name__}"
@@ -138,6 +151,7 @@ class CitusWorker:
             executor = Executor(self.registry, s.concurrency + STRAGGLER_THREADS, self.max_payload)
             await services.start(executor)
             self.jobs = InFlight(executor, self.schema, self.keep_history, self._wake_up)
+            shards, outcomes = routes(self.claim_on, self.dsn, self.schema, claims, finish)
             log.info(
                 "citus worker %s started: queues=%s concurrency=%s schema=%s",
                 self.id,
@@ -145,11 +159,12 @@ class CitusWorker:
                 s.concurrency,
                 self.schema,
             )
-            await self._rounds(claims, finish)
+            await self._rounds(claims, finish, shards, outcomes)
         finally:
             if self.id and self.jobs is not None:
                 grace = 0.0 if self._force else s.shutdown_grace.total_seconds()
-                await self.jobs.drain(finish, grace, self.id)
+                await self.jobs.drain(outcomes, grace, self.id)
+            await outcomes.close()
             await services.stop(STOP_GRACE)
 
     async def _release_orphans(self, conn: Any) -> None:
@@ -173,7 +188,7 @@ class CitusWorker:
                 "`pgqueue migrate --citus` on the coordinator and give its DSN"
             )
 
-    async def _rounds(self, claims: Link, finish: Link) -> None:
+    async def _rounds(self, claims: Link, finish: Link, shards: Route, outcomes: Route) -> None:
         s = self.settings
         poll = s.poll_interval.total_seconds()
         next_round = 0.0
@@ -190,12 +205,15 @@ class CitusWorker:
             free = s.concurrency - len(jobs.running)
             if free > 0 and now >= next_round and not self._lost_claim:
                 found, full = await self._unless_a_node_fails(
-                    "claim", self._round(claims, free), (True, False)
+                    "claim", self._round(claims, shards, free), (True, False)
                 )
                 if s.burst and not found and not jobs.running and not jobs.done:
                     return
                 next_round = now if full else now + poll
-            if not await self._unless_a_node_fails("outcomes", jobs.write_outcomes(finish), False):
+            written = await self._unless_a_node_fails(
+                "outcomes", jobs.write_outcomes(outcomes), False
+            )
+            if not written:
                 next_round = max(next_round, now + poll)  # the outcomes wait for the node too
             await self._sleep(max(0.0, min(next_round, next_rescue) - time.monotonic()))
 
@@ -212,34 +230,30 @@ class CitusWorker:
             result: T = failed
             return result
 
-    async def _round(self, claims: Link, free: int) -> tuple[bool, bool]:
+    async def _round(self, claims: Link, shards: Route, free: int) -> tuple[bool, bool]:
         """One claim round; whether any shard had work, and whether every share came back
         full (claim again at once)."""
-        queues, in_flight = self.settings.queues, self.jobs
+        queues, in_flight, schema = self.settings.queues, self.jobs, self.schema
         assert in_flight is not None
-        backlog = await claims.run(lambda c: store.backlog(c, self.schema, queues))
+        backlog = await claims.run(lambda c: store.backlog(c, schema, queues))
+        await shards.locate([row.shard for row in backlog])
         for row in backlog:
             if row.due:
                 promote = partial(
-                    store.promote,
-                    schema=self.schema,
+                    _promote,
+                    schema=schema,
                     shard=row.shard,
                     queues=queues,
                     limit=self.settings.promote_batch,
                 )
-                await claims.run(promote)
+                await shards.run(row.shard, promote)
         waiting = {row.shard: row.queued + row.due for row in backlog}
         full = True
         for shard, want in share(free, waiting, self._rng).items():
             claim = partial(
-                store.claim,
-                schema=self.schema,
-                shard=shard,
-                queues=queues,
-                limit=want,
-                worker_id=self.id,
+                _claim, schema=schema, shard=shard, queues=queues, limit=want, worker_id=self.id
             )
-            jobs = await claims.run(claim)
+            jobs = await shards.run(shard, claim)
             full = full and len(jobs) == want
             self.claimed += len(jobs)
             for job in jobs:
@@ -288,6 +302,14 @@ class CitusWorker:
         self._force = self._force or force
         if self._wake is not None:
             self._wake.set()
+
+
+async def _promote(conn: AsyncConn, tables: Tables, **args: Any) -> int:
+    return await store.promote(conn, tables=tables, **args)
+
+
+async def _claim(conn: AsyncConn, tables: Tables, **args: Any) -> list[ClaimedJob]:
+    return await store.claim(conn, tables=tables, **args)
 
 
 def _refuse_unsupported(queue: Any) -> None:

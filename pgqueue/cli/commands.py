@@ -190,7 +190,9 @@ def _citus_worker(
 
     if args.metrics_port is not None:
         raise UsageError("--metrics-port is not available for a Citus worker")
-    run = CitusWorker(app, dsn=dsn, settings=settings, schema=schema_of(args))
+    run = CitusWorker(
+        app, dsn=dsn, settings=settings, schema=schema_of(args), claim_on=args.citus_claims
+    )
     if child is not None:
         from pgqueue.cli import supervised
 

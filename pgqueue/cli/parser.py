@@ -173,6 +173,13 @@ def _worker(p: argparse.ArgumentParser) -> None:
     )
     processes_option(p)
     worker_options(p)
+    p.add_argument(
+        "--citus-claims",
+        choices=("nodes", "coordinator"),
+        default="nodes",
+        help="a Citus worker's claims and outcomes: on each shard's node (default), or through"
+        " the coordinator, for nodes this host cannot reach by the names the cluster knows",
+    )
     p.set_defaults(handler=commands.worker)
 
 

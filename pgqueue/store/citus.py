@@ -3,7 +3,8 @@ shard each. Runs sql/queries/citus.sql.
 
 Every statement on a job names its shard, so Citus routes it to the shard's node as one task;
 the backlog read (`backlog`) and the search for stranded jobs are the only ones that cross
-shards. None sends a NOTIFY (a two-phase commit refuses them).
+shards. None sends a NOTIFY (a two-phase commit refuses them). The statements a worker runs
+per job take `tables`: empty through the coordinator, a Placement's on the shard's node.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from psycopg.rows import args_row
 
 from pgqueue.codec import encode_json
 from pgqueue.models import ClaimedJob
-from pgqueue.queries import query, statement
+from pgqueue.queries import Tables, query, statement
 from pgqueue.store.plan import AsyncConn, Plan, SyncConn, rows_as
 
 
@@ -42,6 +43,27 @@ class Stranded:
     worker_id: int
     attempt: int
     max_attempts: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """citus_shard_placements' row: where one shard value's jobs live."""
+
+    shard: str
+    jobs: int
+    history: int
+    pauses: int
+    host: str
+    port: int
+
+    @property
+    def tables(self) -> Tables:
+        """The shard's own tables, as its node's statements name them."""
+        return (
+            ("jobs", f"jobs_{self.jobs}"),
+            ("job_history", f"job_history_{self.history}"),
+            ("queue_pauses", f"queue_pauses_{self.pauses}"),
+        )
 
 
 @dataclass(frozen=True)
@@ -130,26 +152,44 @@ async def backlog(conn: AsyncConn, schema: str, queues: Sequence[str]) -> list[B
         return await cur.fetchall()
 
 
+async def placements(conn: AsyncConn, schema: str, shards: Sequence[str]) -> list[Placement]:
+    """Where each of `shards` lives (read on the coordinator)."""
+    async with conn.cursor(row_factory=args_row(Placement)) as cur:
+        await cur.execute(statement("citus_shard_placements", schema), {"shards": list(shards)})
+        return await cur.fetchall()
+
+
 async def promote(
-    conn: AsyncConn, schema: str, shard: str, queues: Sequence[str], limit: int
+    conn: AsyncConn,
+    schema: str,
+    shard: str,
+    queues: Sequence[str],
+    limit: int,
+    tables: Tables = (),
 ) -> int:
     params = {"shard": shard, "queues": list(queues), "limit": limit}
-    cur = await conn.execute(statement("citus_job_promote", schema), params)
+    cur = await conn.execute(statement("citus_job_promote", schema, tables), params)
     return len(await cur.fetchall())
 
 
 async def claim(
-    conn: AsyncConn, schema: str, shard: str, queues: Sequence[str], limit: int, worker_id: int
+    conn: AsyncConn,
+    schema: str,
+    shard: str,
+    queues: Sequence[str],
+    limit: int,
+    worker_id: int,
+    tables: Tables = (),
 ) -> list[ClaimedJob]:
     params = {"shard": shard, "queues": list(queues), "limit": limit, "worker_id": worker_id}
     async with conn.cursor(row_factory=args_row(ClaimedJob)) as cur:
-        await cur.execute(statement("citus_job_claim", schema), params)
+        await cur.execute(statement("citus_job_claim", schema, tables), params)
         return sorted(await cur.fetchall(), key=lambda j: (j.priority, j.id))
 
 
-def claim_statement(schema: str) -> sql.Composed:
+def claim_statement(schema: str, tables: Tables = ()) -> sql.Composed:
     """citus_job_claim as sent (tests read its plan)."""
-    return query("citus_job_claim", schema)
+    return query("citus_job_claim", schema, tables)
 
 
 async def finish(
@@ -159,6 +199,7 @@ async def finish(
     final: Sequence[Mapping[str, object]],
     retried: Sequence[Mapping[str, object]],
     keep_history: bool,
+    tables: Tables = (),
 ) -> int:
     """Write one shard's outcomes (Outcome.as_row dicts) in one transaction on its node:
     final ones leave the hot table (to history unless `keep_history` is off), retried ones
@@ -167,12 +208,13 @@ async def finish(
     async with conn.transaction():
         if final:
             name = "citus_job_finish" if keep_history else "citus_job_drop"
-            cur = await conn.execute(statement(name, schema), _outcomes(shard, final, keep_history))
+            params = _outcomes(shard, final, keep_history)
+            cur = await conn.execute(statement(name, schema, tables), params)
             moved += len(await cur.fetchall())
         if retried:
             rows = [_retry(row) for row in retried]
             cur = await conn.execute(
-                statement("citus_job_retry", schema), _outcomes(shard, rows, keep_history)
+                statement("citus_job_retry", schema, tables), _outcomes(shard, rows, keep_history)
             )
             moved += len(await cur.fetchall())
     return moved
@@ -205,10 +247,15 @@ def _outcomes(
 
 
 async def release(
-    conn: AsyncConn, schema: str, shard: str, ids: Sequence[int], worker_id: int
+    conn: AsyncConn,
+    schema: str,
+    shard: str,
+    ids: Sequence[int],
+    worker_id: int,
+    tables: Tables = (),
 ) -> int:
     params = {"shard": shard, "ids": list(ids), "worker_id": worker_id}
-    cur = await conn.execute(statement("citus_job_release", schema), params)
+    cur = await conn.execute(statement("citus_job_release", schema, tables), params)
     return len(await cur.fetchall())
 
 

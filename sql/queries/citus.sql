@@ -2,7 +2,10 @@
 -- the coordinator after the migrations, and the statements of the Citus enqueue and worker.
 -- Jobs and their history are distributed by their `shard` column, colocated, so a job and
 -- the application's rows with the same distribution value live on one node; every statement
--- on them names one shard, so that Citus routes it to that node as a single task.
+-- on them names one shard, so that Citus routes it to that node as a single task. Those a
+-- worker runs per job name their tables {jobs}, {job_history} and {queue_pauses}: through
+-- the coordinator, the schema's tables; on the shard's node, that shard's own tables
+-- (citus_shard_placements), a plain PostgreSQL statement with no distributed planning.
 
 -- name: citus_version
 -- The citus extension's version in this database, no row without it.
@@ -130,18 +133,39 @@ WHERE queue = ANY(%(queues)s::text[]) AND status IN ('queued', 'scheduled')
   AND queue <> ALL (ARRAY(SELECT p.queue FROM {schema}.queue_pauses AS p))
 GROUP BY shard;
 
+-- name: citus_shard_placements
+-- Where each of these shard values lives: the ids of its jobs and history shards (colocated,
+-- so on one node), the id of queue_pauses' shard (a reference table: a copy on every node),
+-- and the primary node holding them. Read on the coordinator from Citus's metadata; a worker
+-- then runs a shard's statements on that node, on the tables jobs_<id>, job_history_<id> and
+-- queue_pauses_<id>.
+SELECT v.shard, j.shardid AS jobs, h.shardid AS history, r.shardid AS pauses,
+       n.nodename AS host, n.nodeport AS port
+FROM unnest(%(shards)s::text[]) AS v(shard)
+CROSS JOIN LATERAL (
+    SELECT get_shard_id_for_distribution_column(
+        format('%%I.jobs', {schema_name})::regclass, v.shard) AS shardid) AS j
+CROSS JOIN LATERAL (
+    SELECT get_shard_id_for_distribution_column(
+        format('%%I.job_history', {schema_name})::regclass, v.shard) AS shardid) AS h
+CROSS JOIN (
+    SELECT shardid FROM pg_dist_shard
+    WHERE logicalrelid = format('%%I.queue_pauses', {schema_name})::regclass) AS r
+JOIN pg_dist_placement AS p ON p.shardid = j.shardid
+JOIN pg_dist_node AS n ON n.groupid = p.groupid AND n.noderole = 'primary' AND n.isactive;
+
 -- name: citus_job_promote
 -- Moves one shard's due scheduled jobs of these queues to queued, a bounded batch, skipping
 -- rows another worker holds.
 WITH due AS (
-    SELECT id FROM {schema}.jobs
+    SELECT id FROM {jobs}
     WHERE shard = %(shard)s AND queue = ANY(%(queues)s::text[]) AND status = 'scheduled'
       AND run_at <= now()
     ORDER BY run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS j SET status = 'queued'
+UPDATE {jobs} AS j SET status = 'queued'
 FROM due
 WHERE j.shard = %(shard)s AND j.id = due.id AND j.status = 'scheduled'
 RETURNING j.id;
@@ -153,17 +177,17 @@ RETURNING j.id;
 -- against status = 'queued' when its lock is taken, so a job is never claimed twice.
 WITH picked AS (
     SELECT id
-    FROM {schema}.jobs
+    FROM {jobs}
     WHERE shard = %(shard)s
       AND queue = ANY(%(queues)s::text[])
       AND status = 'queued'
       AND NOT atomic
-      AND queue <> ALL (ARRAY(SELECT p.queue FROM {schema}.queue_pauses AS p))
+      AND queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS j
+UPDATE {jobs} AS j
 SET status = 'running', attempt = j.attempt + 1, started_at = now(), worker_id = %(worker_id)s
 FROM picked
 WHERE j.shard = %(shard)s AND j.id = picked.id
@@ -179,13 +203,13 @@ RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, 
 WITH batch AS MATERIALIZED (
     SELECT %(outcomes)s::jsonb AS m
 ), finished AS (
-    DELETE FROM {schema}.jobs AS j
+    DELETE FROM {jobs} AS j
     WHERE j.shard = %(shard)s AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
       AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
       AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
     RETURNING j.*, (SELECT m FROM batch) -> j.id::text AS o
 )
-INSERT INTO {schema}.job_history
+INSERT INTO {job_history}
     (shard, id, queue, task, args, status, priority, attempt, max_attempts, run_at, created_at,
      started_at, finished_at, worker_id, errors, result, dedupe_key, retry_of, atomic,
      concurrency_key, workflow_id, progress, tags, limit_keys, fairness_key)
@@ -204,7 +228,7 @@ RETURNING id;
 
 -- name: citus_job_drop
 -- citus_job_finish with history off: the finished jobs leave the hot table. Same guard.
-DELETE FROM {schema}.jobs AS j
+DELETE FROM {jobs} AS j
 WHERE j.shard = %(shard)s AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
   AND j.worker_id = ((%(outcomes)s::jsonb) -> j.id::text ->> 'worker_id')::bigint
   AND j.attempt = ((%(outcomes)s::jsonb) -> j.id::text ->> 'attempt')::integer
@@ -216,7 +240,7 @@ RETURNING j.id;
 -- as citus_job_finish. Each outcome arrives with its next status, delay, attempt given back
 -- and errors to append worked out (pgqueue/store/citus.py): Citus refuses a CASE, or a
 -- STABLE function such as timestamptz + interval, over a row's values in an UPDATE.
-UPDATE {schema}.jobs AS j
+UPDATE {jobs} AS j
 SET status = %(outcomes)s::jsonb -> j.id::text ->> 'next',
     run_at = to_timestamp(extract(epoch FROM now())::float8
                           + (%(outcomes)s::jsonb -> j.id::text ->> 'retry_in')::float8),
@@ -232,7 +256,7 @@ RETURNING j.id;
 -- name: citus_job_release
 -- Puts a stopping worker's unfinished jobs of one shard back to queued without spending an
 -- attempt. Guarded by the worker that holds them.
-UPDATE {schema}.jobs
+UPDATE {jobs}
 SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
 WHERE shard = %(shard)s AND id = ANY(%(ids)s::bigint[]) AND status = 'running'
   AND worker_id = %(worker_id)s

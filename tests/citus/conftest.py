@@ -1,5 +1,5 @@
-"""Fixtures of the Citus suite: one local cluster per session (cluster.py), a schema laid out
-with `migrate --citus` per test. Skips, saying why, where Citus is not installed."""
+"""Fixtures of the Citus suite: one local cluster per session (bench/citus/cluster.py), a
+schema laid out with `migrate --citus` per test. Skips, saying why, where Citus is not installed."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from bench.citus import cluster
 from pgqueue.citus import CitusQueue
-from tests.citus import cluster
 
 
 @pytest.fixture(scope="session")

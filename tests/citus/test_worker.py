@@ -85,15 +85,19 @@ def test_a_claim_names_its_shard_and_runs_as_one_task_on_its_node(
     assert re.search(r"LockRows", plan), plan
 
 
+@pytest.mark.parametrize("claims", ["nodes", "coordinator"])
 def test_two_worker_processes_run_every_job_once_across_both_nodes(
-    coordinator: str, citus_schema: str, queue: CitusQueue, tmp_path: Path
+    coordinator: str, citus_schema: str, queue: CitusQueue, tmp_path: Path, claims: str
 ) -> None:
     with psycopg.connect(coordinator, autocommit=True) as conn:
         first, second = values_on_two_nodes(conn, f"{citus_schema}.jobs")
         tenants = list(dict.fromkeys([first, second, *TENANTS]))
         jobs = [app.record.job(tenant_id=t, n=i) for i in range(10) for t in tenants]
         queue.enqueue_many(jobs)
-        workers = [_worker(coordinator, citus_schema, tmp_path / f"w{i}.log") for i in range(2)]
+        workers = [
+            _worker(coordinator, citus_schema, tmp_path / f"w{i}.log", "--citus-claims", claims)
+            for i in range(2)
+        ]
         try:
             wait_until(
                 lambda: (

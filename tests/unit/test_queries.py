@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
+from pgqueue.errors import PgQueueError
 from pgqueue.queries import _raw_queries, migrations, query, sql_root, statement
 
 
@@ -21,6 +23,18 @@ def test_queries_render_schema_as_a_quoted_identifier() -> None:
     rendered = query("job_claim", "Odd_Schema").as_string(None)
     assert '"Odd_Schema".jobs' in rendered
     assert "{schema}" not in rendered
+
+
+def test_a_shards_own_tables_replace_the_schemas_in_the_statements_a_node_runs() -> None:
+    tables = (("jobs", "jobs_102008"), ("queue_pauses", "queue_pauses_102040"))
+    rendered = query("citus_job_claim", "Odd_Schema", tables).as_string(None)
+    assert rendered.count('"Odd_Schema"."jobs_102008"') == 2
+    assert '"Odd_Schema"."queue_pauses_102040"' in rendered
+    assert '"jobs"' not in rendered
+    plain = query("citus_job_claim", "Odd_Schema").as_string(None)
+    assert plain.count('"Odd_Schema"."jobs"') == 2 and "_102008" not in plain
+    with pytest.raises(PgQueueError, match="no table placeholder"):
+        query("citus_job_claim", "s", (("workers", "workers_1"),))
 
 
 def test_comments_never_reach_the_server_as_placeholders() -> None:
