@@ -27,6 +27,7 @@ SUITES = {
     "workflows": ("workflows.suite", "waiting jobs against the claim, and a big chord's fan-in"),
     "workers": ("workers.suite", "32 worker processes idling and draining: what they cost"),
     "processes": ("processes.suite", "pgqueue worker --processes N against another N"),
+    "citus": ("citus.suite", "a Citus cluster against one server: drain, cost per job, W nodes"),
     "memory": ("memory.suite", "a worker's RSS, idle and draining a large backlog"),
     "enqueue-scale": ("enqueue_scale.suite", "enqueue from 1-64 connections against raw INSERT"),
     "partitions": ("partitions.suite", "retention: drop a day of history against DELETE"),
