@@ -100,7 +100,9 @@ class Nodes:
         placement = self._placed.get(shard)
         if placement is None or time.monotonic() - self._read_at > PLACEMENT_TTL:
             await self.locate([shard])
-            placement = self._placed[shard]
+            placement = self._placed.get(shard)
+        if placement is None:  # as a node that is down: tried again next round
+            raise psycopg.OperationalError(f"no active primary node holds shard {shard!r}")
         node = self._node(placement.host, placement.port)
         try:
             return await node.run(lambda conn: op(conn, placement.tables))

@@ -281,3 +281,38 @@ def test_a_node_restarted_fast_under_a_worker_loses_no_job_and_runs_none_twice(
         assert _scalar(conn, twice, citus_schema) == 0
         done = "SELECT count(*) FROM {schema}.job_history WHERE status = 'succeeded'"
         assert _scalar(conn, done, citus_schema) == len(jobs)
+
+
+def test_a_worker_follows_a_shard_moved_to_the_other_node(
+    coordinator: str, citus_schema: str, queue: CitusQueue, tmp_path: Path
+) -> None:
+    """Its claims went to the shard's table on the old node; once the table is gone there,
+    the worker reads the placements again and claims on the new node."""
+    first = app.record.job(tenant_id="acme", n=1)
+    queue.enqueue_many([first])
+    ran = "SELECT count(*) FROM {schema}.runs"
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        worker = _worker(coordinator, citus_schema, tmp_path / "w.log")
+        try:
+            wait_until(lambda: _scalar(conn, ran, citus_schema) == 1, what="the first job")
+            row = conn.execute(
+                "SELECT p.shardid, p.nodeport, n.nodeport FROM pg_dist_shard_placement AS p"
+                " JOIN pg_dist_node AS n ON n.nodeport <> p.nodeport AND n.groupid > 0"
+                " WHERE p.shardid = get_shard_id_for_distribution_column(%s::regclass, 'acme')",
+                [f"{citus_schema}.jobs"],
+            ).fetchone()
+            assert row is not None
+            shard, old, new = row
+            conn.execute(
+                "SELECT citus_move_shard_placement(%s, '127.0.0.1', %s, '127.0.0.1', %s,"
+                " shard_transfer_mode => 'block_writes')",
+                [shard, old, new],
+            )
+            conn.execute("CALL citus_cleanup_orphaned_resources()")  # the old tables go now
+            queue.enqueue_many([app.record.job(tenant_id="acme", n=n) for n in range(2, 12)])
+            wait_until(lambda: _scalar(conn, ran, citus_schema) == 11, what="the moved jobs")
+        finally:
+            _stop(worker)
+        assert "is no longer on 127.0.0.1:" in (tmp_path / "w.log").read_text()
+        twice = "SELECT count(*) - count(DISTINCT n) FROM {schema}.runs"
+        assert _scalar(conn, twice, citus_schema) == 0
