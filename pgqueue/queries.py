@@ -44,9 +44,11 @@ def _raw_queries() -> dict[str, str]:
 
 
 # The tables a query may name by placeholder ({jobs}, ...) rather than as {schema}.jobs, so
-# that a Citus worker can run it on a node against one shard's own tables.
+# that a Citus worker can run it on a node against one shard's own tables; and {in_shard},
+# its rows of one shard value, which on such a table are every row (IN_ALL_ROWS).
 Tables = tuple[tuple[str, str], ...]
 _TABLES = ("jobs", "job_history", "queue_pauses")
+IN_ALL_ROWS: Tables = (("in_shard", ""),)
 
 
 @functools.cache
@@ -106,11 +108,15 @@ def dead_channel(schema: str) -> str:
 
 
 def _render(text: str, schema: str, tables: Tables = ()) -> sql.Composed:
-    named = {table: sql.Identifier(schema, table) for table in _TABLES}
+    named: dict[str, sql.Composable] = {table: sql.Identifier(schema, table) for table in _TABLES}
+    named["in_shard"] = sql.SQL("shard = %(shard)s")
     for placeholder, table in tables:
-        if placeholder not in named:
+        if placeholder == "in_shard":
+            named[placeholder] = sql.SQL("true")
+        elif placeholder in _TABLES:
+            named[placeholder] = sql.Identifier(schema, table)
+        else:
             raise PgQueueError(f"no table placeholder {{{placeholder}}} in sql/queries")
-        named[placeholder] = sql.Identifier(schema, table)
     return sql.SQL(text).format(
         **named,
         schema=sql.Identifier(schema),

@@ -268,6 +268,12 @@ def plans(coordinator: str) -> dict[str, Any]:
         with psycopg.connect(coordinator) as conn:
             explain = sql.SQL("EXPLAIN ") + store.claim_statement(schema)
             routed = "\n".join(r[0] for r in conn.execute(explain, params).fetchall())
+            row = conn.execute(
+                "SELECT get_shard_id_for_distribution_column(%s::regclass, 'tenant-0')",
+                [f"{schema}.jobs"],
+            ).fetchone()
+            assert row is not None
+            key = str(row[0])  # the shard's key on the nodes: its jobs shard's id
             conn.rollback()
 
         async def on_node() -> str:
@@ -281,7 +287,7 @@ def plans(coordinator: str) -> dict[str, Any]:
                 return "\n".join(r[0] for r in await cur.fetchall())
 
             try:
-                return await nodes.run("tenant-0", explain)
+                return await nodes.run(key, explain)
             finally:
                 await nodes.close()
                 await link.close()

@@ -1,12 +1,14 @@
-"""Where a Citus worker runs a shard's statements: on the node that holds the shard, against
-the shard's own tables, or through the coordinator, which routes each to that node.
+"""Where a Citus worker finds its work and runs a shard's statements: on the nodes, shard table
+by shard table, or through the coordinator, shard value by shard value.
 
-Owns: the placement of each shard value, read from the coordinator's metadata (again after
-PLACEMENT_TTL, and at once after a shard was not where it was expected, since a rebalance
-moves shards), and one connection per node. On its node a claim is a plain PostgreSQL
-statement: no distributed planning, and no hop through the coordinator for each job. A node's
-connection tries once: when a node fails, the statement raises and the worker's round goes on
-with the other nodes, trying that one again next round.
+Owns: on the nodes, the shards of the jobs table and the node that holds each, read from the
+coordinator's metadata (again after PLACEMENT_TTL, and at once after a shard was not where it
+was expected, since a rebalance moves shards), and one connection per node. There a shard's
+table holds many shard values: its backlog is read and its jobs claimed all together, in
+batches, by plain PostgreSQL statements on the shard's own tables, with no distributed
+planning and nothing sent through the coordinator. A node's connection tries once: when a
+node fails, its statements raise (its backlog is left out of the round, logged once) and
+the worker goes on with the other nodes, trying that one again next round.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
@@ -35,10 +38,15 @@ log = logging.getLogger("pgqueue.citus")
 # once anyway, by its table missing on the old node.
 PLACEMENT_TTL = 30.0
 CLAIM_ON = ("nodes", "coordinator")
+# A shard's backlog is counted up to this: enough to share the slots, without reading all of
+# a long backlog every round.
+BACKLOG_CAP = 1000
 
 
 class Route(Protocol):
-    async def locate(self, shards: Sequence[str]) -> None: ...
+    async def backlog(self, queues: Sequence[str]) -> list[store.Backlog]:
+        """Each shard with work: the key `run` takes, its queued and due jobs."""
+        ...
 
     async def run(self, shard: str, op: Op[T]) -> T: ...
 
@@ -51,17 +59,18 @@ def routes(claim_on: str, dsn: str, schema: str, claims: Link, finish: Link) -> 
     if claim_on == "nodes":
         nodes = Nodes(dsn, schema, claims)
         return nodes, nodes
-    return Coordinator(claims), Coordinator(finish)
+    return Coordinator(schema, claims), Coordinator(schema, finish)
 
 
 class Coordinator:
-    """Every shard's statements through the coordinator's connection."""
+    """Every statement through the coordinator's connection, one shard value at a time."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, schema: str, link: Link) -> None:
+        self.schema = schema
         self.link = link
 
-    async def locate(self, shards: Sequence[str]) -> None:
-        return None
+    async def backlog(self, queues: Sequence[str]) -> list[store.Backlog]:
+        return await self.link.run(lambda conn: store.backlog(conn, self.schema, queues))
 
     async def run(self, shard: str, op: Op[T]) -> T:
         return await self.link.run(lambda conn: op(conn, ()))
@@ -71,50 +80,72 @@ class Coordinator:
 
 
 class Nodes:
-    """Each shard's statements on its own node, found through the coordinator's metadata.
-    The node is reached with the coordinator's DSN, its host and port replaced by the name
-    the cluster knows the node by."""
+    """Each shard's statements on the node that holds it, found through the coordinator's
+    metadata. A node is reached with the coordinator's DSN, its host and port replaced by
+    the name the cluster knows the node by."""
 
     def __init__(self, dsn: str, schema: str, coordinator: Link) -> None:
         self.dsn = dsn
         self.schema = schema
         self.coordinator = coordinator
-        self._placed: dict[str, store.Placement] = {}
+        self._placed: dict[str, store.ShardTables] = {}
         self._read_at = float("-inf")
         self._nodes: dict[tuple[str, int], _Node] = {}
 
-    async def locate(self, shards: Sequence[str]) -> None:
-        """Know where each of `shards` lives, reading the metadata when it is stale."""
-        stale = time.monotonic() - self._read_at > PLACEMENT_TTL
-        missing = [shard for shard in shards if shard not in self._placed]
-        if not stale and not missing:
-            return
-        wanted = sorted({*shards, *self._placed}) if stale else missing
-        found = await self.coordinator.run(lambda c: store.placements(c, self.schema, wanted))
-        if stale:
-            self._placed.clear()
-            self._read_at = time.monotonic()
-        self._placed.update((p.shard, p) for p in found)
+    async def backlog(self, queues: Sequence[str]) -> list[store.Backlog]:
+        """Every shard with work (or a job scheduled), one statement a node; a node that
+        fails is left out."""
+        await self._locate()
+        by_node: dict[tuple[str, int], list[store.ShardTables]] = defaultdict(list)
+        for shard in self._placed.values():
+            by_node[(shard.host, shard.port)].append(shard)
+        found: list[store.Backlog] = []
+        for (host, port), shards in by_node.items():
+            node = self._node(host, port)
+
+            async def read(
+                conn: AsyncConn, shards: list[store.ShardTables] = shards
+            ) -> list[store.Backlog]:
+                return await store.node_backlog(conn, self.schema, shards, queues, BACKLOG_CAP)
+
+            try:
+                rows = await node.run(read)
+                found += [r for r in rows if r.queued or r.due or r.next_due_in is not None]
+            except psycopg.errors.UndefinedTable:
+                self._moved(node)
+            except psycopg.OperationalError as exc:
+                node.failed(exc)
+        return found
 
     async def run(self, shard: str, op: Op[T]) -> T:
-        placement = self._placed.get(shard)
-        if placement is None or time.monotonic() - self._read_at > PLACEMENT_TTL:
-            await self.locate([shard])
-            placement = self._placed.get(shard)
-        if placement is None:  # as a node that is down: tried again next round
-            raise psycopg.OperationalError(f"no active primary node holds shard {shard!r}")
-        node = self._node(placement.host, placement.port)
+        placed = self._placed.get(shard)
+        if placed is None:
+            await self._locate(force=True)
+            placed = self._placed.get(shard)
+        if placed is None:  # split or dropped: as a node that is down, tried again later
+            raise psycopg.OperationalError(f"shard {shard} is not in the cluster's metadata")
+        node = self._node(placed.host, placed.port)
         try:
-            return await node.run(lambda conn: op(conn, placement.tables))
+            return await node.run(lambda conn: op(conn, placed.tables))
         except psycopg.errors.UndefinedTable:
-            log.warning("shard %r is no longer on %s: reading where it went", shard, node.name)
-            self._read_at = float("-inf")
+            self._moved(node)
             raise
 
     async def close(self) -> None:
         for node in self._nodes.values():
             await node.close()
         self._nodes.clear()
+
+    async def _locate(self, *, force: bool = False) -> None:
+        if not force and time.monotonic() - self._read_at <= PLACEMENT_TTL:
+            return
+        found = await self.coordinator.run(lambda c: store.shard_tables(c, self.schema))
+        self._placed = {shard.key: shard for shard in found}
+        self._read_at = time.monotonic()
+
+    def _moved(self, node: _Node) -> None:
+        log.warning("a shard is no longer on %s: reading where the shards are", node.name)
+        self._read_at = float("-inf")
 
     def _node(self, host: str, port: int) -> _Node:
         node = self._nodes.get((host, port))
@@ -131,6 +162,7 @@ class _Node:
         self.dsn = dsn
         self.name = name
         self.conn: AsyncConn | None = None
+        self.down = False  # its last statement failed: logged once until one succeeds
         self._lock = asyncio.Lock()  # a statement, or a transaction, at a time
 
     async def run(self, op: Callable[[AsyncConn], Awaitable[T]]) -> T:
@@ -138,11 +170,20 @@ class _Node:
             if self.conn is None or self.conn.closed:
                 self.conn = await _open(self.dsn, self.name)
             try:
-                return await op(self.conn)
+                result = await op(self.conn)
             except psycopg.OperationalError:
                 if self.conn.broken or self.conn.closed:
                     await self.close()
                 raise
+        if self.down:
+            self.down = False
+            log.warning("node %s is back", self.name)
+        return result
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.down:
+            self.down = True
+            log.warning("node %s failed, its shards wait until it is back: %s", self.name, exc)
 
     async def close(self) -> None:
         conn, self.conn = self.conn, None

@@ -1,8 +1,12 @@
-"""How a Citus worker shares its free slots across shards: by backlog, none starving.
+"""How a Citus worker shares its free slots across shards, none starving.
 
-No I/O. Each shard with work gets slots in proportion to its backlog, at most its backlog,
-and at least one while slots last; with fewer slots than shards, which shards get one is
-drawn at random, weighted by backlog, so every shard with work has its turn.
+No I/O. Across shard values (`share`, claims through the coordinator): each value with work
+gets slots in proportion to its backlog, at most its backlog, and at least one while slots
+last; with fewer slots than values, which get one is drawn at random, weighted by backlog,
+so every value with work has its turn. Across shard tables (`fill`, claims on the nodes,
+where a table holds many values): the shards with work in turn, each taking what it has up to
+the slots left, so that claims come in batches; the first shard moves on by one each round,
+so every shard with work is first within as many rounds as there are shards.
 """
 
 from __future__ import annotations
@@ -41,3 +45,18 @@ def _draw(k: int, weights: Mapping[str, int], rng: random.Random) -> list[str]:
     # Efraimidis-Spirakis: the k largest of u ** (1 / w).
     keyed = sorted(weights, key=lambda s: rng.random() ** (1.0 / weights[s]), reverse=True)
     return keyed[:k]
+
+
+def fill(free: int, backlog: Mapping[str, int], turn: int) -> dict[str, int]:
+    """Split `free` slots across the shards of `backlog`, starting at the `turn`-th of them
+    (in key order, wrapping), each taking up to its backlog."""
+    waiting = sorted(shard for shard, n in backlog.items() if n > 0)
+    shares: dict[str, int] = {}
+    left = free
+    for i in range(len(waiting)):
+        if left <= 0:
+            break
+        shard = waiting[(turn + i) % len(waiting)]
+        shares[shard] = min(backlog[shard], left)
+        left -= shares[shard]
+    return shares

@@ -5,10 +5,11 @@ Owns: the round (read the backlog of every shard, promote due jobs, share the fr
 backlog, claim each share naming its shard) and the rescue of jobs whose worker stopped
 heartbeating; the jobs in flight, their outcomes' writes and the put-back at stop are
 inflight.py's, and where a shard's statements run is routes.py's. Every statement on a job
-names its shard and runs on the shard's node: on the node's own connection (`claim_on=
-"nodes"`, the default), or through the coordinator, which runs it there as one task
-(`"coordinator"`). Only the backlog read, the placements and the search for stranded jobs
-go to the coordinator, once a round. Wake-ups are by polling (`poll_interval`): an enqueue
+runs on the shard's node: on the node's own connection (`claim_on="nodes"`, the default),
+a shard table at a time, every shard value in it together, or through the coordinator, which
+runs a statement naming one shard value there as one task (`"coordinator"`). On the nodes,
+only the shards' placements (every PLACEMENT_TTL) and the search for stranded jobs go to the
+coordinator. Wake-ups are by polling (`poll_interval`): an enqueue
 on Citus sends no NOTIFY.
 
 Its registration and heartbeat are the plain worker's (worker/registration.py,
@@ -33,7 +34,7 @@ import psycopg
 
 from pgqueue.citus.inflight import InFlight
 from pgqueue.citus.routes import CLAIM_ON, Route, routes
-from pgqueue.citus.slots import share
+from pgqueue.citus.slots import fill, share
 from pgqueue.errors import CitusUnsupportedError, ConfigurationError
 from pgqueue.models import ALL_QUEUES, ClaimedJob, WorkerSettings
 from pgqueue.queries import Tables
@@ -96,6 +97,7 @@ class CitusWorker:
         self.claimed = 0  # jobs claimed, this run
         self.jobs: InFlight | None = None  # this run's jobs
         self._rng = random.Random()
+        self._turn = 0  # which shard with work a claim round on the nodes starts at
         self._stop_requested = False
         self._force = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -198,14 +200,16 @@ class CitusWorker:
         while not self._stop_requested:
             now = time.monotonic()
             if now >= next_rescue:
-                await self._unless_a_node_fails("rescue", self._rescue(finish))
+                lease = s.lease_timeout.total_seconds()
+                rescue = _rescue(finish, self.schema, lease, self.keep_history)
+                await self._unless_a_node_fails("rescue", rescue)
                 next_rescue = now + s.rescue_interval.total_seconds()
             if self._lost_claim:  # a claim failed: it may have committed all the same
                 await self._unless_a_node_fails("put-back", claims.run(self._release_orphans))
             free = s.concurrency - len(jobs.running)
             if free > 0 and now >= next_round and not self._lost_claim:
                 found, full = await self._unless_a_node_fails(
-                    "claim", self._round(claims, shards, free), (True, False)
+                    "claim", self._round(shards, free), (True, False)
                 )
                 if s.burst and not found and not jobs.running and not jobs.done:
                     return
@@ -230,13 +234,12 @@ class CitusWorker:
             result: T = failed
             return result
 
-    async def _round(self, claims: Link, shards: Route, free: int) -> tuple[bool, bool]:
+    async def _round(self, shards: Route, free: int) -> tuple[bool, bool]:
         """One claim round; whether any shard had work, and whether every share came back
         full (claim again at once)."""
         queues, in_flight, schema = self.settings.queues, self.jobs, self.schema
         assert in_flight is not None
-        backlog = await claims.run(lambda c: store.backlog(c, schema, queues))
-        await shards.locate([row.shard for row in backlog])
+        backlog = await shards.backlog(queues)
         for row in backlog:
             if row.due:
                 promote = partial(
@@ -249,7 +252,12 @@ class CitusWorker:
                 await shards.run(row.shard, promote)
         waiting = {row.shard: row.queued + row.due for row in backlog}
         full = True
-        for shard, want in share(free, waiting, self._rng).items():
+        if self.claim_on == "nodes":
+            self._turn += 1
+            shares = fill(free, waiting, self._turn)
+        else:
+            shares = share(free, waiting, self._rng)
+        for shard, want in shares.items():
             claim = partial(
                 _claim, schema=schema, shard=shard, queues=queues, limit=want, worker_id=self.id
             )
@@ -258,28 +266,8 @@ class CitusWorker:
             self.claimed += len(jobs)
             for job in jobs:
                 in_flight.start(job, shard)
-        return any(n > 0 for n in waiting.values()), full and bool(waiting)
-
-    async def _rescue(self, finish: Link) -> None:
-        """Put back (or, attempts spent, fail) the running jobs of workers that stopped
-        heartbeating for longer than the lease."""
-        lease = self.settings.lease_timeout.total_seconds()
-        found = await finish.run(lambda c: store.stranded(c, self.schema, lease, RESCUE_BATCH))
-        for job in found:
-            if job.attempt < job.max_attempts:
-                await finish.run(partial(store.rescue, schema=self.schema, job=job))
-            else:
-                fail = partial(
-                    store.finish,
-                    schema=self.schema,
-                    shard=job.shard,
-                    final=[store.lost_outcome(job)],
-                    retried=[],
-                    keep_history=self.keep_history,
-                )
-                await finish.run(fail)
-        if found:
-            log.warning("rescued %d jobs of workers that stopped heartbeating", len(found))
+        # Shards with only jobs scheduled later have no share: no reason to claim at once.
+        return any(n > 0 for n in waiting.values()), full and bool(shares)
 
     async def _sleep(self, timeout: float) -> None:
         assert self._wake is not None
@@ -302,6 +290,27 @@ class CitusWorker:
         self._force = self._force or force
         if self._wake is not None:
             self._wake.set()
+
+
+async def _rescue(finish: Link, schema: str, lease: float, keep_history: bool) -> None:
+    """Put back (or, attempts spent, fail) the running jobs of workers that stopped
+    heartbeating for longer than the lease, each on its shard through the coordinator."""
+    found = await finish.run(lambda c: store.stranded(c, schema, lease, RESCUE_BATCH))
+    for job in found:
+        if job.attempt < job.max_attempts:
+            await finish.run(partial(store.rescue, schema=schema, job=job))
+        else:
+            fail = partial(
+                store.finish,
+                schema=schema,
+                shard=job.shard,
+                final=[store.lost_outcome(job)],
+                retried=[],
+                keep_history=keep_history,
+            )
+            await finish.run(fail)
+    if found:
+        log.warning("rescued %d jobs of workers that stopped heartbeating", len(found))
 
 
 async def _promote(conn: AsyncConn, tables: Tables, **args: Any) -> int:

@@ -19,7 +19,7 @@ from psycopg.rows import args_row
 
 from pgqueue.codec import encode_json
 from pgqueue.models import ClaimedJob
-from pgqueue.queries import Tables, query, statement
+from pgqueue.queries import IN_ALL_ROWS, Tables, query, statement
 from pgqueue.store.plan import AsyncConn, Plan, SyncConn, rows_as
 
 
@@ -46,10 +46,10 @@ class Stranded:
 
 
 @dataclass(frozen=True)
-class Placement:
-    """citus_shard_placements' row: where one shard value's jobs live."""
+class ShardTables:
+    """citus_shard_tables' row: one shard of jobs, the history shard beside it, the copy of
+    queue_pauses there, and the node that holds them."""
 
-    shard: str
     jobs: int
     history: int
     pauses: int
@@ -57,12 +57,18 @@ class Placement:
     port: int
 
     @property
+    def key(self) -> str:
+        """The shard as a worker on the nodes names it (its backlog rows, its jobs)."""
+        return str(self.jobs)
+
+    @property
     def tables(self) -> Tables:
-        """The shard's own tables, as its node's statements name them."""
+        """The shard's own tables, and all their rows, as its node's statements name them."""
         return (
             ("jobs", f"jobs_{self.jobs}"),
             ("job_history", f"job_history_{self.history}"),
             ("queue_pauses", f"queue_pauses_{self.pauses}"),
+            *IN_ALL_ROWS,
         )
 
 
@@ -152,10 +158,26 @@ async def backlog(conn: AsyncConn, schema: str, queues: Sequence[str]) -> list[B
         return await cur.fetchall()
 
 
-async def placements(conn: AsyncConn, schema: str, shards: Sequence[str]) -> list[Placement]:
-    """Where each of `shards` lives (read on the coordinator)."""
-    async with conn.cursor(row_factory=args_row(Placement)) as cur:
-        await cur.execute(statement("citus_shard_placements", schema), {"shards": list(shards)})
+async def shard_tables(conn: AsyncConn, schema: str) -> list[ShardTables]:
+    """Every shard of `schema`'s jobs and where it lives (read on the coordinator)."""
+    async with conn.cursor(row_factory=args_row(ShardTables)) as cur:
+        await cur.execute(statement("citus_shard_tables", schema), {})  # {}: %% is one %
+        return await cur.fetchall()
+
+
+async def node_backlog(
+    conn: AsyncConn, schema: str, shards: Sequence[ShardTables], queues: Sequence[str], cap: int
+) -> list[Backlog]:
+    """On one node, in one statement: each of its `shards`' backlog (citus_node_backlog),
+    each row named by the shard's key."""
+    parts = [
+        sql.SQL("SELECT {} AS shard, b.* FROM ({}) AS b").format(
+            sql.Literal(shard.key), query("citus_node_backlog", schema, shard.tables)
+        )
+        for shard in shards
+    ]
+    async with conn.cursor(row_factory=args_row(Backlog)) as cur:
+        await cur.execute(sql.SQL(" UNION ALL ").join(parts), {"queues": list(queues), "cap": cap})
         return await cur.fetchall()
 
 

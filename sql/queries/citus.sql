@@ -3,9 +3,10 @@
 -- Jobs and their history are distributed by their `shard` column, colocated, so a job and
 -- the application's rows with the same distribution value live on one node; every statement
 -- on them names one shard, so that Citus routes it to that node as a single task. Those a
--- worker runs per job name their tables {jobs}, {job_history} and {queue_pauses}: through
--- the coordinator, the schema's tables; on the shard's node, that shard's own tables
--- (citus_shard_placements), a plain PostgreSQL statement with no distributed planning.
+-- worker runs per job name their tables {jobs}, {job_history} and {queue_pauses}, and their
+-- shard {in_shard}: through the coordinator, the schema's tables and `shard = %(shard)s`; on
+-- a node, one shard's own tables (citus_shard_tables) and every row in them, a plain
+-- PostgreSQL statement with no distributed planning.
 
 -- name: citus_version
 -- The citus extension's version in this database, no row without it.
@@ -133,33 +134,49 @@ WHERE queue = ANY(%(queues)s::text[]) AND status IN ('queued', 'scheduled')
   AND queue <> ALL (ARRAY(SELECT p.queue FROM {schema}.queue_pauses AS p))
 GROUP BY shard;
 
--- name: citus_shard_placements
--- Where each of these shard values lives: the ids of its jobs and history shards (colocated,
--- so on one node), the id of queue_pauses' shard (a reference table: a copy on every node),
--- and the primary node holding them. Read on the coordinator from Citus's metadata; a worker
--- then runs a shard's statements on that node, on the tables jobs_<id>, job_history_<id> and
+-- name: citus_shard_tables
+-- Every shard of the schema's jobs, as a worker claims on the nodes: the ids of the jobs
+-- shard and of the history shard colocated with it (the same hash range, so on one node), the
+-- id of queue_pauses' shard (a reference table: a copy on every node), and the primary node
+-- that holds them. Read on the coordinator from Citus's metadata; the worker then runs each
+-- shard's statements on that node, on the tables jobs_<id>, job_history_<id> and
 -- queue_pauses_<id>.
-SELECT v.shard, j.shardid AS jobs, h.shardid AS history, r.shardid AS pauses,
+SELECT j.shardid AS jobs, h.shardid AS history, r.shardid AS pauses,
        n.nodename AS host, n.nodeport AS port
-FROM unnest(%(shards)s::text[]) AS v(shard)
-CROSS JOIN LATERAL (
-    SELECT get_shard_id_for_distribution_column(
-        format('%%I.jobs', {schema_name})::regclass, v.shard) AS shardid) AS j
-CROSS JOIN LATERAL (
-    SELECT get_shard_id_for_distribution_column(
-        format('%%I.job_history', {schema_name})::regclass, v.shard) AS shardid) AS h
+FROM pg_dist_shard AS j
+JOIN pg_dist_shard AS h
+  ON h.logicalrelid = format('%%I.job_history', {schema_name})::regclass
+ AND h.shardminvalue = j.shardminvalue
 CROSS JOIN (
     SELECT shardid FROM pg_dist_shard
     WHERE logicalrelid = format('%%I.queue_pauses', {schema_name})::regclass) AS r
 JOIN pg_dist_placement AS p ON p.shardid = j.shardid
-JOIN pg_dist_node AS n ON n.groupid = p.groupid AND n.noderole = 'primary' AND n.isactive;
+JOIN pg_dist_node AS n ON n.groupid = p.groupid AND n.noderole = 'primary' AND n.isactive
+WHERE j.logicalrelid = format('%%I.jobs', {schema_name})::regclass
+ORDER BY j.shardid;
+
+-- name: citus_node_backlog
+-- One shard table's queued jobs and scheduled jobs now due (each counted up to %(cap)s: the
+-- counts share the worker's slots, and a count of a long backlog would read all of it), and
+-- in how many seconds its next scheduled job falls due. Run on the shard's node.
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM {jobs}
+            WHERE queue = ANY(%(queues)s::text[]) AND status = 'queued' AND NOT atomic
+              AND queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
+            LIMIT %(cap)s) AS q) AS queued,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {jobs}
+            WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled' AND run_at <= now()
+            LIMIT %(cap)s) AS d) AS due,
+       (SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {jobs}
+        WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled') AS next_due_in
 
 -- name: citus_job_promote
 -- Moves one shard's due scheduled jobs of these queues to queued, a bounded batch, skipping
 -- rows another worker holds.
 WITH due AS (
     SELECT id FROM {jobs}
-    WHERE shard = %(shard)s AND queue = ANY(%(queues)s::text[]) AND status = 'scheduled'
+    WHERE {in_shard} AND queue = ANY(%(queues)s::text[]) AND status = 'scheduled'
       AND run_at <= now()
     ORDER BY run_at
     LIMIT %(limit)s
@@ -167,7 +184,7 @@ WITH due AS (
 )
 UPDATE {jobs} AS j SET status = 'queued'
 FROM due
-WHERE j.shard = %(shard)s AND j.id = due.id AND j.status = 'scheduled'
+WHERE {in_shard} AND j.id = due.id AND j.status = 'scheduled'
 RETURNING j.id;
 
 -- name: citus_job_claim
@@ -178,7 +195,7 @@ RETURNING j.id;
 WITH picked AS (
     SELECT id
     FROM {jobs}
-    WHERE shard = %(shard)s
+    WHERE {in_shard}
       AND queue = ANY(%(queues)s::text[])
       AND status = 'queued'
       AND NOT atomic
@@ -190,7 +207,7 @@ WITH picked AS (
 UPDATE {jobs} AS j
 SET status = 'running', attempt = j.attempt + 1, started_at = now(), worker_id = %(worker_id)s
 FROM picked
-WHERE j.shard = %(shard)s AND j.id = picked.id
+WHERE {in_shard} AND j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
           j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited;
 
@@ -204,7 +221,7 @@ WITH batch AS MATERIALIZED (
     SELECT %(outcomes)s::jsonb AS m
 ), finished AS (
     DELETE FROM {jobs} AS j
-    WHERE j.shard = %(shard)s AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
+    WHERE {in_shard} AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
       AND j.worker_id = ((SELECT m FROM batch) -> j.id::text ->> 'worker_id')::bigint
       AND j.attempt = ((SELECT m FROM batch) -> j.id::text ->> 'attempt')::integer
     RETURNING j.*, (SELECT m FROM batch) -> j.id::text AS o
@@ -229,7 +246,7 @@ RETURNING id;
 -- name: citus_job_drop
 -- citus_job_finish with history off: the finished jobs leave the hot table. Same guard.
 DELETE FROM {jobs} AS j
-WHERE j.shard = %(shard)s AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
+WHERE {in_shard} AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
   AND j.worker_id = ((%(outcomes)s::jsonb) -> j.id::text ->> 'worker_id')::bigint
   AND j.attempt = ((%(outcomes)s::jsonb) -> j.id::text ->> 'attempt')::integer
 RETURNING j.id;
@@ -248,7 +265,7 @@ SET status = %(outcomes)s::jsonb -> j.id::text ->> 'next',
     errors = j.errors || (%(outcomes)s::jsonb -> j.id::text -> 'append'),
     worker_id = NULL,
     started_at = NULL
-WHERE j.shard = %(shard)s AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
+WHERE {in_shard} AND j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running'
   AND j.worker_id = (%(outcomes)s::jsonb -> j.id::text ->> 'worker_id')::bigint
   AND j.attempt = (%(outcomes)s::jsonb -> j.id::text ->> 'attempt')::integer
 RETURNING j.id;
@@ -258,7 +275,7 @@ RETURNING j.id;
 -- attempt. Guarded by the worker that holds them.
 UPDATE {jobs}
 SET status = 'queued', attempt = attempt - 1, worker_id = NULL, started_at = NULL
-WHERE shard = %(shard)s AND id = ANY(%(ids)s::bigint[]) AND status = 'running'
+WHERE {in_shard} AND id = ANY(%(ids)s::bigint[]) AND status = 'running'
   AND worker_id = %(worker_id)s
 RETURNING id;
 

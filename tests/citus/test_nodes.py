@@ -1,11 +1,13 @@
-"""A Citus worker's statements on the shard's own node: found from the coordinator's metadata,
-sent on the node's own connection, planned there as plain PostgreSQL on the shard's tables."""
+"""A Citus worker's statements on the nodes: each shard table's backlog read and its jobs
+claimed on the node that holds it, found from the coordinator's metadata, as plain
+PostgreSQL on the shard's own tables, every shard value in the table at once."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 import pytest
@@ -24,76 +26,90 @@ from tests.citus.conftest import node_of, values_on_two_nodes
 
 pytestmark = pytest.mark.citus
 
-PARAMS = {"queues": ["default"], "limit": 10, "worker_id": 1}
+PARAMS = {"shard": None, "queues": ["default"], "limit": 10, "worker_id": 1}
 
 
-def test_a_claim_runs_on_its_shards_node_as_a_plain_statement_on_the_shards_tables(
+def _shard_key(conn: psycopg.Connection[Any], schema: str, value: str) -> str:
+    """The key a worker on the nodes names `value`'s shard by: its jobs shard's id."""
+    row = conn.execute(
+        "SELECT get_shard_id_for_distribution_column(%s::regclass, %s::text)",
+        [f"{schema}.jobs", value],
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _claim(schema: str) -> Callable[[AsyncConn, Tables], Awaitable[list[ClaimedJob]]]:
+    return lambda conn, tables: store.claim(conn, schema, "", ["default"], 10, 1, tables)
+
+
+def test_a_shards_backlog_and_claim_run_on_its_node_as_plain_statements_on_its_tables(
     coordinator: str, citus_schema: str
 ) -> None:
     queue = CitusQueue(coordinator, schema=citus_schema)
     with psycopg.connect(coordinator, autocommit=True) as conn:
-        shards = values_on_two_nodes(conn, f"{citus_schema}.jobs")
-        homes = [node_of(conn, f"{citus_schema}.jobs", shard) for shard in shards]
-    ids = [queue.enqueue(app.record.job(tenant_id=shard, n=0)) for shard in shards]
+        values = values_on_two_nodes(conn, f"{citus_schema}.jobs")
+        homes = [node_of(conn, f"{citus_schema}.jobs", value) for value in values]
+        keys = [_shard_key(conn, citus_schema, value) for value in values]
+    ids = [queue.enqueue(app.record.job(tenant_id=value, n=0)) for value in values]
     queue.close()
 
-    async def claim(shard: str) -> tuple[int, str, list[int]]:
-        async def on_node(conn: AsyncConn, tables: Tables) -> tuple[int, str, list[int]]:
-            explain = sql.SQL("EXPLAIN ") + store.claim_statement(citus_schema, tables)
-            async with conn.cursor(row_factory=tuple_row) as cur:
-                await cur.execute(explain, {"shard": shard, **PARAMS})
-                plan = "\n".join(row[0] for row in await cur.fetchall())
-            jobs = await store.claim(conn, citus_schema, shard, ["default"], 10, 1, tables)
-            return conn.info.port, plan, [job.id for job in jobs]
+    async def on_node(conn: AsyncConn, tables: Tables) -> tuple[int, str, list[int]]:
+        explain = sql.SQL("EXPLAIN ") + store.claim_statement(citus_schema, tables)
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(explain, PARAMS)
+            plan = "\n".join(row[0] for row in await cur.fetchall())
+        jobs = await _claim(citus_schema)(conn, tables)
+        return conn.info.port, plan, [job.id for job in jobs]
 
+    async def run() -> tuple[dict[str, int], list[tuple[int, str, list[int]]]]:
         link = Link(coordinator, "test")
         nodes = Nodes(coordinator, citus_schema, link)
         try:
-            await nodes.locate([shard])
-            return await nodes.run(shard, on_node)
+            backlog = {row.shard: row.queued for row in await nodes.backlog(["default"])}
+            return backlog, [await nodes.run(key, on_node) for key in keys]
         finally:
             await nodes.close()
             await link.close()
 
-    for shard, home, job_id in zip(shards, homes, ids, strict=True):
-        port, plan, claimed = asyncio.run(claim(shard))
+    backlog, claims = asyncio.run(run())
+    assert backlog == {key: 1 for key in keys}
+    for (port, plan, claimed), home, job in zip(claims, homes, ids, strict=True):
         assert port == home
         assert "Citus" not in plan and "LockRows" in plan, plan
-        assert claimed == [job_id]
-    with psycopg.connect(coordinator) as conn:
-        running = conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.jobs WHERE status = 'running'").format(
-                sql.Identifier(citus_schema)
-            )
-        ).fetchone()
-    assert running == (2,)
+        assert claimed == [job.id]
 
 
 def test_a_node_that_cannot_be_reached_fails_its_statements_and_not_the_others(
     coordinator: str, citus_schema: str
 ) -> None:
+    queue = CitusQueue(coordinator, schema=citus_schema)
     with psycopg.connect(coordinator, autocommit=True) as conn:
         first, second = values_on_two_nodes(conn, f"{citus_schema}.jobs")
+        keys = [_shard_key(conn, citus_schema, value) for value in (first, second)]
+    for value in (first, second):
+        queue.enqueue(app.record.job(tenant_id=value, n=0))
+    queue.close()
 
-    def claim(shard: str) -> Callable[[AsyncConn, Tables], Awaitable[list[ClaimedJob]]]:
-        return lambda conn, tables: store.claim(
-            conn, citus_schema, shard, ["default"], 10, 1, tables
-        )
-
-    async def run() -> tuple[str, list[ClaimedJob]]:
+    async def run() -> tuple[str, list[str], list[ClaimedJob]]:
         link = Link(coordinator, "test")
         nodes = Nodes(coordinator, citus_schema, link)
-        await nodes.locate([first, second])
+        await nodes.backlog(["default"])
         # As if the cluster knew the first shard's node by a name this host cannot reach.
-        nodes._placed[first] = dataclasses.replace(nodes._placed[first], port=1)
+        unreachable = dataclasses.replace(nodes._placed[keys[0]], port=1)
+        for key, shard in list(nodes._placed.items()):
+            if shard.port == nodes._placed[keys[0]].port:
+                nodes._placed[key] = dataclasses.replace(shard, port=unreachable.port)
         try:
+            left = [row.shard for row in await nodes.backlog(["default"])]
             with pytest.raises(psycopg.OperationalError) as failed:
-                await nodes.run(first, claim(first))
-            return str(failed.value), await nodes.run(second, claim(second))
+                await nodes.run(keys[0], _claim(citus_schema))
+            return str(failed.value), left, await nodes.run(keys[1], _claim(citus_schema))
         finally:
             await nodes.close()
             await link.close()
 
-    failed, claimed = asyncio.run(run())
+    failed, left, claimed = asyncio.run(run())
     assert "node 127.0.0.1:1" in failed
-    assert claimed == []
+    assert left == [keys[1]]  # the unreachable node's shards are left out of the round
+    assert len(claimed) == 1

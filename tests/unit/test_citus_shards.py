@@ -11,7 +11,7 @@ import pytest
 
 from pgqueue import Queue
 from pgqueue.citus import shard_of
-from pgqueue.citus.slots import share
+from pgqueue.citus.slots import fill, share
 from pgqueue.errors import InvalidArgumentsError
 
 queue = Queue(None)
@@ -61,3 +61,13 @@ def test_with_fewer_slots_than_shards_each_shard_has_its_turn() -> None:
         turns.update(got)
     assert set(turns) == set(backlog)
     assert turns["s0"] == max(turns.values())
+
+
+def test_on_the_nodes_slots_go_to_the_shards_in_turn_in_batches() -> None:
+    backlog = {"1": 500, "2": 3, "3": 0, "4": 40}
+    assert fill(10, backlog, 0) == {"1": 10}
+    assert fill(10, backlog, 1) == {"2": 3, "4": 7}
+    assert fill(10, backlog, 2) == {"4": 10}
+    assert fill(10, backlog, 3) == {"1": 10}  # every shard with work was first once
+    assert fill(100, backlog, 1) == {"2": 3, "4": 40, "1": 57}
+    assert fill(0, backlog, 0) == {} and fill(5, {"1": 0}, 0) == {}

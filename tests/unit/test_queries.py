@@ -8,7 +8,7 @@ import pytest
 from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
 
 from pgqueue.errors import PgQueueError
-from pgqueue.queries import _raw_queries, migrations, query, sql_root, statement
+from pgqueue.queries import IN_ALL_ROWS, _raw_queries, migrations, query, sql_root, statement
 
 
 def test_every_query_has_a_snake_case_entity_verb_name_and_a_description() -> None:
@@ -33,6 +33,9 @@ def test_a_shards_own_tables_replace_the_schemas_in_the_statements_a_node_runs()
     assert '"jobs"' not in rendered
     plain = query("citus_job_claim", "Odd_Schema").as_string(None)
     assert plain.count('"Odd_Schema"."jobs"') == 2 and "_102008" not in plain
+    assert "shard = %(shard)s" in rendered
+    every_row = query("citus_job_claim", "s", (*tables, *IN_ALL_ROWS)).as_string(None)
+    assert "shard = %(shard)s" not in every_row and "WHERE true" in every_row
     with pytest.raises(PgQueueError, match="no table placeholder"):
         query("citus_job_claim", "s", (("workers", "workers_1"),))
 
