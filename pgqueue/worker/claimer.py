@@ -104,22 +104,16 @@ class Claimer:
             self.hints.announce(queue, position)
 
     def unannounced(self, queue: str) -> None:
-        """Wake-ups of `queue` in its wake_range went unheard while the worker was busy (a
-        widening), or may have (the end of a transaction in progress at it). The fair hint
-        looks again only where they could have been missed (fair.unannounced). The plain
-        hint is forgotten, as a job that came back below it is found from the floor; but
-        in a queue claimed fairly, whose claim index holds a dead entry for every fair job
-        claimed under a long transaction, it is kept, and the safety net's next slice is
-        looked at now: such a job is found within a sweep's cycle, as while it was busy."""
-        if queue not in self.hints.queues:
-            return
-        self._fair.unannounced(queue)
-        sweep = self._sweeps.get(queue)
-        fair = queue in self.controls.fair and not self._rated(queue)
-        if fair and sweep is not None and self.hints[queue].after is not None:
-            sweep.due = True
-        else:
-            self.hints.announce(queue, None)
+        """Wake-ups of `queue` went unheard while busy (interest.py): the fair hint looks where
+        they could be (fair.unannounced); the plain one claims from the floor, or in a fair
+        queue, whose claim index keeps a dead entry for every fair job, looks at a slice."""
+        sweep, fair = self._sweeps.get(queue), queue in self.controls.fair
+        if queue in self.hints.queues:
+            self._fair.unannounced(queue)
+            if fair and not self._rated(queue) and sweep and self.hints[queue].after:
+                sweep.due = True
+            else:
+                self.hints.announce(queue, None)
 
     def wake_range(self, queue: str) -> tuple[int, int] | None:
         """While every slot is busy: the priorities whose new jobs in `queue` the next claim
