@@ -17,6 +17,9 @@ Invariants:
   released unclaimed) are claimed each at its own (priority, vtime), a walk that ends there.
   The hint is not dropped, so no reset walks the dead entries a long transaction keeps below
   it; a cycle of slices reaches every job.
+- After wake-ups went unheard while the worker was busy (a widening), the next claim walks
+  only the priorities more urgent than the hint's (`unannounced`): at the hint's priority
+  and after, every job is found from the hint, as said above.
 - Claims from the floor are left for the first claim, a wake-up more urgent than the hint or
   that says nothing of where, a forgotten hint (a queue resumed, the listener lost), and
   polling without a listener, where no wake-up announces a more urgent job and the hint is
