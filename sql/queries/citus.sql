@@ -189,9 +189,10 @@ RETURNING j.id;
 
 -- name: citus_job_claim
 -- Claims up to %(limit)s queued jobs of one shard, in (priority, id) order, skipping rows
--- other workers hold and queues that are paused. Naming the shard makes it one task on the
--- shard's node, the plain PostgreSQL claim there; a row updated concurrently is re-checked
--- against status = 'queued' when its lock is taken, so a job is never claimed twice.
+-- other workers hold and queues that are paused: of one shard key through the coordinator,
+-- which runs it as one task on the shard's node, or of a whole shard table on its node. A
+-- row updated concurrently is re-checked against status = 'queued' when its lock is taken,
+-- so a job is never claimed twice.
 WITH picked AS (
     SELECT id
     FROM {jobs}
