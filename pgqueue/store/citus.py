@@ -4,7 +4,8 @@ shard each. Runs sql/queries/citus.sql.
 Every statement on a job names its shard, so Citus routes it to the shard's node as one task;
 the backlog read (`backlog`) and the search for stranded jobs are the only ones that cross
 shards. None sends a NOTIFY (a two-phase commit refuses them). The statements a worker runs
-per job take `tables`: empty through the coordinator, a Placement's on the shard's node.
+per job take `tables`: empty through the coordinator, where they name one shard key; on a
+node, a ShardTables' own tables, every row in them (`citus_shard_tables`, `node_backlog`).
 """
 
 from __future__ import annotations
