@@ -688,11 +688,18 @@ WITH due AS (
           ORDER BY queue, priority, id) AS l
 )
 SELECT (SELECT count(*) FROM promoted) AS promoted,
-       (SELECT extract(epoch FROM min(run_at))::float8
+       -- The first entry of each queue's range of jobs_scheduled_idx, not a min() over
+       -- every later scheduled job, which read all of them (parked durable jobs, say) at
+       -- every promotion.
+       (SELECT extract(epoch FROM min(n.run_at))::float8
                - extract(epoch FROM coalesce(%(now)s::timestamptz, now()))::float8
-        FROM {schema}.jobs
-        WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled'
-          AND run_at > coalesce(%(now)s::timestamptz, now())) AS next_due_in,
+        FROM unnest(%(queues)s::text[]) AS q(queue)
+        CROSS JOIN LATERAL (
+            SELECT s.run_at FROM {schema}.jobs AS s
+            WHERE s.queue = q.queue AND s.status = 'scheduled'
+              AND s.run_at > coalesce(%(now)s::timestamptz, now())
+            ORDER BY s.run_at
+            LIMIT 1) AS n) AS next_due_in,
        (SELECT n FROM woken) AS woken;
 
 -- name: job_finish_many
