@@ -8,9 +8,16 @@ application's commit the database-wide notification lock. So a steady worker cla
 cooldown on its own, and its rows skip new jobs' wake-ups; below half that rate each claim
 would find less than a job, and it asks for them again (a widening, interest.py).
 
-Invariant: only a window the worker spent claiming, ending in a short claim, is judged:
-after a stall (its process starved of CPU, a slow statement) the few claims in the window
-say nothing of the jobs arriving.
+Invariants:
+- Only a window the worker spent claiming, ending in a short claim, is judged: after a stall
+  (its process starved of CPU, a slow statement) the few claims in the window say nothing of
+  the jobs arriving.
+- Each spell, its start and its end, rewrites the worker's wake_listeners rows, which every
+  enqueue reads; under a long transaction each version stays behind for those reads to walk.
+  A stream that hovers at the threshold would start and end a spell many times a second, so
+  after a short spell the worker rests (claims as a woken worker) before the next one may
+  start, the rest doubling with each short spell and starting over after a long one. Resting
+  only keeps wake-ups coming, which is always safe.
 """
 
 from __future__ import annotations
@@ -19,6 +26,11 @@ from collections import deque
 
 # Seconds over which a worker judges how fast jobs arrive, to enter or leave steady mode.
 STEADY_WINDOW = 0.05
+# Seconds a worker rests from steady mode after its first short spell; each short spell in a
+# row doubles it, up to LONGEST_REST. A spell of LONG_SPELL or more is not short.
+FIRST_REST = 0.05
+LONGEST_REST = 10.0
+LONG_SPELL = 10.0
 
 
 class Pace:
@@ -30,6 +42,9 @@ class Pace:
         self.steady = False
         self.spells = 0  # times the worker turned steady
         self.claim_at = 0.0  # a steady worker's next claim, by the monotonic clock
+        self.rest = 0.0  # seconds a spell ending short makes the worker rest
+        self._spell_began = 0.0
+        self._rest_until = 0.0  # no spell begins before this, by the monotonic clock
         self._found: deque[tuple[float, int]] = deque()  # (began, jobs) per claim round
 
     def judge(self, began: float, found: int, full: bool, cooldown: float) -> None:
@@ -42,9 +57,10 @@ class Pace:
         if not self.judged:
             return
         per_cooldown = sum(n for _, n in found_in) * cooldown / STEADY_WINDOW
-        if not self.steady and per_cooldown >= 1:
+        if not self.steady and per_cooldown >= 1 and began >= self._rest_until:
             self.steady = True
             self.spells += 1
+            self._spell_began = began
         elif (
             self.steady
             and per_cooldown < 0.5
@@ -52,4 +68,9 @@ class Pace:
             and len(found_in) * cooldown >= STEADY_WINDOW / 2
         ):
             self.steady = False
+            if began - self._spell_began >= LONG_SPELL:
+                self.rest = 0.0
+            else:
+                self.rest = min(max(self.rest * 2, FIRST_REST), LONGEST_REST)
+                self._rest_until = began + self.rest
         self.claim_at = began + cooldown
