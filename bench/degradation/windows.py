@@ -5,7 +5,9 @@ sampler's connection. Per window: the largest depth, the enqueue-to-start wait p
 the jobs finished in it (job_history's started_at - run_at, read by primary key from the
 last id seen, so a window reads only its own rows), and per kind of statement (KINDS) its
 calls, total time and shared buffers touched, from pg_stat_statements when the server
-preloads it (left empty otherwise, never guessed). The hinted and floor claims run the same
+preloads it (left empty otherwise, never guessed), and the host's CPU busy share (from
+/proc/stat, on Linux): a window whose machine had no CPU to spare says nothing of the claims.
+The hinted and floor claims run the same
 statements, which pg_stat_statements cannot tell apart: their counts and times come from
 the workers' own claim times (roles.py copies them out of the worker, off its hot path).
 """
@@ -109,6 +111,7 @@ class Windows:
         self.after = 0
         self._claims = claims()
         self._statements = self._read_statements()
+        self._cpu = cpu_times()
 
     def _read_statements(self) -> dict[str, tuple[float, ...]]:
         if not self.statements:
@@ -149,7 +152,12 @@ class Windows:
             "widenings": claims.widenings - last.widenings,
             "busy_widenings": claims.busy_widenings - last.busy_widenings,
             "settlements": claims.settlements - last.settlements,
+            "cpu_busy": None,
         }
+        cpu, was_cpu = cpu_times(), self._cpu
+        self._cpu = cpu
+        if cpu is not None and was_cpu is not None and cpu[1] > was_cpu[1]:
+            window["cpu_busy"] = round((cpu[0] - was_cpu[0]) / (cpu[1] - was_cpu[1]), 3)
         now, before = self._read_statements(), self._statements
         self._statements = now
         for kind in KINDS:
@@ -163,6 +171,18 @@ class Windows:
         return window
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """The host's CPU time so far, busy and in all (clock ticks over every CPU), from
+    /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(n) for n in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]  # idle and waiting for I/O
+    return sum(ticks) - idle, sum(ticks)
+
+
 def column(kind: str) -> str:
     """A kind's name as a CSV column prefix."""
     return re.sub(r"[^a-z]+", "_", kind.lower()).strip("_")
@@ -172,7 +192,7 @@ def columns() -> list[str]:
     """The windows CSV's columns, in order (before the strategy and mode)."""
     fixed = ["t_s", "depth_max", "wait_p50_s", "wait_p99_s"]
     fixed += ["hinted_claim_calls", "hinted_claim_ms", "floor_claim_calls", "floor_claim_ms"]
-    fixed += ["widenings", "busy_widenings", "settlements"]
+    fixed += ["widenings", "busy_widenings", "settlements", "cpu_busy"]
     return fixed + [f"{column(k)}_{f}" for k in KINDS for f in STATEMENT_FIELDS]
 
 
@@ -227,6 +247,8 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "worst_wait_p99_s": worst["wait_p99_s"],
         "worst_wait_p99_at_s": worst["t_s"],
         "depth_max": max((r["depth_max"] or 0) for r in rows),
+        "cpu_busy_worst_window": worst.get("cpu_busy"),
+        "cpu_busy_max": max((r.get("cpu_busy") or 0.0 for r in rows), default=None),
         "kinds": kinds,
     }
 
