@@ -4,9 +4,11 @@ Owns: each job's shard value (`shard_of`) and its insert on that shard, in the c
 transaction. A job whose shard value equals the distribution value of the caller's other
 rows in the transaction commits on their node alone; one on another node makes the
 transaction commit by two-phase commit, which needs no more of pgqueue since the enqueue
-sends no NOTIFY (the workers poll). What Citus cannot run raises CitusUnsupportedError before
-any SQL is sent: the methods listed in REFUSED, and jobs that are atomic or carry a dedupe
-key, limits or a fairness key.
+sends no NOTIFY (the workers poll). A dedupe key holds within one shard value: the same key
+on two shard values is two jobs. Every statement of an enqueue names its shard value, so
+each runs on one node. What Citus cannot run raises CitusUnsupportedError before any SQL is
+sent: the methods listed in REFUSED, and jobs that are atomic or carry limits or a fairness
+key.
 """
 
 from __future__ import annotations
@@ -94,7 +96,10 @@ class CitusQueue(Queue):
     or not; each job goes to the shard `shard_of` names."""
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, conn: Any = None) -> list[Enqueued]:
-        """Store jobs, each on its shard, in one transaction; ids in the order given."""
+        """Store jobs, each on its shard, in one transaction; ids in the order given. A dedupe
+        key holds per shard value: a job whose shard already has a live job with its key, or
+        one finished within its `dedupe_window`, is not stored, and its id is that job's, with
+        `created` False. The same key on another shard value is another job."""
         batch = _jobs_only(jobs)
         if not batch:
             return []
@@ -108,7 +113,7 @@ class CitusQueue(Queue):
     def _store_rows(self, batch: Sequence[NewJob], conn: Any, traced: str | None) -> list[Enqueued]:
         rows = [self._row(index, job, traced) for index, job in enumerate(batch)]
         with self._connection(conn) as c:
-            return [Enqueued(i) for i in store.insert(c, self.schema, rows)]
+            return store.enqueue(c, self.schema, rows)
 
     def migrate(self, *, conn: psycopg.Connection[Any] | None = None) -> list[str]:
         """Apply pending migrations and lay the schema out for the cluster (`pgqueue migrate
@@ -134,7 +139,6 @@ class CitusQueue(Queue):
         options = job.options
         for given, what in (
             (job.atomic, "atomic tasks"),
-            (options.dedupe_key, "dedupe keys"),
             (options.limits, "limits"),
             (options.fairness_key, "fairness keys"),
         ):
@@ -158,6 +162,8 @@ class CitusQueue(Queue):
             "concurrency_key": options.concurrency_key,
             "tags": list(options.tags) if options.tags else None,
             "trace_context": traced,
+            "dedupe_key": options.dedupe_key,
+            "dedupe_window": window.total_seconds() if (window := options.dedupe_window) else None,
         }
 
 
