@@ -6,8 +6,7 @@ the backlog read (`backlog`) and the search for stranded jobs are the only ones 
 shards. None sends a NOTIFY (a two-phase commit refuses them). The statements a worker runs
 per job take `tables`: empty through the coordinator, where they name one shard key; on a
 node, a ShardTables' own tables, every row in them (`citus_shard_tables`, `node_backlog`).
-An enqueue with a dedupe key and a window also takes jobs.sql's savepoint statements, which
-name no table.
+An enqueue with a dedupe key and a window also takes a savepoint, which names no table.
 """
 
 from __future__ import annotations
@@ -199,12 +198,12 @@ def _try_insert(
     if params["dedupe_window"] is None:
         row = cur.execute(statement("citus_job_insert", schema), params).fetchone()
         return None if row is None else row.id
-    cur.execute(query("dedupe_savepoint", schema))
+    cur.execute(query("citus_dedupe_savepoint", schema))
     row = cur.execute(statement("citus_job_insert", schema), params).fetchone()
     lost = row is not None and _finished_meanwhile(cur, schema, params)
     if lost:
-        cur.execute(query("dedupe_rollback", schema))
-    cur.execute(query("dedupe_release", schema))
+        cur.execute(query("citus_dedupe_rollback", schema))
+    cur.execute(query("citus_dedupe_release", schema))
     return None if row is None or lost else row.id
 
 

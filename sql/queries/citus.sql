@@ -156,6 +156,19 @@ WHERE h.shard = %(shard)s::text AND h.dedupe_key = %(dedupe_key)s::text
                        - make_interval(secs => %(dedupe_window)s::float8)
 LIMIT 1;
 
+-- name: citus_dedupe_savepoint
+-- Marks where an insert with a dedupe key and a window starts, so that a lost race with a
+-- finishing job (citus_job_dedupe_recheck) undoes only that insert.
+SAVEPOINT pgqueue_citus_dedupe;
+
+-- name: citus_dedupe_rollback
+-- Undoes the insert that lost the race; the caller resolves the key again.
+ROLLBACK TO SAVEPOINT pgqueue_citus_dedupe;
+
+-- name: citus_dedupe_release
+-- Keeps the insert; the caller's transaction decides whether it commits.
+RELEASE SAVEPOINT pgqueue_citus_dedupe;
+
 -- name: citus_shard_backlog
 -- Each shard value with work for these queues, paused queues left out: its queued jobs, its
 -- scheduled jobs now due, and in how many seconds its next scheduled job falls due. The one
