@@ -4,15 +4,17 @@ Owns: each job's shard value (`shard_of`) and its insert on that shard, in the c
 transaction. A job whose shard value equals the distribution value of the caller's other
 rows in the transaction commits on their node alone; one on another node makes the
 transaction commit by two-phase commit, which needs no more of pgqueue since the enqueue
-sends no NOTIFY (the workers poll). What Citus cannot run raises CitusUnsupportedError before
-any SQL is sent: the methods listed in REFUSED, and jobs that are atomic or carry a dedupe
-key, limits or a fairness key.
+sends no NOTIFY (the workers poll). A dedupe key holds within one shard value: the same key
+on two shard values is two jobs. Every statement of an enqueue names its shard value, so
+each runs on one node. `list_jobs` reads every shard through the coordinator. What Citus
+cannot run raises CitusUnsupportedError before any SQL is sent: the methods listed in
+REFUSED, and jobs that are atomic or carry limits or a fairness key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 
@@ -20,13 +22,16 @@ from pgqueue import dsn as dsn_rule
 from pgqueue import hooks
 from pgqueue.codec import encode_args, too_large
 from pgqueue.errors import CitusUnsupportedError, ConfigurationError, InvalidArgumentsError
-from pgqueue.models import Enqueued, NewJob
+from pgqueue.models import Enqueued, Job, JobPage, NewJob
 from pgqueue.queue.arguments import _jobs_only, _queue_names
 from pgqueue.queue.connections import _connect
 from pgqueue.queue.sync import Queue
 from pgqueue.store import citus as store
 from pgqueue.store.plan import Plan
 from pgqueue.tenants import template_fields
+
+if TYPE_CHECKING:
+    from pgqueue.queue.plans import _JobFilters
 
 DOCS = 'see "Running on Citus" in the docs'
 
@@ -36,7 +41,6 @@ _RATES = "rate limits are not enforced on Citus"
 _WORKFLOWS = "workflows are not laid out for Citus"
 _WAITS = "waiting for a result is told by NOTIFY from the node that ran it"
 REFUSED: dict[Callable[..., Any], str] = {
-    Queue.list_jobs: "it pages through every shard at once",
     Queue.cancel_job: "cancelling tells the running worker by NOTIFY",
     Queue.retry_job: "it reads and links jobs across shards",
     Queue.job_steps: "durable steps are not kept on Citus",
@@ -94,7 +98,10 @@ class CitusQueue(Queue):
     or not; each job goes to the shard `shard_of` names."""
 
     def enqueue_many(self, jobs: Iterable[NewJob], *, conn: Any = None) -> list[Enqueued]:
-        """Store jobs, each on its shard, in one transaction; ids in the order given."""
+        """Store jobs, each on its shard, in one transaction; ids in the order given. A dedupe
+        key holds per shard value: a job whose shard already has a live job with its key, or
+        one finished within its `dedupe_window`, is not stored, and its id is that job's, with
+        `created` False. The same key on another shard value is another job."""
         batch = _jobs_only(jobs)
         if not batch:
             return []
@@ -108,7 +115,7 @@ class CitusQueue(Queue):
     def _store_rows(self, batch: Sequence[NewJob], conn: Any, traced: str | None) -> list[Enqueued]:
         rows = [self._row(index, job, traced) for index, job in enumerate(batch)]
         with self._connection(conn) as c:
-            return [Enqueued(i) for i in store.insert(c, self.schema, rows)]
+            return store.enqueue(c, self.schema, rows)
 
     def migrate(self, *, conn: psycopg.Connection[Any] | None = None) -> list[str]:
         """Apply pending migrations and lay the schema out for the cluster (`pgqueue migrate
@@ -122,6 +129,13 @@ class CitusQueue(Queue):
         with _connect(self.dsn, autocommit=True) as own:
             return self.migrate(conn=own)
 
+    def _list_plan(self, filters: _JobFilters) -> Plan[JobPage]:
+        # The coordinator reads the hot table and history one after the other, each shard
+        # with its own snapshot: a job that finishes between the two reads comes back from
+        # both, and is listed once, as finished (tests/citus/test_list_jobs.py).
+        page = yield from super()._list_plan(filters)
+        return JobPage(jobs=_once_each(page.jobs), next_before_id=page.next_before_id)
+
     def _pause_plan(self, queues: str | Sequence[str], reason: str) -> Plan[list[str]]:
         if not isinstance(reason, str) or len(reason) > 1000 or "\x00" in reason:
             raise ConfigurationError("a pause's reason is a string of at most 1000 characters")
@@ -134,7 +148,6 @@ class CitusQueue(Queue):
         options = job.options
         for given, what in (
             (job.atomic, "atomic tasks"),
-            (options.dedupe_key, "dedupe keys"),
             (options.limits, "limits"),
             (options.fairness_key, "fairness keys"),
         ):
@@ -158,7 +171,18 @@ class CitusQueue(Queue):
             "concurrency_key": options.concurrency_key,
             "tags": list(options.tags) if options.tags else None,
             "trace_context": traced,
+            "dedupe_key": options.dedupe_key,
+            "dedupe_window": window.total_seconds() if (window := options.dedupe_window) else None,
         }
+
+
+def _once_each(jobs: list[Job]) -> list[Job]:
+    """`jobs` with each id once: its finished record where there are two."""
+    by_id: dict[int, Job] = {}
+    for job in jobs:
+        if job.id not in by_id or job.finished_at is not None:
+            by_id[job.id] = job
+    return list(by_id.values())
 
 
 def _refusal(name: str, why: str) -> Any:

@@ -6,21 +6,26 @@ the backlog read (`backlog`) and the search for stranded jobs are the only ones 
 shards. None sends a NOTIFY (a two-phase commit refuses them). The statements a worker runs
 per job take `tables`: empty through the coordinator, where they name one shard key; on a
 node, a ShardTables' own tables, every row in them (`citus_shard_tables`, `node_backlog`).
+An enqueue with a dedupe key and a window also takes a savepoint, which names no table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import psycopg
 from psycopg import sql
 from psycopg.rows import args_row
 
 from pgqueue.codec import encode_json
-from pgqueue.models import ClaimedJob
+from pgqueue.errors import DatabaseError
+from pgqueue.models import ClaimedJob, Enqueued
 from pgqueue.queries import IN_ALL_ROWS, Tables, query, statement
+from pgqueue.store.jobs import DEDUPE_ROUNDS
 from pgqueue.store.plan import AsyncConn, Plan, SyncConn, rows_as
 
 
@@ -140,17 +145,79 @@ def lay_out(conn: SyncConn, schema: str) -> None:
     conn.execute(query("citus_lay_out", schema))
 
 
-def insert(conn: SyncConn, schema: str, rows: Sequence[Mapping[str, object]]) -> list[int]:
-    """Insert jobs (citus_job_insert's parameters each) in the caller's transaction; their
-    ids, in order. One statement a job: each is routed to its own shard."""
-    ids = []
-    with conn.cursor(row_factory=args_row(JobId)) as cur:
-        for row in rows:
-            cur.execute(statement("citus_job_insert", schema), row)
-            found = cur.fetchone()
-            assert found is not None
-            ids.append(found.id)
-    return ids
+def enqueue(conn: SyncConn, schema: str, rows: Sequence[Mapping[str, object]]) -> list[Enqueued]:
+    """Store jobs (citus_job_insert's parameters each, with `dedupe_window` in seconds) in
+    the caller's transaction, or in one of their own on an autocommit connection; their ids,
+    in order. Jobs without a dedupe key are inserted first, in order. A job with a key
+    resolves to the live job with that key on its shard, or to one that finished within its
+    window, else it is inserted; the same shard and key twice in `rows` is one job. Keys are
+    resolved in (shard, key) order, so two batches never wait on each other in a cycle."""
+    out: list[Enqueued | None] = [None] * len(rows)
+    plain = [i for i, row in enumerate(rows) if row["dedupe_key"] is None]
+    keyed: dict[tuple[str, str], list[int]] = {}
+    for i, row in enumerate(rows):
+        if row["dedupe_key"] is not None:
+            keyed.setdefault((str(row["shard"]), str(row["dedupe_key"])), []).append(i)
+    own = conn.transaction() if conn.autocommit else contextlib.nullcontext()
+    with own, conn.cursor(row_factory=args_row(JobId)) as cur:
+        for i in plain:
+            job_id = _try_insert(cur, schema, rows[i])
+            assert job_id is not None  # a job without a dedupe key meets no conflict
+            out[i] = Enqueued(job_id)
+        for key in sorted(keyed):
+            first, *again = keyed[key]
+            out[first] = found = _insert_unique(cur, schema, rows[first])
+            for i in again:
+                out[i] = Enqueued(found, created=False)
+    return [job_id for job_id in out if job_id is not None]
+
+
+def _insert_unique(cur: psycopg.Cursor[JobId], schema: str, row: Mapping[str, object]) -> Enqueued:
+    """The job a dedupe key resolves to on its shard (citus_job_find_dedupe), else `row`
+    inserted. Each round reads with a newer snapshot, so the next round finds a concurrent
+    enqueue of the key that committed first."""
+    params = {**row, "now": None}
+    for _ in range(DEDUPE_ROUNDS):
+        found = cur.execute(statement("citus_job_find_dedupe", schema), params).fetchone()
+        if found is not None:
+            return Enqueued(found.id, created=False)
+        inserted = _try_insert(cur, schema, params)
+        if inserted is not None:
+            return Enqueued(inserted)
+    raise DatabaseError(
+        f"dedupe key {row['dedupe_key']!r} on shard {row['shard']!r} did not settle after "
+        f"{DEDUPE_ROUNDS} rounds of concurrent enqueues: retry the transaction"
+    )
+
+
+def _try_insert(
+    cur: psycopg.Cursor[JobId], schema: str, params: Mapping[str, object]
+) -> int | None:
+    """citus_job_insert's id; None when a job with the key committed first or, given a window,
+    when one finished unseen since the find (the insert is then undone to its savepoint)."""
+    if params["dedupe_window"] is None:
+        row = cur.execute(statement("citus_job_insert", schema), params).fetchone()
+        return None if row is None else row.id
+    cur.execute(query("citus_dedupe_savepoint", schema))
+    row = cur.execute(statement("citus_job_insert", schema), params).fetchone()
+    lost = row is not None and _finished_meanwhile(cur, schema, params)
+    if lost:
+        cur.execute(query("citus_dedupe_rollback", schema))
+    cur.execute(query("citus_dedupe_release", schema))
+    return None if row is None or lost else row.id
+
+
+def _finished_meanwhile(
+    cur: psycopg.Cursor[JobId], schema: str, params: Mapping[str, object]
+) -> bool:
+    cur.execute(statement("citus_job_dedupe_recheck", schema), params)
+    return cur.fetchone() is not None
+
+
+def dedupe_statements(schema: str) -> dict[str, sql.Composed]:
+    """The statements an enqueue with a dedupe key sends, by name (tests read their plans)."""
+    names = ("citus_job_find_dedupe", "citus_job_insert", "citus_job_dedupe_recheck")
+    return {name: query(name, schema) for name in names}
 
 
 async def backlog(conn: AsyncConn, schema: str, queues: Sequence[str]) -> list[Backlog]:

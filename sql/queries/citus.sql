@@ -107,17 +107,67 @@ FROM unnest(ARRAY['queue_pauses', 'rate_limits', 'job_rate_limits', 'concurrency
 -- to the shard's node, so a transaction whose other rows share the job's distribution value
 -- commits there alone, without two-phase commit. No NOTIFY: a transaction that reaches two
 -- nodes commits by two-phase commit, which a NOTIFY would make fail. Workers poll instead.
+-- A job with a dedupe key is not inserted while its shard holds a live job with that key:
+-- no row comes back. ON CONFLICT waits for an uncommitted job with the key; once that one
+-- commits, the caller finds it with citus_job_find_dedupe, whose newer snapshot sees it.
 INSERT INTO {schema}.jobs AS j
     (shard, queue, task, args, priority, max_attempts, run_at, concurrency_key, tags,
-     trace_context, status)
+     trace_context, dedupe_key, status)
 VALUES (%(shard)s::text, %(queue)s::text, %(task)s::text, %(args)s::jsonb,
         %(priority)s::smallint, %(max_attempts)s::integer,
         coalesce(%(run_at)s::timestamptz, now() + make_interval(secs => coalesce(%(delay)s::float8, 0))),
         %(concurrency_key)s::text, %(tags)s::text[], %(trace_context)s::jsonb,
+        %(dedupe_key)s::text,
         CASE WHEN coalesce(%(run_at)s::timestamptz,
                            now() + make_interval(secs => coalesce(%(delay)s::float8, 0))) > now()
              THEN 'scheduled' ELSE 'queued' END)
+ON CONFLICT (shard, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING
 RETURNING j.id;
+
+-- name: citus_job_find_dedupe
+-- The job a dedupe key resolves to on one shard: the live job with the key, else, given a
+-- window, the one with the key that finished last within it; no row when there is neither.
+-- The unique index allows one live job per shard and key; the same key on another shard is
+-- another job.
+SELECT found.id
+FROM ((SELECT j.id, 0 AS rank FROM {schema}.jobs AS j
+       WHERE j.shard = %(shard)s::text AND j.dedupe_key = %(dedupe_key)s::text
+       LIMIT 1)
+      UNION ALL
+      (SELECT h.id, 1 AS rank FROM {schema}.job_history AS h
+       WHERE h.shard = %(shard)s::text AND h.dedupe_key = %(dedupe_key)s::text
+         AND %(dedupe_window)s::float8 IS NOT NULL
+         AND h.finished_at >= coalesce(%(now)s::timestamptz, now())
+                              - make_interval(secs => %(dedupe_window)s::float8)
+       ORDER BY h.finished_at DESC
+       LIMIT 1)) AS found
+ORDER BY found.rank
+LIMIT 1;
+
+-- name: citus_job_dedupe_recheck
+-- Whether a job with the dedupe key finished within the window on the shard, read after
+-- citus_job_insert created one: a job committed after citus_job_find_dedupe's snapshot may
+-- have finished before the insert checked for a conflict, which then found none. The caller
+-- rolls the insert back to its savepoint and resolves the key again.
+SELECT h.id
+FROM {schema}.job_history AS h
+WHERE h.shard = %(shard)s::text AND h.dedupe_key = %(dedupe_key)s::text
+  AND h.finished_at >= coalesce(%(now)s::timestamptz, now())
+                       - make_interval(secs => %(dedupe_window)s::float8)
+LIMIT 1;
+
+-- name: citus_dedupe_savepoint
+-- Marks where an insert with a dedupe key and a window starts, so that a lost race with a
+-- finishing job (citus_job_dedupe_recheck) undoes only that insert.
+SAVEPOINT pgqueue_citus_dedupe;
+
+-- name: citus_dedupe_rollback
+-- Undoes the insert that lost the race; the caller resolves the key again.
+ROLLBACK TO SAVEPOINT pgqueue_citus_dedupe;
+
+-- name: citus_dedupe_release
+-- Keeps the insert; the caller's transaction decides whether it commits.
+RELEASE SAVEPOINT pgqueue_citus_dedupe;
 
 -- name: citus_shard_backlog
 -- Each shard value with work for these queues, paused queues left out: its queued jobs, its
