@@ -12,12 +12,14 @@ Invariants:
 - Only a window the worker spent claiming, ending in a short claim, is judged: after a stall
   (its process starved of CPU, a slow statement) the few claims in the window say nothing of
   the jobs arriving.
-- Each spell, its start and its end, rewrites the worker's wake_listeners rows, which every
-  enqueue reads; under a long transaction each version stays behind for those reads to walk.
-  A stream that hovers at the threshold would start and end a spell many times a second, so
-  after a short spell the worker rests (claims as a woken worker) before the next one may
-  start, the rest doubling with each short spell and starting over after a long one. Resting
-  only keeps wake-ups coming, which is always safe.
+- Each spell that skips wake-ups (a queue claimed the way steady mode needs, interest.py)
+  rewrites the worker's wake_listeners rows at its start and its end, and every enqueue reads
+  them; under a long transaction each version stays behind for those reads to walk. A stream
+  that hovers at the threshold would start and end such spells many times a second, so after
+  a short one the worker rests (claims as a woken worker) before the next may start, the rest
+  doubling with each short spell in a row and starting over after a long one. Resting only
+  keeps wake-ups coming, which is always safe. A spell that rewrote nothing earns no rest: it
+  cost the enqueues nothing, and a worker claiming every cooldown keeps up better.
 """
 
 from __future__ import annotations
@@ -47,9 +49,12 @@ class Pace:
         self._rest_until = 0.0  # no spell begins before this, by the monotonic clock
         self._found: deque[tuple[float, int]] = deque()  # (began, jobs) per claim round
 
-    def judge(self, began: float, found: int, full: bool, cooldown: float) -> None:
+    def judge(
+        self, began: float, found: int, full: bool, cooldown: float, rewrote: bool = True
+    ) -> None:
         """Enter or leave steady mode after a claim round that began at `began` and found
-        `found` jobs (`full`: as many as it asked)."""
+        `found` jobs (`full`: as many as it asked); `rewrote`: whether the spell under way
+        skips wake-ups, so that its end rewrites the rows."""
         found_in = self._found
         found_in.append((began, found))
         while found_in and found_in[0][0] < began - STEADY_WINDOW:
@@ -70,7 +75,7 @@ class Pace:
             self.steady = False
             if began - self._spell_began >= LONG_SPELL:
                 self.rest = 0.0
-            else:
+            elif rewrote:
                 self.rest = min(max(self.rest * 2, FIRST_REST), LONGEST_REST)
                 self._rest_until = began + self.rest
         self.claim_at = began + cooldown

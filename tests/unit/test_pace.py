@@ -10,14 +10,16 @@ from pgqueue.worker.pace import FIRST_REST, LONG_SPELL, LONGEST_REST, STEADY_WIN
 COOLDOWN = 0.002
 
 
-def _claim_every_cooldown(pace: Pace, start: float, seconds: float, per_claim: float) -> float:
+def _claim_every_cooldown(
+    pace: Pace, start: float, seconds: float, per_claim: float, *, rewrote: bool = True
+) -> float:
     """Claim rounds a cooldown apart for `seconds`, each finding `per_claim` jobs on
     average (drawn at random); returns the time after the last."""
     rng = random.Random(7)
     now = start
     while now < start + seconds:
         found = int(per_claim) + (rng.random() < per_claim % 1)
-        pace.judge(now, found, False, COOLDOWN)
+        pace.judge(now, found, False, COOLDOWN, rewrote)
         now += COOLDOWN
     return now
 
@@ -52,6 +54,15 @@ def test_a_spell_starts_after_its_rest_and_a_long_one_ends_the_rests() -> None:
     now = _claim_every_cooldown(pace, now, LONG_SPELL, 2)
     _claim_every_cooldown(pace, now, STEADY_WINDOW, 0)
     assert not pace.steady and pace.rest == 0
+
+
+def test_a_spell_that_rewrote_no_rows_earns_no_rest() -> None:
+    pace = Pace(True)
+    now = 0.0
+    for _ in range(100):
+        now = _claim_every_cooldown(pace, now, 0.05, 1.4, rewrote=False)
+        now = _claim_every_cooldown(pace, now, 0.05, 0.2, rewrote=False)
+    assert pace.rest == 0 and pace.spells >= 50
 
 
 def test_a_worker_that_cannot_skip_wake_ups_never_turns_steady() -> None:
