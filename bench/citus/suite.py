@@ -2,7 +2,7 @@
 each server.
 
     python -m bench citus [--jobs 20000] [--tenants 32] [--concurrency 10] [--rounds 2]
-                          [--out DIR] [--short]
+                          [--rate 100] [--seconds 20] [--out DIR] [--short]
 
 It starts a Citus cluster (a coordinator and two nodes, bench/citus/cluster.py) and one plain
 server of the same PostgreSQL and settings, all on this host. Each round, on fresh schemas,
@@ -13,7 +13,9 @@ for each system, in an order that alternates between rounds:
 - `nodes`: the cluster and `pgqueue worker` (claims and outcomes on each shard's node).
 
 It enqueues --jobs no-op jobs over --tenants shard keys, one job per transaction from
-PRODUCERS connections, then drains them with one `pgqueue worker --burst`. For each phase
+PRODUCERS connections, then drains them with one `pgqueue worker --burst`; then, in the
+steady state (bench/citus/steady.py), a running worker keeps up with --rate jobs a second
+for --seconds, and each job's wait from its enqueue to its start is measured. For each phase
 it reads each server's CPU (its processes' user and system time, from /proc), WAL and
 statements (pg_stat_statements), and the worker's CPU, per job. It checks the plans: through
 the coordinator a claim is one task; on a node, a plain statement on the shard's table.
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import resource
 import statistics
 import subprocess
@@ -36,7 +37,6 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,8 @@ import psycopg
 from psycopg import sql
 
 from bench import options
-from bench.citus import app, cluster
+from bench.citus import app, cluster, steady
+from bench.citus.meters import Meter, per_job, readings
 from bench.report import Run, guarded
 from bench.server import Server, database
 from pgqueue import Queue
@@ -72,11 +73,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--tenants", type=int, help="shard keys the jobs spread over (32)")
     parser.add_argument("--concurrency", type=int, default=10, help="the worker's (10)")
     parser.add_argument("--rounds", type=int, help="rounds (default 2)")
+    parser.add_argument("--rate", type=float, help="steady state: jobs/s offered (default 100)")
+    parser.add_argument("--seconds", type=float, help="steady state: seconds (default 20)")
     args = parser.parse_args(argv)
     options.sized(
         args,
-        short={"jobs": 600, "tenants": 8, "rounds": 1},
-        full={"jobs": 20000, "tenants": 32, "rounds": 2},
+        short={"jobs": 600, "tenants": 8, "rounds": 1, "rate": 50.0, "seconds": 2.0},
+        full={"jobs": 20000, "tenants": 32, "rounds": 2, "rate": 100.0, "seconds": 20.0},
     )
     options.positive(
         parser,
@@ -85,82 +88,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
             "--tenants": args.tenants,
             "--concurrency": args.concurrency,
             "--rounds": args.rounds,
+            "--rate": args.rate,
+            "--seconds": args.seconds,
         },
     )
     if args.dsn:
         parser.error("--dsn: this suite starts its own servers (a Citus cluster and a plain one)")
     return args
-
-
-# -- the servers' counters -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Meter:
-    """One server, as the bench reads it."""
-
-    role: str  # single, coordinator, node1, node2
-    dsn: str
-    data: Path
-
-
-@dataclass(frozen=True)
-class Reading:
-    cpu: float  # seconds of its processes, user and system
-    wal: int  # bytes
-    statements: int
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def cpu_seconds(data: Path) -> float:
-    """User and system time of the server's postmaster, its live children, and (through the
-    postmaster's cumulative times) the children that have exited."""
-    pid = int((data / "postmaster.pid").read_text().split()[0])
-    own = _stat(pid)
-    assert own is not None, f"no postmaster {pid} for {data}"
-    ticks = sum(int(v) for v in own[11:15])  # utime, stime, cutime, cstime
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            found = _stat(int(entry.name))
-            if found is not None and int(found[1]) == pid:
-                ticks += int(found[11]) + int(found[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def read(meter: Meter) -> Reading:
-    with psycopg.connect(meter.dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,"
-            " (SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements)"
-        ).fetchone()
-    assert row is not None
-    return Reading(cpu_seconds(meter.data), int(row[0]), int(row[1]))
-
-
-def readings(meters: Sequence[Meter]) -> dict[str, Reading]:
-    return {m.role: read(m) for m in meters}
-
-
-def per_job(
-    before: dict[str, Reading], after: dict[str, Reading], jobs: int
-) -> dict[str, dict[str, float]]:
-    """Each server's CPU (ms), WAL (bytes) and statements per job between two readings (the
-    two reads' own statements taken off)."""
-    return {
-        role: {
-            "cpu_ms": round((after[role].cpu - b.cpu) * 1000 / jobs, 4),
-            "wal_bytes": round((after[role].wal - b.wal) / jobs, 1),
-            "statements": round((after[role].statements - b.statements - 1) / jobs, 3),
-        }
-        for role, b in before.items()
-    }
 
 
 # -- one system, one round ---------------------------------------------------------------------
@@ -245,6 +179,7 @@ def one(
         queued = readings(meters)
         ran = drain(system, dsn, schema, args.concurrency, log)
         drained = readings(meters)
+        kept_up = steady.run(system, meters, schema, args, log.with_suffix(".steady.log"))
     if ran["ran_once"] != args.jobs:
         raise RuntimeError(f"{system}: {ran['ran_once']} of {args.jobs} jobs ran once")
     return {
@@ -254,6 +189,7 @@ def one(
         "worker_cpu_ms_per_job": round(ran["worker_cpu_s"] * 1000 / args.jobs, 4),
         "enqueue": per_job(before, queued, args.jobs),
         "drain": per_job(queued, drained, args.jobs),
+        "steady": kept_up,
     }
 
 
@@ -409,6 +345,8 @@ def bench(run: Run, args: argparse.Namespace) -> int:
             "concurrency": args.concurrency,
             "producers": PRODUCERS,
             "rounds": args.rounds,
+            "steady_rate": args.rate,
+            "steady_seconds": args.seconds,
             "nodes": len(c.nodes),
             "shard_count": cluster.SHARD_COUNT,
             "systems": medians,
@@ -445,6 +383,20 @@ def _print(figures: dict[str, Any], server: Server) -> None:
                     f"| {name} | {phase} | {role} | {cost['cpu_ms']} | {cost['wal_bytes']} | "
                     f"{cost['statements']} |"
                 )
+    print(
+        f"\nsteady state: {figures['steady_rate']:,.0f} jobs/s offered for "
+        f"{figures['steady_seconds']:.0f} s, one job per transaction from {figures['producers']} "
+        f"connections; each worker polls every {steady.POLL} s\n"
+    )
+    print("| system | wait p50 ms | wait p99 ms | last job run after, s | server | CPU ms/job |")
+    print("|---|---:|---:|---:|---|---:|")
+    for name, got in systems.items():
+        kept = got["steady"]
+        for role, cost in kept["servers"].items():
+            print(
+                f"| {name} | {kept['wait_p50_ms']} | {kept['wait_p99_ms']} | "
+                f"{kept['last_run_after_s']} | {role} | {cost['cpu_ms']} |"
+            )
     m = figures["model"]
     p = figures["plans"]
     print(

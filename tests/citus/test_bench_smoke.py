@@ -1,7 +1,8 @@
 """The Citus suite (bench/citus/suite.py) as CI runs it: `--short`, a cluster and a plain
 server of its own, real `pgqueue worker` processes. The figures are the bench's; checked
-here: every job ran once on each system, each server's costs were read, the plans are the
-ones the docs describe, and the model was worked out."""
+here: every job ran once on each system, each server's costs were read, the steady state
+ran every job it offered, the plans are the ones the docs describe, and the model was
+worked out."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def test_short_citus_bench_drains_on_each_system_and_models_w_nodes(tmp_path: Pa
             assert all(
                 cost["cpu_ms"] > 0 and cost["statements"] > 0 for cost in got[phase].values()
             )
+        kept = got["steady"]
+        assert kept["jobs"] > 0 and set(kept["servers"]) == roles
+        assert 0 <= kept["wait_p50_ms"] <= kept["wait_p99_ms"]
     assert report["plans"]["through_coordinator_task_count_1"]
     assert report["plans"]["on_node_without_citus"]
     model = report["model"]
