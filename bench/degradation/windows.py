@@ -6,10 +6,10 @@ the jobs finished in it (job_history's started_at - run_at, read by primary key 
 last id seen, so a window reads only its own rows), and per kind of statement (KINDS) its
 calls, total time and shared buffers touched, from pg_stat_statements when the server
 preloads it (left empty otherwise, never guessed), and the host's CPU busy share (from
-/proc/stat, on Linux): a window whose machine had no CPU to spare says nothing of the claims.
-The hinted and floor claims run the same
-statements, which pg_stat_statements cannot tell apart: their counts and times come from
-the workers' own claim times (roles.py copies them out of the worker, off its hot path).
+/proc/stat, on Linux): a window whose machine had no CPU to spare says little of the claims.
+The hinted and floor claims run the same statements, which pg_stat_statements cannot tell
+apart: their counts and times come from the workers' own claim times (roles.py copies them
+out of the worker, off its hot path).
 """
 
 from __future__ import annotations
