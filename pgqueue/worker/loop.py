@@ -171,9 +171,7 @@ class FetchLoop:
                 if not full:
                     self._short_at = time.monotonic()
                 self._claimed_at = -1e9 if full else began
-                self.pace.judge(
-                    began, len(jobs), full, cooldown, rewrote=bool(self.claimer.hints.steady)
-                )
+                self.pace.judge(began, len(jobs), full, cooldown, bool(self.claimer.hints.steady))
             elif now >= next_poll:
                 # Every slot is busy: the poll is made when one frees (a job ending wakes the
                 # loop), and sleeping until a poll time already past would spin.

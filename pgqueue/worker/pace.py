@@ -49,9 +49,7 @@ class Pace:
         self._rest_until = 0.0  # no spell begins before this, by the monotonic clock
         self._found: deque[tuple[float, int]] = deque()  # (began, jobs) per claim round
 
-    def judge(
-        self, began: float, found: int, full: bool, cooldown: float, rewrote: bool = True
-    ) -> None:
+    def judge(self, began: float, found: int, full: bool, cooldown: float, rewrote: bool) -> None:
         """Enter or leave steady mode after a claim round that began at `began` and found
         `found` jobs (`full`: as many as it asked); `rewrote`: whether the spell under way
         skips wake-ups, so that its end rewrites the rows."""
