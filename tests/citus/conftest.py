@@ -13,6 +13,7 @@ from psycopg import sql
 
 from bench.citus import cluster
 from pgqueue.citus import CitusQueue
+from tests.citus import app
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +38,21 @@ def citus_schema(coordinator: str) -> Iterator[str]:
     yield name
     with psycopg.connect(coordinator, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def queue(
+    coordinator: str, citus_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[CitusQueue]:
+    """The schema's queue; the app's tasks (tests/citus/app.py), run in this process, write
+    to its runs table."""
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        app.runs_table(conn, citus_schema)
+    monkeypatch.setenv("CITUS_APP_DSN", coordinator)
+    monkeypatch.setenv("CITUS_APP_SCHEMA", citus_schema)
+    q = CitusQueue(coordinator, schema=citus_schema)
+    yield q
+    q.close()
 
 
 def node_of(conn: psycopg.Connection[Any], table: str, value: str) -> int:

@@ -4,7 +4,6 @@ live and finished, with the plain queue's filters and paging."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import psycopg
@@ -17,20 +16,6 @@ from tests.citus import app
 from tests.citus.conftest import values_on_two_nodes
 
 pytestmark = pytest.mark.citus
-
-
-@pytest.fixture
-def queue(
-    coordinator: str, citus_schema: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[CitusQueue]:
-    """The schema's queue; the app's tasks, run here, write to its runs table."""
-    with psycopg.connect(coordinator, autocommit=True) as conn:
-        app.runs_table(conn, citus_schema)
-    monkeypatch.setenv("CITUS_APP_DSN", coordinator)
-    monkeypatch.setenv("CITUS_APP_SCHEMA", citus_schema)
-    q = CitusQueue(coordinator, schema=citus_schema)
-    yield q
-    q.close()
 
 
 def _every_page(queue: CitusQueue, limit: int) -> list[Job]:

@@ -9,7 +9,6 @@ import asyncio
 import os
 import re
 import signal
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,20 +28,6 @@ from tests.conftest import wait_until, worker_process
 pytestmark = pytest.mark.citus
 
 TENANTS = [f"tenant-{i}" for i in range(12)]
-
-
-@pytest.fixture
-def queue(
-    coordinator: str, citus_schema: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[CitusQueue]:
-    """The schema's queue; the app's tasks, run in this process, write to its runs table."""
-    with psycopg.connect(coordinator, autocommit=True) as conn:
-        app.runs_table(conn, citus_schema)
-    monkeypatch.setenv("CITUS_APP_DSN", coordinator)
-    monkeypatch.setenv("CITUS_APP_SCHEMA", citus_schema)
-    q = CitusQueue(coordinator, schema=citus_schema)
-    yield q
-    q.close()
 
 
 def _in_process(coordinator: str, schema: str) -> CitusWorker:
