@@ -166,13 +166,14 @@ def test_jobs_claimed_earlier_in_a_round_are_not_orphans_when_the_next_claim_bre
 
     monkeypatch.setattr(claimer_module.Claimer, "claim_round", round_)
     monkeypatch.setattr(claimer_module.Claimer, "_claim", claim)
-    worker = Worker(queue, dsn=dsn, queues=("a", "b"), poll_interval=60)
-    with worker_in_thread(worker), psycopg.connect(dsn) as conn:
-        wait_until(lambda: worker.stats.claims >= 2, what="the worker's first, empty round")
-        armed.set()
+    # Both jobs wait before the worker starts, so its first round claims them both; jobs
+    # committed while a round is under way could fall into two rounds, and nothing would fire.
+    with psycopg.connect(dsn) as conn:
         queue.enqueue(t.job(1), conn=conn, queue="a")
         queue.enqueue(t.job(2), conn=conn, queue="b")
-        conn.commit()
+    armed.set()
+    worker = Worker(queue, dsn=dsn, queues=("a", "b"), poll_interval=60)
+    with worker_in_thread(worker), psycopg.connect(dsn) as conn:
         wait_until(fired.is_set, what="the fault between the round's two claims")
         wait_until(lambda: _finished(conn, "pgqueue") == 2 and committed(conn), 20, "both jobs")
     queue.close()
