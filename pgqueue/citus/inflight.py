@@ -1,9 +1,10 @@
 """The jobs a Citus worker runs, by shard, and their outcomes still to write.
 
 Owns: each running job's task and shard, the outcomes not yet written, and the put-back of
-unfinished jobs at stop. Every write names its shard, so it runs on that shard's node in one
-transaction; a shard whose write failed keeps its outcomes for the next call (the statements'
-guard makes a second write of one that did commit move nothing).
+unfinished jobs at stop. Every write names its shard, so it runs on that shard's node; the
+shards of one node are written in one transaction there (one commit for the node's share of
+the outcomes, never a two-phase one). A group whose write failed keeps its outcomes for the
+next call (the statements' guard makes a second write of one that did commit move nothing).
 """
 
 from __future__ import annotations
@@ -56,31 +57,33 @@ class InFlight:
         self.wake()
 
     async def write_outcomes(self, route: Route) -> bool:
-        """Each shard's outcomes in one transaction on its node; those of a shard that could
-        not be written stay, for the next call."""
+        """The outcomes in one transaction a node (through the coordinator, one a shard);
+        those of a group that could not be written stay, for the next call."""
         done, self.done = self.done, []
         by_shard: dict[str, list[Outcome]] = defaultdict(list)
         for shard, outcome in done:
             if not outcome.settled:
                 by_shard[shard].append(outcome)
-        for index, (shard, outcomes) in enumerate(list(by_shard.items())):
+        groups = route.together(list(by_shard))
+        for index, group in enumerate(groups):
             try:
-                await self._write_shard(route, shard, outcomes)
+                await route.write(group, partial(self._write_shard, by_shard))
             except BaseException:
-                left = list(by_shard.items())[index:]
-                self.done = [(s, o) for s, found in left for o in found] + self.done
+                left = [shard for later in groups[index:] for shard in later]
+                self.done = [(s, o) for s in left for o in by_shard[s]] + self.done
                 raise
+            self.finished += sum(len(by_shard[shard]) for shard in group)
         return True
 
-    async def _write_shard(self, route: Route, shard: str, outcomes: list[Outcome]) -> None:
+    def _write_shard(
+        self, by_shard: dict[str, list[Outcome]], conn: AsyncConn, shard: str, tables: Tables
+    ) -> Awaitable[int]:
+        outcomes = by_shard[shard]
         final = [o.as_row() for o in outcomes if o.status != "retry"]
         retried = [o.as_row() for o in outcomes if o.status == "retry"]
-
-        def write(conn: AsyncConn, tables: Tables) -> Awaitable[int]:
-            return store.finish(conn, self.schema, shard, final, retried, self.keep_history, tables)
-
-        await route.run(shard, write)
-        self.finished += len(outcomes)
+        return store.write_outcomes(
+            conn, self.schema, shard, final, retried, self.keep_history, tables
+        )
 
     async def drain(self, route: Route, grace: float, worker_id: int) -> None:
         """Give running jobs the grace, then cancel and put back the rest."""

@@ -33,22 +33,30 @@ from pgqueue.store.plan import AsyncConn
 
 T = TypeVar("T")
 Op = Callable[[AsyncConn, Tables], Awaitable[T]]
+# A write to one shard, in a transaction that may write others: (connection, shard, tables).
+ShardWrite = Callable[[AsyncConn, str, Tables], Awaitable[object]]
 log = logging.getLogger("pgqueue.citus")
 # Long enough that the metadata read stays off the per-job path; a moved shard is noticed at
 # once anyway, by its table missing on the old node.
 PLACEMENT_TTL = 30.0
 CLAIM_ON = ("nodes", "coordinator")
-# A shard's backlog is counted up to this: enough to share the slots, without reading all of
-# a long backlog every round.
-BACKLOG_CAP = 1000
 
 
 class Route(Protocol):
-    async def backlog(self, queues: Sequence[str]) -> list[store.Backlog]:
-        """Each shard with work: the key `run` takes, its queued and due jobs."""
+    async def backlog(self, queues: Sequence[str], free: int) -> list[store.Backlog]:
+        """Each shard with work: the key `run` takes, its queued and due jobs (on the nodes
+        counted up to `free`, the slots they share: a shard takes at most that many)."""
         ...
 
     async def run(self, shard: str, op: Op[T]) -> T: ...
+
+    def together(self, shards: Sequence[str]) -> list[list[str]]:
+        """`shards` in groups that one transaction can write without two-phase commit."""
+        ...
+
+    async def write(self, group: Sequence[str], op: ShardWrite) -> None:
+        """`op` for each shard of a group from `together`, in one transaction."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -69,11 +77,23 @@ class Coordinator:
         self.schema = schema
         self.link = link
 
-    async def backlog(self, queues: Sequence[str]) -> list[store.Backlog]:
+    async def backlog(self, queues: Sequence[str], free: int) -> list[store.Backlog]:
         return await self.link.run(lambda conn: store.backlog(conn, self.schema, queues))
 
     async def run(self, shard: str, op: Op[T]) -> T:
         return await self.link.run(lambda conn: op(conn, ()))
+
+    def together(self, shards: Sequence[str]) -> list[list[str]]:
+        # Two shard values may live on two nodes: one transaction each.
+        return [[shard] for shard in shards]
+
+    async def write(self, group: Sequence[str], op: ShardWrite) -> None:
+        async def each(conn: AsyncConn) -> None:
+            async with conn.transaction():
+                for shard in group:
+                    await op(conn, shard, ())
+
+        await self.link.run(each)
 
     async def close(self) -> None:
         return None
@@ -92,7 +112,7 @@ class Nodes:
         self._read_at = float("-inf")
         self._nodes: dict[tuple[str, int], _Node] = {}
 
-    async def backlog(self, queues: Sequence[str]) -> list[store.Backlog]:
+    async def backlog(self, queues: Sequence[str], free: int) -> list[store.Backlog]:
         """Every shard with work (or a job scheduled), one statement a node; a node that
         fails is left out."""
         await self._locate()
@@ -106,7 +126,7 @@ class Nodes:
             async def read(
                 conn: AsyncConn, shards: list[store.ShardTables] = shards
             ) -> list[store.Backlog]:
-                return await store.node_backlog(conn, self.schema, shards, queues, BACKLOG_CAP)
+                return await store.node_backlog(conn, self.schema, shards, queues, free)
 
             try:
                 rows = await node.run(read)
@@ -127,6 +147,34 @@ class Nodes:
         node = self._node(placed.host, placed.port)
         try:
             return await node.run(lambda conn: op(conn, placed.tables))
+        except psycopg.errors.UndefinedTable:
+            self._moved(node)
+            raise
+
+    def together(self, shards: Sequence[str]) -> list[list[str]]:
+        """The shards of each node in one group; one whose place is not known, alone."""
+        groups: dict[object, list[str]] = defaultdict(list)
+        for shard in shards:
+            placed = self._placed.get(shard)
+            groups[shard if placed is None else (placed.host, placed.port)].append(shard)
+        return list(groups.values())
+
+    async def write(self, group: Sequence[str], op: ShardWrite) -> None:
+        if any(shard not in self._placed for shard in group):
+            await self._locate(force=True)
+        placed = [self._placed[shard] for shard in group if shard in self._placed]
+        homes = {(shard.host, shard.port) for shard in placed}
+        if len(placed) != len(group) or len(homes) != 1:  # split, dropped or moved: retried
+            raise psycopg.OperationalError(f"shards {list(group)} are not on one node")
+        node = self._node(*homes.pop())
+
+        async def each(conn: AsyncConn) -> None:
+            async with conn.transaction():
+                for shard, where in zip(group, placed, strict=True):
+                    await op(conn, shard, where.tables)
+
+        try:
+            await node.run(each)
         except psycopg.errors.UndefinedTable:
             self._moved(node)
             raise
@@ -196,6 +244,11 @@ async def _open(dsn: str, name: str) -> AsyncConn:
     """A node's connection; a node that cannot be reached raises psycopg's OperationalError,
     as a statement on a broken connection does, so the worker treats both alike."""
     try:
-        return await connect(dsn, name="pgqueue:citus-node")
+        conn = await connect(dsn, name="pgqueue:citus-node")
     except DatabaseError as exc:
         raise psycopg.OperationalError(f"node {name} ({redact(dsn)}): {exc}") from exc
+    # The statements here are prepared, and their plans depend on no parameter: each names
+    # its indexes' order. Planned once, not at every round (the backlog's union of every
+    # shard of the node costs far more to plan than to run).
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    return conn

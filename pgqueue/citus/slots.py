@@ -60,3 +60,30 @@ def fill(free: int, backlog: Mapping[str, int], turn: int) -> dict[str, int]:
         shares[shard] = min(backlog[shard], left)
         left -= shares[shard]
     return shares
+
+
+class Known:
+    """The shards a worker on the nodes knows to have work, between reads of their backlog.
+
+    While its claims come back full, a worker claims again at once; reading every node's
+    backlog before each of those claims would cost the nodes as much as the claims. So the
+    backlog read at a round is kept for one poll interval: a shard stays known while its
+    claims return what they asked, and is dropped at its first short one. The next read comes
+    when the interval is over or no known shard is left, so a shard that gets work meanwhile
+    waits at most the poll interval, as it would for an idle worker's poll.
+    """
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, int] = {}
+        self._until = float("-inf")
+
+    def fresh(self, now: float) -> bool:
+        return now < self._until and any(n > 0 for n in self.waiting.values())
+
+    def read(self, waiting: dict[str, int], now: float, keep: float) -> None:
+        self.waiting = dict(waiting)
+        self._until = now + keep
+
+    def claimed(self, shard: str, want: int, got: int) -> None:
+        if got < want:
+            self.waiting[shard] = 0

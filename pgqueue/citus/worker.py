@@ -2,7 +2,8 @@
 with the worker's executor, and writes each shard's outcomes on that shard.
 
 Owns: the round (read the backlog of every shard, promote due jobs, share the free slots by
-backlog, claim each share naming its shard) and the rescue of jobs whose worker stopped
+backlog, claim each share naming its shard; on the nodes the backlog read is kept while
+claims come back full, for a poll interval, slots.Known) and the rescue of jobs whose worker stopped
 heartbeating; the jobs in flight, their outcomes' writes and the put-back at stop are
 inflight.py's, and where a shard's statements run is routes.py's. Every statement on a job
 runs on the shard's node: on the node's own connection (`claim_on="nodes"`, the default),
@@ -34,7 +35,7 @@ import psycopg
 
 from pgqueue.citus.inflight import InFlight
 from pgqueue.citus.routes import CLAIM_ON, Route, routes
-from pgqueue.citus.slots import fill, share
+from pgqueue.citus.slots import Known, fill, share
 from pgqueue.errors import CitusUnsupportedError, ConfigurationError
 from pgqueue.models import ALL_QUEUES, ClaimedJob, WorkerSettings
 from pgqueue.queries import Tables
@@ -98,6 +99,7 @@ class CitusWorker:
         self.jobs: InFlight | None = None  # this run's jobs
         self._rng = random.Random()
         self._turn = 0  # which shard with work a claim round on the nodes starts at
+        self._known = Known()  # the last backlog read, while claims from it come back full
         self._stop_requested = False
         self._force = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -237,37 +239,47 @@ class CitusWorker:
     async def _round(self, shards: Route, free: int) -> tuple[bool, bool]:
         """One claim round; whether any shard had work, and whether every share came back
         full (claim again at once)."""
-        queues, in_flight, schema = self.settings.queues, self.jobs, self.schema
+        queues, in_flight, schema, known = self.settings.queues, self.jobs, self.schema, self._known
         assert in_flight is not None
-        backlog = await shards.backlog(queues)
-        for row in backlog:
-            if row.due:
-                promote = partial(
-                    _promote,
-                    schema=schema,
-                    shard=row.shard,
-                    queues=queues,
-                    limit=self.settings.promote_batch,
-                )
-                await shards.run(row.shard, promote)
-        waiting = {row.shard: row.queued + row.due for row in backlog}
-        full = True
+        now = time.monotonic()
+        if self.claim_on != "nodes" or not known.fresh(now):
+            known.read(
+                await self._backlog(shards, free), now, self.settings.poll_interval.total_seconds()
+            )
+        waiting = known.waiting
+        found, full = any(n > 0 for n in waiting.values()), True
         if self.claim_on == "nodes":
             self._turn += 1
             shares = fill(free, waiting, self._turn)
         else:
             shares = share(free, waiting, self._rng)
+        # A claim takes the queues in turn, so each round starts at one drawn at random.
+        start = self._rng.randrange(len(queues))
+        in_turn = [*queues[start:], *queues[:start]]
         for shard, want in shares.items():
             claim = partial(
-                _claim, schema=schema, shard=shard, queues=queues, limit=want, worker_id=self.id
+                _claim, schema=schema, shard=shard, queues=in_turn, limit=want, worker_id=self.id
             )
             jobs = await shards.run(shard, claim)
+            known.claimed(shard, want, len(jobs))
             full = full and len(jobs) == want
             self.claimed += len(jobs)
             for job in jobs:
                 in_flight.start(job, shard)
         # Shards with only jobs scheduled later have no share: no reason to claim at once.
-        return any(n > 0 for n in waiting.values()), full and bool(shares)
+        return found, full and bool(shares)
+
+    async def _backlog(self, shards: Route, free: int) -> dict[str, int]:
+        """Each shard's jobs waiting, its due ones promoted."""
+        queues, limit = self.settings.queues, self.settings.promote_batch
+        backlog = await shards.backlog(queues, free)
+        for row in backlog:
+            if row.due:
+                promote = partial(
+                    _promote, schema=self.schema, shard=row.shard, queues=queues, limit=limit
+                )
+                await shards.run(row.shard, promote)
+        return {row.shard: row.queued + row.due for row in backlog}
 
     async def _sleep(self, timeout: float) -> None:
         assert self._wake is not None

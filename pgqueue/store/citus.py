@@ -238,15 +238,21 @@ async def node_backlog(
 ) -> list[Backlog]:
     """On one node, in one statement: each of its `shards`' backlog (citus_node_backlog),
     each row named by the shard's key."""
+    async with conn.cursor(row_factory=args_row(Backlog)) as cur:
+        params = {"queues": list(queues), "cap": cap}
+        await cur.execute(node_backlog_statement(schema, shards), params)
+        return await cur.fetchall()
+
+
+def node_backlog_statement(schema: str, shards: Sequence[ShardTables]) -> sql.Composed:
+    """node_backlog's statement as sent (tests read its plan)."""
     parts = [
         sql.SQL("SELECT {} AS shard, b.* FROM ({}) AS b").format(
             sql.Literal(shard.key), query("citus_node_backlog", schema, shard.tables)
         )
         for shard in shards
     ]
-    async with conn.cursor(row_factory=args_row(Backlog)) as cur:
-        await cur.execute(sql.SQL(" UNION ALL ").join(parts), {"queues": list(queues), "cap": cap})
-        return await cur.fetchall()
+    return sql.SQL(" UNION ALL ").join(parts)
 
 
 async def promote(
@@ -294,19 +300,32 @@ async def finish(
     """Write one shard's outcomes (Outcome.as_row dicts) in one transaction on its node:
     final ones leave the hot table (to history unless `keep_history` is off), retried ones
     go back. How many rows moved."""
-    moved = 0
     async with conn.transaction():
-        if final:
-            name = "citus_job_finish" if keep_history else "citus_job_drop"
-            params = _outcomes(shard, final, keep_history)
-            cur = await conn.execute(statement(name, schema, tables), params)
-            moved += len(await cur.fetchall())
-        if retried:
-            rows = [_retry(row) for row in retried]
-            cur = await conn.execute(
-                statement("citus_job_retry", schema, tables), _outcomes(shard, rows, keep_history)
-            )
-            moved += len(await cur.fetchall())
+        return await write_outcomes(conn, schema, shard, final, retried, keep_history, tables)
+
+
+async def write_outcomes(
+    conn: AsyncConn,
+    schema: str,
+    shard: str,
+    final: Sequence[Mapping[str, object]],
+    retried: Sequence[Mapping[str, object]],
+    keep_history: bool,
+    tables: Tables = (),
+) -> int:
+    """`finish` in the caller's transaction, which may write other shards of the node."""
+    moved = 0
+    if final:
+        name = "citus_job_finish" if keep_history else "citus_job_drop"
+        params = _outcomes(shard, final, keep_history)
+        cur = await conn.execute(statement(name, schema, tables), params)
+        moved += len(await cur.fetchall())
+    if retried:
+        rows = [_retry(row) for row in retried]
+        cur = await conn.execute(
+            statement("citus_job_retry", schema, tables), _outcomes(shard, rows, keep_history)
+        )
+        moved += len(await cur.fetchall())
     return moved
 
 

@@ -207,19 +207,37 @@ ORDER BY j.shardid;
 
 -- name: citus_node_backlog
 -- One shard table's queued jobs and scheduled jobs now due (each counted up to %(cap)s: the
--- counts share the worker's slots, and a count of a long backlog would read all of it), and
--- in how many seconds its next scheduled job falls due. Run on the shard's node.
+-- counts share the worker's free slots, and a count past them would read entries for
+-- nothing), and in how many seconds its next scheduled job falls due. Run on the shard's
+-- node. Queue by queue and in each index's order, as the claim, so that each reads the first
+-- entries of a range of jobs_claim_idx or jobs_scheduled_idx, and never the shard-first
+-- indexes, which on a table of many shard keys would be walked whole.
 SELECT (SELECT count(*) FROM (
-            SELECT 1 FROM {jobs}
-            WHERE queue = ANY(%(queues)s::text[]) AND status = 'queued' AND NOT atomic
-              AND queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
-            LIMIT %(cap)s) AS q) AS queued,
+            SELECT 1
+            FROM unnest(%(queues)s::text[]) AS q (queue)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM {jobs}
+                WHERE queue = q.queue AND status = 'queued' AND NOT atomic
+                ORDER BY priority, id
+                LIMIT %(cap)s) AS j
+            WHERE q.queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
+            LIMIT %(cap)s) AS c) AS queued,
        (SELECT count(*) FROM (
-            SELECT 1 FROM {jobs}
-            WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled' AND run_at <= now()
-            LIMIT %(cap)s) AS d) AS due,
-       (SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {jobs}
-        WHERE queue = ANY(%(queues)s::text[]) AND status = 'scheduled') AS next_due_in
+            SELECT 1
+            FROM unnest(%(queues)s::text[]) AS q (queue)
+            CROSS JOIN LATERAL (
+                SELECT 1 FROM {jobs}
+                WHERE queue = q.queue AND status = 'scheduled' AND run_at <= now()
+                ORDER BY run_at
+                LIMIT %(cap)s) AS j
+            LIMIT %(cap)s) AS c) AS due,
+       (SELECT extract(epoch FROM min(n.run_at) - now())::float8
+        FROM unnest(%(queues)s::text[]) AS q (queue)
+        CROSS JOIN LATERAL (
+            SELECT run_at FROM {jobs}
+            WHERE queue = q.queue AND status = 'scheduled'
+            ORDER BY run_at
+            LIMIT 1) AS n) AS next_due_in
 
 -- name: citus_job_promote
 -- Moves one shard's due scheduled jobs of these queues to queued, a bounded batch, skipping
@@ -238,22 +256,27 @@ WHERE {in_shard} AND j.id = due.id AND j.status = 'scheduled'
 RETURNING j.id;
 
 -- name: citus_job_claim
--- Claims up to %(limit)s queued jobs of one shard, in (priority, id) order, skipping rows
--- other workers hold and queues that are paused: of one shard key through the coordinator,
--- which runs it as one task on the shard's node, or of a whole shard table on its node. A
--- row updated concurrently is re-checked against status = 'queued' when its lock is taken,
--- so a job is never claimed twice.
+-- Claims up to %(limit)s queued jobs of one shard, queue by queue in the order given, each in
+-- (priority, id) order, skipping rows other workers hold and queues that are paused: of one
+-- shard key through the coordinator, which runs it as one task on the shard's node, or of a
+-- whole shard table on its node. One queue at a time, so that an index gives each queue's
+-- order and the claim reads only the entries it takes: jobs_shard_claim_idx for one shard
+-- key, jobs_claim_idx for a shard table, whose many keys no shard-first index orders. A row
+-- updated concurrently is re-checked against status = 'queued' when its lock is taken, so a
+-- job is never claimed twice.
 WITH picked AS (
-    SELECT id
-    FROM {jobs}
-    WHERE {in_shard}
-      AND queue = ANY(%(queues)s::text[])
-      AND status = 'queued'
-      AND NOT atomic
-      AND queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
-    ORDER BY priority, id
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS q (queue)
+    CROSS JOIN LATERAL (
+        SELECT id
+        FROM {jobs}
+        WHERE {in_shard} AND queue = q.queue AND status = 'queued' AND NOT atomic
+        ORDER BY priority, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    WHERE q.queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE {jobs} AS j
 SET status = 'running', attempt = j.attempt + 1, started_at = now(), worker_id = %(worker_id)s

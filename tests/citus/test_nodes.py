@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -26,7 +27,7 @@ from tests.citus.conftest import node_of, values_on_two_nodes
 
 pytestmark = pytest.mark.citus
 
-PARAMS = {"shard": None, "queues": ["default"], "limit": 10, "worker_id": 1}
+PARAMS: dict[str, Any] = {"shard": None, "queues": ["default"], "limit": 10, "worker_id": 1}
 
 
 def _shard_key(conn: psycopg.Connection[Any], schema: str, value: str) -> str:
@@ -66,7 +67,7 @@ def test_a_shards_backlog_and_claim_run_on_its_node_as_plain_statements_on_its_t
         link = Link(coordinator, "test")
         nodes = Nodes(coordinator, citus_schema, link)
         try:
-            backlog = {row.shard: row.queued for row in await nodes.backlog(["default"])}
+            backlog = {row.shard: row.queued for row in await nodes.backlog(["default"], 10)}
             return backlog, [await nodes.run(key, on_node) for key in keys]
         finally:
             await nodes.close()
@@ -94,14 +95,14 @@ def test_a_node_that_cannot_be_reached_fails_its_statements_and_not_the_others(
     async def run() -> tuple[str, list[str], list[ClaimedJob]]:
         link = Link(coordinator, "test")
         nodes = Nodes(coordinator, citus_schema, link)
-        await nodes.backlog(["default"])
+        await nodes.backlog(["default"], 10)
         # As if the cluster knew the first shard's node by a name this host cannot reach.
         unreachable = dataclasses.replace(nodes._placed[keys[0]], port=1)
         for key, shard in list(nodes._placed.items()):
             if shard.port == nodes._placed[keys[0]].port:
                 nodes._placed[key] = dataclasses.replace(shard, port=unreachable.port)
         try:
-            left = [row.shard for row in await nodes.backlog(["default"])]
+            left = [row.shard for row in await nodes.backlog(["default"], 10)]
             with pytest.raises(psycopg.OperationalError) as failed:
                 await nodes.run(keys[0], _claim(citus_schema))
             return str(failed.value), left, await nodes.run(keys[1], _claim(citus_schema))
@@ -113,3 +114,59 @@ def test_a_node_that_cannot_be_reached_fails_its_statements_and_not_the_others(
     assert "node 127.0.0.1:1" in failed
     assert left == [keys[1]]  # the unreachable node's shards are left out of the round
     assert len(claimed) == 1
+
+
+def _scans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, depth first."""
+    return [plan, *(node for child in plan.get("Plans", []) for node in _scans(child))]
+
+
+def test_on_a_node_the_claim_and_the_backlog_read_only_the_entries_they_need(
+    coordinator: str, citus_schema: str
+) -> None:
+    """A shard table holds many shard values, which the shard-first indexes order first:
+    read through them, a claim of two jobs, or a backlog counted up to two, would walk (and
+    sort) every queued job of the table. Queue by queue, each reads a range of the
+    per-queue indexes, as many entries as it takes."""
+    queue = CitusQueue(coordinator, schema=citus_schema)
+    queue.enqueue_many([app.record.job(tenant_id=f"t{n % 40}", n=n) for n in range(400)])
+    queue.close()
+    with psycopg.connect(coordinator, autocommit=True) as conn:
+        key = _shard_key(conn, citus_schema, "t0")
+
+    async def explain(
+        conn: AsyncConn, tables: Tables, shard: store.ShardTables
+    ) -> list[list[dict[str, Any]]]:
+        plans = []
+        backlog: dict[str, Any] = {"queues": ["default"], "cap": 2}
+        for statement, params in [
+            (store.claim_statement(citus_schema, tables), {**PARAMS, "limit": 2}),
+            (store.node_backlog_statement(citus_schema, [shard]), backlog),
+        ]:
+            explained = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement
+            async with (
+                conn.transaction(force_rollback=True),
+                conn.cursor(row_factory=tuple_row) as cur,
+            ):
+                await cur.execute(explained, params)
+                row = await cur.fetchone()
+                assert row is not None
+                plans.append(_scans(row[0][0]["Plan"]))
+        return plans
+
+    async def run() -> list[list[dict[str, Any]]]:
+        link = Link(coordinator, "test")
+        nodes = Nodes(coordinator, citus_schema, link)
+        try:
+            await nodes.backlog(["default"], 2)  # where the shards are
+            return await nodes.run(key, partial(explain, shard=nodes._placed[key]))
+        finally:
+            await nodes.close()
+            await link.close()
+
+    for plan in asyncio.run(run()):
+        assert not any(node["Node Type"] == "Sort" for node in plan), plan
+        on_jobs = [node for node in plan if node.get("Relation Name", "").startswith("jobs_")]
+        assert on_jobs
+        for node in on_jobs:
+            assert node["Actual Rows"] * node["Actual Loops"] <= 2, node

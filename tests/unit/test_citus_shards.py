@@ -11,7 +11,7 @@ import pytest
 
 from pgqueue import Queue
 from pgqueue.citus import shard_of
-from pgqueue.citus.slots import fill, share
+from pgqueue.citus.slots import Known, fill, share
 from pgqueue.errors import InvalidArgumentsError
 
 queue = Queue(None)
@@ -71,3 +71,16 @@ def test_on_the_nodes_slots_go_to_the_shards_in_turn_in_batches() -> None:
     assert fill(10, backlog, 3) == {"1": 10}  # every shard with work was first once
     assert fill(100, backlog, 1) == {"2": 3, "4": 40, "1": 57}
     assert fill(0, backlog, 0) == {} and fill(5, {"1": 0}, 0) == {}
+
+
+def test_a_backlog_read_is_kept_while_claims_come_back_full_for_one_interval() -> None:
+    known = Known()
+    assert not known.fresh(0.0)  # nothing read yet
+    known.read({"a": 10, "b": 10, "c": 0}, now=0.0, keep=0.05)
+    assert known.fresh(0.01)
+    known.claimed("a", want=10, got=10)  # full: a still has work
+    known.claimed("b", want=10, got=3)  # short: b is drained
+    assert known.waiting == {"a": 10, "b": 0, "c": 0} and known.fresh(0.02)
+    assert not known.fresh(0.05)  # the interval is over: read again
+    known.claimed("a", want=10, got=0)
+    assert not known.fresh(0.02)  # no known shard has work left: read again
