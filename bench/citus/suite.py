@@ -44,7 +44,7 @@ import psycopg
 from psycopg import sql
 
 from bench import options
-from bench.citus import app, cluster, steady
+from bench.citus import app, cluster, floor, steady
 from bench.citus.meters import Meter, per_job, readings
 from bench.report import Run, guarded
 from bench.server import Server, database
@@ -240,9 +240,13 @@ def plans(coordinator: str) -> dict[str, Any]:
 # -- the model -------------------------------------------------------------------------------
 
 
-def model(nodes: dict[str, Any], single: dict[str, Any], node_count: int) -> dict[str, Any]:
+def model(
+    nodes: dict[str, Any], single: dict[str, Any], node_count: int, bare: dict[str, Any]
+) -> dict[str, Any]:
     """Jobs/s a cluster of W nodes sustains if each node's CPU is what bounds it, from the
-    measured cost of a job (enqueue and drain) on the nodes and on the coordinator."""
+    measured cost of a job (enqueue and drain) on the nodes and on the coordinator; beside
+    it, the enqueue's and the drain's ratios apart, and Citus's own ratio for a bare row
+    written through the coordinator (floor.py), which no enqueue that way can go under."""
     node_ms = sum(
         phase[role]["cpu_ms"]
         for phase in (nodes["enqueue"], nodes["drain"])
@@ -284,8 +288,21 @@ def model(nodes: dict[str, Any], single: dict[str, Any], node_count: int) -> dic
         "coordinator_cpu_ms_per_job": round(coordinator_ms, 4),
         "single_cpu_ms_per_job": round(single_ms, 4),
         "node_vs_single": round(node_ms / single_ms, 2),
+        "enqueue_node_vs_single": _ratio(nodes, single, "enqueue"),
+        "drain_node_vs_single": _ratio(nodes, single, "drain"),
+        "bare_row_node_vs_single": round(
+            _nodes_ms(bare["cluster"]) / bare["single"]["single"]["cpu_ms"], 2
+        ),
         "rows": rows,
     }
+
+
+def _nodes_ms(costs: dict[str, Any]) -> float:
+    return float(sum(cost["cpu_ms"] for role, cost in costs.items() if role.startswith("node")))
+
+
+def _ratio(nodes: dict[str, Any], single: dict[str, Any], phase: str) -> float:
+    return round(_nodes_ms(nodes[phase]) / float(single[phase]["single"]["cpu_ms"]), 2)
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -339,6 +356,8 @@ def bench(run: Run, args: argparse.Namespace) -> int:
                 per[system].append(one(system, servers, args, log))
                 print(f"bench: round {r + 1} {system} done", file=sys.stderr)
         medians = {s: _median(rounds) for s, rounds in per.items()}
+        # The same number of bare rows as jobs: what Citus costs a routed write on its own.
+        bare = floor.run(servers["single"], servers["cluster"], args.jobs, args.tenants)
         figures = {
             "jobs": args.jobs,
             "tenants": args.tenants,
@@ -352,7 +371,8 @@ def bench(run: Run, args: argparse.Namespace) -> int:
             "systems": medians,
             "each_round": per,
             "plans": plans(c.coordinator),
-            "model": model(medians["nodes"], medians["single"], len(c.nodes)),
+            "floor": bare,
+            "model": model(medians["nodes"], medians["single"], len(c.nodes), bare),
         }
         run.write(out, "results.json", server, figures)
     _print(figures, server)
@@ -406,7 +426,10 @@ def _print(figures: dict[str, Any], server: Server) -> None:
     print(
         f"\nmodel ({m['assumptions']}): a job costs the nodes {m['node_cpu_ms_per_job']} ms, "
         f"the coordinator {m['coordinator_cpu_ms_per_job']} ms, one plain server "
-        f"{m['single_cpu_ms_per_job']} ms ({m['node_vs_single']}x)\n"
+        f"{m['single_cpu_ms_per_job']} ms ({m['node_vs_single']}x: enqueue "
+        f"{m['enqueue_node_vs_single']}x, drain {m['drain_node_vs_single']}x); a bare row "
+        f"through the coordinator costs the nodes {m['bare_row_node_vs_single']}x a plain "
+        "server's\n"
     )
     print("| nodes | jobs/s (node-bound) | coordinator-bound | worker cores | 2PC share, 2 keys |")
     print("|---:|---:|---:|---:|---:|")

@@ -1,8 +1,8 @@
 """The Citus suite (bench/citus/suite.py) as CI runs it: `--short`, a cluster and a plain
 server of its own, real `pgqueue worker` processes. The figures are the bench's; checked
 here: every job ran once on each system, each server's costs were read, the steady state
-ran every job it offered, the plans are the ones the docs describe, and the model was
-worked out."""
+ran every job it offered, the plans are the ones the docs describe, a bare row's cost was
+read on both, and the model was worked out."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def test_short_citus_bench_drains_on_each_system_and_models_w_nodes(tmp_path: Pa
         assert 0 <= kept["wait_p50_ms"] <= kept["wait_p99_ms"]
     assert report["plans"]["through_coordinator_task_count_1"]
     assert report["plans"]["on_node_without_citus"]
+    floor = report["floor"]
+    assert floor["single"]["single"]["cpu_ms"] > 0
+    assert set(floor["cluster"]) == {"coordinator", "node1", "node2"}
     model = report["model"]
     assert model["node_cpu_ms_per_job"] > 0 and model["coordinator_cpu_ms_per_job"] > 0
+    assert model["bare_row_node_vs_single"] > 0 and model["drain_node_vs_single"] > 0
     assert [row["nodes"] for row in model["rows"]] == [2, 4, 8, 16, 32]
