@@ -279,13 +279,18 @@ async def claim(
 ) -> list[ClaimedJob]:
     params = {"shard": shard, "queues": list(queues), "limit": limit, "worker_id": worker_id}
     async with conn.cursor(row_factory=args_row(ClaimedJob)) as cur:
-        await cur.execute(statement("citus_job_claim", schema, tables), params)
+        await cur.execute(statement(_claim_name(tables), schema, tables), params)
         return sorted(await cur.fetchall(), key=lambda j: (j.priority, j.id))
 
 
 def claim_statement(schema: str, tables: Tables = ()) -> sql.Composed:
-    """citus_job_claim as sent (tests read its plan)."""
-    return query("citus_job_claim", schema, tables)
+    """The claim as sent (tests read its plan): of one shard key through the coordinator,
+    of a shard table on its node."""
+    return query(_claim_name(tables), schema, tables)
+
+
+def _claim_name(tables: Tables) -> str:
+    return "citus_node_claim" if tables else "citus_job_claim"
 
 
 async def finish(

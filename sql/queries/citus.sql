@@ -256,21 +256,43 @@ WHERE {in_shard} AND j.id = due.id AND j.status = 'scheduled'
 RETURNING j.id;
 
 -- name: citus_job_claim
--- Claims up to %(limit)s queued jobs of one shard, queue by queue in the order given, each in
--- (priority, id) order, skipping rows other workers hold and queues that are paused: of one
--- shard key through the coordinator, which runs it as one task on the shard's node, or of a
--- whole shard table on its node. One queue at a time, so that an index gives each queue's
--- order and the claim reads only the entries it takes: jobs_shard_claim_idx for one shard
--- key, jobs_claim_idx for a shard table, whose many keys no shard-first index orders. A row
--- updated concurrently is re-checked against status = 'queued' when its lock is taken, so a
--- job is never claimed twice.
+-- Claims up to %(limit)s queued jobs of one shard key through the coordinator, which runs it
+-- as one task on the shard's node, in (priority, id) order, skipping rows other workers hold
+-- and queues that are paused. A row updated concurrently is re-checked against status =
+-- 'queued' when its lock is taken, so a job is never claimed twice.
+WITH picked AS (
+    SELECT id
+    FROM {jobs}
+    WHERE {in_shard}
+      AND queue = ANY(%(queues)s::text[])
+      AND status = 'queued'
+      AND NOT atomic
+      AND queue <> ALL (ARRAY(SELECT p.queue FROM {queue_pauses} AS p))
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {jobs} AS j
+SET status = 'running', attempt = j.attempt + 1, started_at = now(), worker_id = %(worker_id)s
+FROM picked
+WHERE {in_shard} AND j.id = picked.id
+RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
+          j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited;
+
+-- name: citus_node_claim
+-- citus_job_claim on a node: up to %(limit)s queued jobs of a whole shard table, whose many
+-- shard keys no shard-first index orders. So queue by queue, in the order given, each in
+-- (priority, id) order: a range of jobs_claim_idx, as many entries as the claim takes, where
+-- (priority, id) over every queue at once would read and sort every queued job of the table.
+-- Through the coordinator citus_job_claim names one shard key, a range of
+-- jobs_shard_claim_idx.
 WITH picked AS (
     SELECT c.id
     FROM unnest(%(queues)s::text[]) AS q (queue)
     CROSS JOIN LATERAL (
         SELECT id
         FROM {jobs}
-        WHERE {in_shard} AND queue = q.queue AND status = 'queued' AND NOT atomic
+        WHERE queue = q.queue AND status = 'queued' AND NOT atomic
         ORDER BY priority, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -281,7 +303,7 @@ WITH picked AS (
 UPDATE {jobs} AS j
 SET status = 'running', attempt = j.attempt + 1, started_at = now(), worker_id = %(worker_id)s
 FROM picked
-WHERE {in_shard} AND j.id = picked.id
+WHERE j.id = picked.id
 RETURNING j.id, j.task, j.args, j.priority, j.attempt, j.max_attempts, j.queue, j.worker_id,
           j.trace_context, extract(epoch FROM j.started_at - j.run_at)::float8 AS waited;
 
