@@ -206,6 +206,7 @@ KINDS: list[Kind] = [
         "periodic_tick_prune",
         lambda s: {"after": None, "limit": 1000, "now": None, "older_than": 86400.0},
     ),
+    Kind("fairness starts fold", "fairness_starts_fold", lambda s: {"now": None}),
     Kind("fairness starts prune", "fairness_starts_prune", lambda s: {"now": None}),
     Kind(
         "cancel check (running ids)",
