@@ -57,6 +57,27 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return nodes
 
 
+def own_buffers(plan: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
+    """Every node of a plan with the shared buffers it touched itself: its count less its
+    children's. A CTE's plan hangs under the statement's top node (an InitPlan named "CTE
+    x"): it runs when a CTE Scan first reads it, inside that scan's count, or after the rest
+    of the statement if nothing reads it (a data-modifying CTE), outside every other node's.
+    So a CTE Scan counts nothing of its own, the CTE's nodes count its work, and the sum of
+    all is the statement's, where the top node's count leaves the unread CTEs out."""
+    found: list[tuple[dict[str, Any], int]] = []
+    children = plan.get("Plans", [])
+    inline = [p for p in children if not str(p.get("Subplan Name", "")).startswith("CTE ")]
+    own = _buffers(plan) - sum(_buffers(p) for p in inline)
+    found.append((plan, 0 if plan.get("Node Type") == "CTE Scan" else own))
+    for child in children:
+        found.extend(own_buffers(child))
+    return found
+
+
+def _buffers(node: dict[str, Any]) -> int:
+    return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
+
+
 def succeeded(ids: list[int], worker_id: int = 1) -> dict[str, object]:
     """job_finish_many's parameters: each job succeeded at its first attempt."""
     return finish_rows_params(

@@ -15,8 +15,9 @@ worker or its rescuer and maintenance run in a transaction that is rolled back, 
 moves: the shared buffers each touched and its time. The safety net's kinds read the
 table's first SWEEP_PAGES pages, as a slice of pgqueue/worker/sweep.py does, and claim the
 job just after the hint at its own position. A statement whose buffers grow with N
-walks the dead entries. Prints one table (kind, buffers and ms per step) and writes nothing.
-Small enough for a 2-core machine: 300,000 jobs take about a minute.
+walks the dead entries. A statement's buffers are those of all its plan nodes, each counted
+once (bench/plans.py own_buffers). Prints one table (kind, buffers and ms per step) and
+writes nothing. Small enough for a 2-core machine: 300,000 jobs take about a minute.
 
 With --fair the jobs moved through (and the live end) carry a fairness key and a vtime, and
 are claimed with job_claim_fair from the fair hint, so the dead entries are the fair claim
@@ -42,6 +43,7 @@ from psycopg import sql
 
 from bench import options
 from bench.degradation.run import create_schema, drop_schema
+from bench.plans import own_buffers
 from bench.server import database
 from pgqueue.queries import query
 from pgqueue.store.jobs import finish_rows_params
@@ -204,6 +206,7 @@ KINDS: list[Kind] = [
         "periodic_tick_prune",
         lambda s: {"after": None, "limit": 1000, "now": None, "older_than": 86400.0},
     ),
+    Kind("fairness starts fold", "fairness_starts_fold", lambda s: {"now": None}),
     Kind("fairness starts prune", "fairness_starts_prune", lambda s: {"now": None}),
     Kind(
         "cancel check (running ids)",
@@ -306,8 +309,9 @@ def explain(conn: psycopg.Connection[Any], schema: str, kind: Kind, s: State) ->
     with conn.transaction(force_rollback=True):
         row = conn.execute(statement, kind.params(s)).fetchone()
     plan = row[0][0] if row else {}
-    top = plan.get("Plan", {})
-    buffers = int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
+    # Every node's own: the top node's count leaves out the CTEs nothing reads (the fair
+    # claim's clock and start counts).
+    buffers = sum(n for _, n in own_buffers(plan.get("Plan", {})))
     return buffers, float(plan.get("Execution Time", 0.0))
 
 

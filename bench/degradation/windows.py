@@ -50,6 +50,7 @@ KINDS: dict[str, tuple[str, ...]] = {
         "periodic_tick_prune",
         "fairness_clock_prune",
         "fairness_key_prune",
+        "fairness_starts_fold",
         "fairness_starts_prune",
     ),
     "finish": ("job_finish_many",),

@@ -6,7 +6,8 @@ guarded upsert of the key's slot row and by the trigger that gives the slot back
 way out of 'running'; nothing here can break it. The sweep only repairs liveness: waiting
 jobs of keys with room are un-parked, and a counter that disagrees with the running jobs
 (only possible after manual edits) is corrected under its row lock, with a warning. The
-sweep also drops fair start counts older than a day (fairness_starts).
+sweep also folds the fair claims' logged starts into per-bucket counts and drops counts older
+than a day (fairness_start_log, fairness_starts).
 """
 
 from __future__ import annotations

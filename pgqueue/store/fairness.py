@@ -209,8 +209,9 @@ def shares_plan(schema: str, window_seconds: float) -> Plan[list[FairShare]]:
 
 
 async def prune_starts(conn: AsyncConn, schema: str) -> None:
-    """Drop start counts older than a day, and the fair clocks' superseded values (the
-    worker's sweep)."""
+    """Fold the claims' logged starts of past buckets into the counts, drop counts older
+    than a day, and the fair clocks' superseded values (the worker's sweep)."""
+    await execute(conn, query("fairness_starts_fold", schema), {"now": None})
     await execute(conn, query("fairness_starts_prune", schema), {"now": None})
     await execute(conn, query("fairness_clock_prune", schema), {})
     await execute(conn, query("fairness_key_prune", schema), {})

@@ -60,8 +60,8 @@ WHERE (SELECT n FROM told) IS NOT NULL AND (SELECT count(*) FROM logged) IS NOT 
 -- No queued fair job is behind the queue's clock, which is at or past every hint: enqueues
 -- stamp from the clock, and every way back to 'queued' restamps (migration 0030).
 -- Keyed jobs are admitted as in job_claim (concurrency_admit). Moves the queue's clock to the
--- highest vtime claimed (a new entry of fairness_clock_log), and counts the starts per key
--- and five seconds (fairness_starts). Returns
+-- highest vtime claimed (a new entry of fairness_clock_log), and logs the starts per key
+-- (fairness_start_log, a row per claim). Returns
 -- each row's vtime, where the worker's next fair claim starts. Up to (priority, vtime) <= the
 -- stop bound: the ceiling for a claim from the hint, a job's own position for the safety net's
 -- claim of a job its sweep found (job_sweep_find_fair), whose walk ends there.
@@ -109,19 +109,18 @@ WITH picked AS (
     WHERE m.top > {schema}.fairness_clock(%(queue)s)
     RETURNING vtime
 ), counted AS (
-    INSERT INTO {schema}.fairness_starts AS s (minute, queue, key, started)
-    -- Counted in five-second buckets (the column keeps its name, minute): each row is
-    -- updated by the claims of its bucket only, so the dead versions a long transaction keeps
-    -- of it, which each claim of the bucket walks, stay few however long it lasts.
+    -- One row of this claim's own, appended: no claim reads or rewrites another's, so a long
+    -- transaction's dead rows are never on a claim's path (a row per key and bucket that each
+    -- claim added to was: test_fair_claim_walk.py). The sweep folds them into fairness_starts.
+    INSERT INTO {schema}.fairness_start_log (minute, queue, keys, counts)
     SELECT to_timestamp(floor(extract(epoch FROM coalesce(%(now)s::timestamptz, now())) / 5) * 5),
-           %(queue)s,
-           fairness_key, count(*)::integer
-    FROM claimed
-    WHERE fairness_key IS NOT NULL
-    GROUP BY fairness_key
-    ORDER BY fairness_key
-    ON CONFLICT (minute, queue, key) DO UPDATE SET started = s.started + excluded.started
-    RETURNING s.key
+           %(queue)s, array_agg(c.key ORDER BY c.key), array_agg(c.n ORDER BY c.key)
+    FROM (SELECT fairness_key AS key, count(*)::integer AS n
+          FROM claimed
+          WHERE fairness_key IS NOT NULL
+          GROUP BY fairness_key) AS c
+    HAVING count(*) > 0
+    RETURNING minute
 )
 SELECT id, task, args, priority, attempt, max_attempts, queue, worker_id, false AS parked,
        trace_context, waited, vtime
@@ -179,10 +178,19 @@ WITH live AS (
     WHERE fairness_key IS NOT NULL AND status IN ('queued', 'running', 'waiting')
     GROUP BY queue, fairness_key
 ), started AS (
-    SELECT queue, key, sum(started)::bigint AS n
-    FROM {schema}.fairness_starts
-    WHERE minute >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
-    GROUP BY queue, key
+    -- The sweep's sums, and the claims' rows it has not folded yet: it moves each row from
+    -- the log to the sums in one statement, so a snapshot counts every start once.
+    SELECT c.queue, c.key, sum(c.n)::bigint AS n
+    FROM (SELECT s.queue, s.key, s.started AS n
+          FROM {schema}.fairness_starts AS s
+          WHERE s.minute >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+          UNION ALL
+          SELECT l.queue, u.key, u.n
+          FROM {schema}.fairness_start_log AS l
+          CROSS JOIN LATERAL unnest(l.keys, l.counts) AS u (key, n)
+          WHERE l.minute >= coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(window)s)
+         ) AS c
+    GROUP BY c.queue, c.key
 ), keys AS (
     SELECT coalesce(l.queue, s.queue) AS queue, coalesce(l.key, s.key) AS key,
            coalesce(l.queued, 0) AS queued, coalesce(l.running, 0) AS running,
@@ -216,8 +224,38 @@ USING (SELECT queue, key, max(vtime) AS top
        GROUP BY queue, key) AS m
 WHERE l.queue = m.queue AND l.key = m.key AND l.vtime < m.top;
 
+-- name: fairness_starts_fold
+-- Moves the fair claims' start rows (fairness_start_log) of the buckets that began between 70
+-- and 10 seconds ago into fairness_starts, summed per bucket, queue and key (the worker's
+-- sweep): by then every claim of the bucket has committed, so each sum is written once. One
+-- statement: a reader sees each start in the log or in the sums, never both or neither. It
+-- reads only that stretch of the log: while a long transaction holds the horizon, the rows
+-- it moved before stay there dead, and a range from the log's start would walk them all. A
+-- row it never reaches (its claim committed over a minute late) is still counted from the
+-- log by readers, until fairness_starts_prune.
+WITH gone AS (
+    DELETE FROM {schema}.fairness_start_log AS l
+    WHERE l.minute >= coalesce(%(now)s::timestamptz, now()) - interval '70 seconds'
+      AND l.minute < coalesce(%(now)s::timestamptz, now()) - interval '10 seconds'
+    RETURNING l.minute, l.queue, l.keys, l.counts
+), summed AS (
+    SELECT g.minute, g.queue, u.key, sum(u.n)::integer AS n
+    FROM gone AS g
+    CROSS JOIN LATERAL unnest(g.keys, g.counts) AS u (key, n)
+    GROUP BY g.minute, g.queue, u.key
+)
+INSERT INTO {schema}.fairness_starts AS s (minute, queue, key, started)
+SELECT minute, queue, key, n FROM summed
+ORDER BY minute, queue, key
+ON CONFLICT (minute, queue, key) DO UPDATE SET started = s.started + excluded.started;
+
 -- name: fairness_starts_prune
--- Deletes start counts older than a day (the worker's sweep); the window the dashboard and
--- metrics read is shorter.
+-- Deletes start counts older than a day, folded or not (the worker's sweep); the window the
+-- dashboard and metrics read is shorter.
+WITH logged AS (  -- a data-modifying CTE runs to completion, read or not
+    DELETE FROM {schema}.fairness_start_log
+    WHERE minute < coalesce(%(now)s::timestamptz, now()) - interval '1 day'
+    RETURNING 1
+)
 DELETE FROM {schema}.fairness_starts
 WHERE minute < coalesce(%(now)s::timestamptz, now()) - interval '1 day';

@@ -21,10 +21,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.job_deps, {schema}.job_waits TO
 GRANT SELECT, UPDATE ON {schema}.rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.job_rate_limits TO {role};
 GRANT SELECT, INSERT, UPDATE ON {schema}.wake_listeners TO {role};
--- Fair shares: the fair claim moves the queue's clock and counts starts (its follow-up
--- enqueues stamp their keys' clocks); the sweep drops old counts.
+-- Fair shares: the fair claim moves the queue's clock and logs starts (its follow-up
+-- enqueues stamp their keys' clocks); the sweep folds the log into counts and drops old ones.
 GRANT SELECT, INSERT, UPDATE ON {schema}.fairness_keys, {schema}.fairness_clocks TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.fairness_starts TO {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.fairness_start_log TO {role};
 GRANT SELECT, INSERT, DELETE ON {schema}.fairness_clock_log, {schema}.fairness_key_log TO {role};
 GRANT SELECT ON {schema}.fairness_weights TO {role};
 -- Finishing a job reads who waits for it; a handler may wait for other jobs itself.
