@@ -2,16 +2,16 @@
 with the worker's executor, and writes each shard's outcomes on that shard.
 
 Owns: the round (read the backlog of every shard, promote due jobs, share the free slots by
-backlog, claim each share naming its shard; on the nodes the backlog read is kept while
-claims come back full, for a poll interval, slots.Known) and the rescue of jobs whose worker stopped
-heartbeating; the jobs in flight, their outcomes' writes and the put-back at stop are
-inflight.py's, and where a shard's statements run is routes.py's. Every statement on a job
-runs on the shard's node: on the node's own connection (`claim_on="nodes"`, the default),
-a shard table at a time, every shard value in it together, or through the coordinator, which
-runs a statement naming one shard value there as one task (`"coordinator"`). On the nodes,
-only the shards' placements (every PLACEMENT_TTL) and the search for stranded jobs go to the
-coordinator. Wake-ups are by polling (`poll_interval`): an enqueue
-on Citus sends no NOTIFY.
+backlog, claim each share naming its shard; on the nodes a backlog read serves the rounds of
+a poll interval while their claims come back full, slots.Known) and the rescue of jobs whose
+worker stopped heartbeating; the jobs in flight, their outcomes' writes and the put-back at
+stop are inflight.py's, and where a shard's statements run is routes.py's. Every statement on
+a job runs on the shard's node: on the node's own connection (`claim_on="nodes"`, the
+default), a shard table at a time, every shard value in it together, or through the
+coordinator, which runs a statement naming one shard value there as one task
+(`"coordinator"`). On the nodes, only the shards' placements (every PLACEMENT_TTL) and the
+search for stranded jobs go to the coordinator. Wake-ups are by polling (`poll_interval`):
+an enqueue on Citus sends no NOTIFY.
 
 Its registration and heartbeat are the plain worker's (worker/registration.py,
 worker/heartbeat.py), on the coordinator's workers table; the rescue lease is the same
@@ -254,7 +254,7 @@ class CitusWorker:
         else:
             shares = share(free, waiting, self._rng)
         # A claim takes the queues in turn, so each round starts at one drawn at random.
-        start = self._rng.randrange(len(queues))
+        start = self._rng.randrange(len(queues)) if queues else 0
         in_turn = [*queues[start:], *queues[:start]]
         for shard, want in shares.items():
             claim = partial(
