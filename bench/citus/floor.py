@@ -10,14 +10,13 @@ server's is Citus's own, for a routed single-row transaction.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import psycopg
 
 from bench.citus.meters import Meter, per_job, readings
+from bench.citus.produce import PRODUCERS, in_threads
 
-PRODUCERS = 4
 TABLE = "bench_citus_floor"
 
 
@@ -46,13 +45,9 @@ def _one(meters: list[Meter], rows: int, keys: int, *, distribute: bool) -> dict
                 )
                 conn.commit()
 
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(PRODUCERS)]
     try:
         before = readings(meters)
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(produce)
         after = readings(meters)
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:

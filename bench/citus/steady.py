@@ -15,7 +15,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,11 +25,9 @@ from psycopg import sql
 
 from bench.citus import app
 from bench.citus.meters import Meter, per_job, readings
-from pgqueue import Queue
-from pgqueue.citus import CitusQueue
+from bench.citus.produce import PRODUCERS, in_threads, queue_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCERS = 4
 POLL = "0.05"  # the workers' --poll-interval, in seconds
 CATCH_UP = 120.0  # seconds after the last enqueue that the jobs may take to run
 
@@ -55,9 +52,7 @@ def _scalar(dsn: str, statement: sql.Composable, params: dict[str, Any] | None =
 
 def _produce(system: str, dsn: str, schema: str, rate: float, seconds: float, tenants: int) -> int:
     """Enqueue at `rate` for `seconds` from PRODUCERS paced threads; the jobs enqueued."""
-    queue: Queue | CitusQueue = (
-        Queue(dsn, schema=schema) if system == "single" else CitusQueue(dsn, schema=schema)
-    )
+    queue = queue_for(system, dsn, schema)
     task = app.noop if system == "single" else app.sharded_noop
     gap = PRODUCERS / rate
     counts = [0] * PRODUCERS
@@ -71,12 +66,8 @@ def _produce(system: str, dsn: str, schema: str, rate: float, seconds: float, te
             n += 1
         counts[index] = n
 
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(PRODUCERS)]
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(produce)
     finally:
         queue.close()
     return sum(counts)

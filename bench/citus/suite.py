@@ -32,7 +32,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -46,16 +45,14 @@ from psycopg import sql
 from bench import options
 from bench.citus import app, cluster, floor, steady
 from bench.citus.meters import Meter, per_job, readings
+from bench.citus.produce import PRODUCERS, in_threads, queue_for
 from bench.report import Run, guarded
 from bench.server import Server, database
-from pgqueue import Queue
-from pgqueue.citus import CitusQueue
 from pgqueue.citus.routes import Nodes
 from pgqueue.runtime.link import Link
 from pgqueue.store import citus as store
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCERS = 4
 SYSTEMS = ("single", "coordinator", "nodes")
 # pg_stat_statements counts what each server runs, Citus's own statements on the nodes too.
 STATS = {"shared_preload_libraries": "'citus,pg_stat_statements'"}
@@ -103,9 +100,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 @contextmanager
 def schema_on(system: str, dsn: str) -> Iterator[str]:
     name = f"bench_citus_{uuid.uuid4().hex[:8]}"
-    made: Queue | CitusQueue = (
-        Queue(dsn, schema=name) if system == "single" else CitusQueue(dsn, schema=name)
-    )
+    made = queue_for(system, dsn, name)
     try:
         made.migrate()
         yield name
@@ -117,22 +112,16 @@ def schema_on(system: str, dsn: str) -> Iterator[str]:
 
 def enqueue(system: str, dsn: str, schema: str, jobs: int, tenants: int) -> float:
     """--jobs jobs, one per transaction, from PRODUCERS threads; the seconds it took."""
-    queue: Queue | CitusQueue = (
-        Queue(dsn, schema=schema) if system == "single" else CitusQueue(dsn, schema=schema)
-    )
+    queue = queue_for(system, dsn, schema)
     task = app.noop if system == "single" else app.sharded_noop
 
     def produce(start: int) -> None:
         for n in range(start, jobs, PRODUCERS):
             queue.enqueue(task.job(tenant=f"tenant-{n % tenants}"))
 
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(PRODUCERS)]
     began = time.monotonic()
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        in_threads(produce)
     finally:
         queue.close()
     return time.monotonic() - began
