@@ -6,7 +6,6 @@ per-bucket counts, and a reader counts each start once, before the fold or after
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,21 +23,6 @@ pytestmark = pytest.mark.each_server
 KEYS = 10
 CLAIMS = 200  # each key's bucket row took this many rewrites before
 STARTS = ("fairness_start_log", "fairness_starts")
-
-
-@pytest.fixture
-def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
-def app(queue: Queue) -> Any:
-    @queue.task(name="t")
-    def t(i: int) -> int:
-        return i
-
-    return t
 
 
 def _params(after: tuple[int, float], now: datetime) -> dict[str, Any]:

@@ -24,21 +24,6 @@ from pgqueue.testing import drain
 pytestmark = pytest.mark.each_server
 
 
-@pytest.fixture
-def db(dsn: str) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        yield conn
-
-
-@pytest.fixture
-def app(queue: Queue) -> Any:
-    @queue.task(name="t")
-    def t(i: int) -> int:
-        return i
-
-    return t
-
-
 def fair_claim(
     db: Any, schema: str, after: tuple[int, float] = (-32768, float("-inf")), limit: int = 10
 ) -> tuple[list[int], tuple[int, float] | None]:

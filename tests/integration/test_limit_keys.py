@@ -27,21 +27,6 @@ from tests.integration.test_tenants import claim, finish, slots, statuses
 pytestmark = pytest.mark.each_server
 
 
-@pytest.fixture
-def app(queue: Queue) -> Any:
-    @queue.task(name="t")
-    def t(i: int) -> int:
-        return i
-
-    return t
-
-
-@pytest.fixture
-def db(dsn: str) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        yield conn
-
-
 def stored_keys(db: Any, schema: str, job_id: int) -> tuple[str | None, list[str] | None]:
     row = db.execute(
         f'SELECT concurrency_key, limit_keys FROM "{schema}".jobs WHERE id = %s', [job_id]

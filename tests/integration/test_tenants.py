@@ -64,21 +64,6 @@ def slots(conn: psycopg.Connection[Any], schema: str) -> dict[str, int]:
     return dict(rows)
 
 
-@pytest.fixture
-def app(queue: Queue) -> Any:
-    @queue.task(name="t")
-    def t(i: int) -> int:
-        return i
-
-    return t
-
-
-@pytest.fixture
-def db(dsn: str) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        yield conn
-
-
 def test_claim_admits_up_to_each_limit_and_parks_the_rest(
     queue: Queue, app: Any, db: Any, schema: str
 ) -> None:
